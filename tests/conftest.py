@@ -1,0 +1,29 @@
+"""Shared pytest configuration: hypothesis profiles and common helpers.
+
+The ``ci`` profile (selected when the environment variable ``CI`` is set, or
+with ``--hypothesis-profile=ci``) is derandomised, so that a CI run is
+reproducible; the ``dev`` profile explores with fresh random seeds.
+"""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.register_profile("dev", max_examples=100, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture
+def rng():
+    """A seeded generator: tests never touch the global numpy RNG."""
+    return np.random.default_rng(20261130)
