@@ -66,7 +66,7 @@ OPENING_SHARE = 0.5
 #: ... a *vocabulary* shift when the top 1% of tokens carry at least this share.
 VOCABULARY_TOP_SHARE = 0.2
 #: ... a *style* change when the effective fraction of tokens carrying KL is at least this.
-STYLE_EVENNESS = 0.5
+STYLE_EVENNESS = 0.3
 
 _ESTIMATORS = ("k1", "k2", "k3")
 
@@ -839,7 +839,7 @@ def token_kl_profile(
     * ``"opening"`` if ``first_k_share >= OPENING_SHARE`` (0.5): a changed opening;
     * ``"vocabulary"`` if ``top_share >= VOCABULARY_TOP_SHARE`` (0.2): a few
       tokens carry the KL (20 times their even share), vocabulary shifts;
-    * ``"style"`` if ``evenness >= STYLE_EVENNESS`` (0.5): at least half the
+    * ``"style"`` if ``evenness >= STYLE_EVENNESS`` (0.3): at least 30% of the
       tokens carry KL evenly, a broad stylistic change;
     * ``"mixed"`` otherwise.
 
