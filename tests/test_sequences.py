@@ -252,6 +252,32 @@ def test_chain_rule_for_the_optimal_policy_is_its_optimal_kl(rng):
     assert per_token_kl(res.policy, ref).sum() == pytest.approx(kl, rel=1e-12)
 
 
+@pytest.mark.parametrize("beta", [1e-8, 1.0, 1e3, 1e5, 0.0])
+def test_chain_rule_with_extreme_rewards_and_tiny_reference_entries(beta):
+    # rewards of size 1e6 drive some policy entries to 1e-219 against reference 0.5 and
+    # others against a reference entry of 1e-300: the per-token KL must stay exact
+    # (a log ratio taken as log1p((p - q)/q) would round to -inf there)
+    rng = np.random.default_rng(0)
+    ref = random_tree(rng, 3, 3)
+    ref[1][0] = [1e-300, 0.5, 0.5 - 1e-300]
+    reward = rng.normal(size=(3,) * 3) * 1e6
+    ptk = per_token_kl(soft_bellman(ref, reward, beta).policy, ref)
+    assert np.all(ptk >= 0)
+    kl = optimal_kl(joint(ref).ravel(), reward.ravel(), beta)
+    assert ptk.sum() == pytest.approx(kl, rel=1e-12)
+
+
+def test_per_token_kl_of_a_tiny_but_positive_policy_entry():
+    # p = 1e-200 against q = 0.5: the term is 1e-200 log(2e-200) - the exact KL by mpmath
+    # Recipe: mp.dps = 50; sum p_i log(p_i / q_i) with p = (1e-200, 1 - 1e-200), q = (0.5, 0.5)
+    pol = [np.array([1e-200, 1.0])]
+    ref = [np.array([0.5, 0.5])]
+    mp.mp.dps = 50
+    p0 = mp.mpf("1e-200")
+    exact = p0 * mp.log(p0 / mp.mpf("0.5")) + (1 - p0) * mp.log((1 - p0) / mp.mpf("0.5"))
+    assert per_token_kl(pol, ref)[0] == pytest.approx(float(exact), rel=1e-14)
+
+
 def test_per_token_kl_is_infinite_where_the_policy_leaves_the_support():
     ref = [np.array([0.5, 0.5]), np.array([[1.0, 0.0], [0.5, 0.5]])]
     pol = [np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.5, 0.5]])]
@@ -547,6 +573,10 @@ BAD = [
         lambda: from_joint(np.ones((2, 2)) / 5),
         "`joint` must sum to 1 over all entries; it sums to 0.8 (tolerance 1.5e-08); "
         "klpolicy never renormalises silently",
+    ),
+    (
+        lambda: from_joint([[0.5, 0.6], [-0.1, 0.0]]),
+        "`joint` must be non-negative; found -0.1 at index (1, 0)",
     ),
     (lambda: sample(TREE, 0, 1), "`n` must be an integer >= 1; got 0"),
     (
