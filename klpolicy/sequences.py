@@ -35,8 +35,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
-from ._numerics import expm1mx, kl_terms
+from ._numerics import expm1mx
 from .closed_form import _prepare, _tilt, beta_for_kl
+from .divergences import _kl_last
 
 __all__ = [
     "OPENING_SHARE",
@@ -91,25 +92,6 @@ def _prefix_probs(levels: list[NDArray]) -> list[NDArray]:
     for c in levels[1:]:
         out.append(out[-1][..., None] * c)
     return out
-
-
-def _kl_rows(p: NDArray, q: NDArray) -> NDArray:
-    """KL(p||q) along the last axis of validated rows (the core's summation, non-negative terms).
-
-    Same as ``klpolicy.divergences._kl_last`` except that the log ratio is taken
-    as ``log p - log q`` whenever ``p <= q/2``: ``log1p((p - q)/q)`` rounds to
-    ``-inf`` when ``0 < p < eps q`` and would give ``-inf`` KL (reported upstream).
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        wq = q.sum(axis=-1, keepdims=True)
-        d = p - q
-        a = np.log1p(np.sum(d, axis=-1, keepdims=True) / wq)
-        ratio = d / q
-        ok = np.isfinite(ratio) & (ratio > -0.5)
-        u = np.where(ok, np.log1p(ratio), np.log(p) - np.log(q)) - a
-        terms = kl_terms(p / p.sum(axis=-1, keepdims=True), q / wq, u)
-        terms = np.where(q > 0, terms, np.where(p > 0, np.inf, 0))
-    return terms.sum(axis=-1)
 
 
 def joint(conditionals: Any) -> NDArray[np.floating]:
@@ -569,7 +551,7 @@ def token_kl_map(
     ((), array([0.    , 0.6931]))
     """
     p, q = _pair_trees(policy_conditionals, ref_conditionals)
-    maps = [np.asarray(_kl_rows(a, b)) for a, b in zip(p, q, strict=True)]
+    maps = [np.asarray(_kl_last(a, b)) for a, b in zip(p, q, strict=True)]
     if not weighted:
         return maps
     prefix = [np.ones((), p[0].dtype), *_prefix_probs(p)[:-1]]
@@ -910,7 +892,7 @@ def token_kl_profile(
     lp, lq = lp.astype(dtype, copy=False), lq.astype(dtype, copy=False)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if full:
-            k = _kl_rows(
+            k = _kl_last(
                 np.exp(np.where(keep[..., None], lp, 0.0)),
                 np.exp(np.where(keep[..., None], lq, 0.0)),
             )
