@@ -55,7 +55,9 @@ def main() -> None:
     )
     print(f"token tree V={V}, T={T}: {V**T:,} leaves, beta={args.beta}, min of {args.repeat} runs")
     print(f"max |joint(soft_bellman) - optimal_policy(joint)| = {err:.1e}")
-    print("ratio to one optimal_policy call on the flattened joint (machine-independent):")
+    print(
+        "ratio to one optimal_policy call on the flattened joint (compare these across machines):"
+    )
     print(f"  soft_bellman          {t_bellman / t_closed:6.2f}x")
     print(f"  joint(policy)         {t_joint / t_closed:6.2f}x")
     print(f"  per_token_kl          {t_ptk / t_closed:6.2f}x")
