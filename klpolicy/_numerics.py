@@ -40,12 +40,21 @@ def _horner_x2(x: NDArray, coeffs: NDArray) -> NDArray:
 def expm1mx(x: NDArray) -> NDArray:
     """``exp(x) - 1 - x`` accurate to a few ulp, for arrays of any float dtype."""
     x = np.asarray(x)
+    shape = x.shape
+    x = x.reshape(-1)
     small = np.abs(x) < _SERIES_RADIUS
     with np.errstate(over="ignore", invalid="ignore"):
         out = np.expm1(x) - x
     if small.any():
-        out = np.where(small, _horner_x2(np.where(small, x, 0), _EXPM1MX.astype(x.dtype)), out)
-    return out
+        # the series only on the entries that need it (same values, fewer passes)
+        idx = np.nonzero(small)
+        out[idx] = _horner_x2(x[idx], _EXPM1MX.astype(x.dtype))
+    return out.reshape(shape)
+
+
+def kl_unit_series(u: NDArray) -> NDArray:
+    """``u exp(u) - exp(u) + 1`` by its Taylor series, for ``|u| < 0.2``."""
+    return _horner_x2(u, _KLUNIT.astype(u.dtype))
 
 
 def kl_terms(p: NDArray, q: NDArray, u: NDArray) -> NDArray:
@@ -61,6 +70,10 @@ def kl_terms(p: NDArray, q: NDArray, u: NDArray) -> NDArray:
     with np.errstate(invalid="ignore"):
         big = np.where(p > 0, p * (u - 1), 0) + q
     if small.any():
-        us = np.where(small, u, 0)
-        big = np.where(small, q * _horner_x2(us, _KLUNIT.astype(us.dtype)), big)
+        q = np.broadcast_to(q, big.shape)
+        u = np.broadcast_to(u, big.shape)
+        small = np.broadcast_to(small, big.shape)
+        # the series only on the entries that need it (same values, fewer passes)
+        idx = np.nonzero(small)
+        big[idx] = q[idx] * kl_unit_series(u[idx])
     return big

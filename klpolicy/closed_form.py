@@ -38,8 +38,9 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from . import _tilt as _kernel
 from . import _validation as V
-from ._numerics import expm1mx, kl_terms
+from ._tilt import _Tilt
 
 __all__ = [
     "Frontier",
@@ -52,16 +53,6 @@ __all__ = [
     "optimal_policy",
     "soft_value",
 ]
-
-
-class _Tilt(NamedTuple):
-    """Everything about pi*_beta, with the probability axis last (keepdims)."""
-
-    pi: NDArray  # pi*_beta
-    u: NDArray  # log(pi*/ref_n) on the support, -inf where pi* = 0 on the support
-    value: NDArray  # beta log Z (soft value), keepdims
-    kl: NDArray  # KL(pi* || ref), keepdims
-    mean: NDArray  # E_pi*[r], keepdims
 
 
 def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int):
@@ -94,62 +85,73 @@ def _setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
     return ref_a, rew_a, b, ax - ndim
 
 
-def _tilt(ref: NDArray, reward: NDArray, beta: NDArray) -> _Tilt:
+def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
+    """The structural part of :func:`_setup`; the value checks run inside the kernel's blocks.
+
+    Returns ``(ref, reward, beta, axis_neg, check)`` for float inputs whose
+    shapes, axis and ``beta`` are valid, and ``None`` otherwise (then
+    :func:`_setup` runs and words the error). ``check`` is what the kernel needs
+    to detect NaN, infinities, negative entries and rows that do not sum to one
+    with the validators' tolerance, reading every block once while it is in cache.
+    """
+    ref_a, rew_a = np.asarray(ref), np.asarray(reward)
+    floats = (np.float32, np.float64)
+    if ref_a.dtype not in floats or rew_a.dtype not in floats:
+        return None
+    if ref_a.ndim == 0 or rew_a.ndim == 0 or ref_a.size == 0 or rew_a.size == 0:
+        return None
+    try:
+        ax_ref = V.normalise_axis(axis, ref_a.ndim, "ref")
+        ax_rew = V.normalise_axis(axis, rew_a.ndim, "reward")
+        ref_m, rew_m = np.moveaxis(ref_a, ax_ref, -1), np.moveaxis(rew_a, ax_rew, -1)
+        if ref_m.shape[-1] != rew_m.shape[-1]:
+            return None
+        pair = np.broadcast_shapes(ref_m.shape, rew_m.shape)
+        ax = V.normalise_axis(axis, len(pair))
+        b = V.as_beta(beta, len(pair), ax)
+        shape = np.broadcast_shapes(pair, b.shape)
+    except ValueError:
+        return None
+    dtype = V.result_dtype(ref_m, rew_m)
+    b = np.broadcast_to(b, shape[:-1] + (1,))
+    if dtype == np.float32:
+        b = b.astype(np.float32)
+    check = (
+        V.row_sum_tolerance(ref_a.dtype, shape[-1]),
+        dtype == np.float32,  # the validators sum in float64
+    )
+    return (
+        ref_m.astype(dtype, copy=False),
+        rew_m.astype(dtype, copy=False),
+        b,
+        ax - len(pair),
+        check,
+    )
+
+
+def _solve(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int, want) -> tuple:
+    """Validate and run the kernel; return ``(_Tilt, axis_neg)``."""
+    fs = _fast_setup(ref, reward, beta, axis)
+    if fs is not None:
+        ref_a, rew_a, b, ax, check = fs
+        t = _kernel.tilt(ref_a, rew_a, b, want, check=check)
+        if t is not None:
+            return t, ax
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)  # raises for invalid values
+    return _kernel.tilt(ref_a, rew_a, b, want), ax
+
+
+def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Tilt:
     """pi*_beta and its statistics for validated inputs (probability axis last).
 
     ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
     (greedy limit) and inf (reference) alongside finite positive values.
+    ``want`` names the fields to compute (``pi``, ``u``, ``value``, ``kl``,
+    ``mean``, ``var``); the others are ``None``. Rows take the one-exp fast path
+    of :mod:`klpolicy._tilt` where it is provably as accurate as the careful
+    log-space path, and the careful path otherwise.
     """
-    dtype = ref.dtype
-    support = ref > 0
-    total = ref.sum(axis=-1, keepdims=True)
-    ref_n = ref / total
-    neg_inf = np.asarray(-np.inf, dtype=dtype)
-    c = np.max(np.where(support, reward, neg_inf), axis=-1, keepdims=True)
-
-    finite = (beta > 0) & np.isfinite(beta)
-    beta_s = np.where(finite, beta, np.ones_like(beta))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        # z = (r - c) / beta <= 0 on the support
-        z = np.where(support, (reward - c) / beta_s, neg_inf)
-        s = np.sum(ref * np.expm1(z), axis=-1, keepdims=True) / total
-        direct = np.log(np.sum(ref * np.exp(z), axis=-1, keepdims=True) / total)
-        log_z = np.where(s > -0.5, np.log1p(s), direct)
-        u = z - log_z
-        # pi = ref_n e^u; the second form only for subnormal reference entries
-        pi = np.where(u < 700, ref_n * np.exp(u), np.exp(np.log(ref_n) + u))
-        pi = np.where(support, pi, 0).astype(dtype, copy=False)
-        value = c + beta_s * log_z
-        # Large beta: re-centre on the reference mean m, where
-        # V = m + beta log1p(E[expm1mx(x)] + E[x]), x = (r - m)/beta, has no cancellation
-        # between m and the O(Var/beta) correction.
-        m = np.sum(ref_n * reward, axis=-1, keepdims=True)
-        x = np.where(support, (reward - m) / beta_s, 0)
-        near = np.max(np.abs(x), axis=-1, keepdims=True) < 1
-        if near.any():
-            x = np.where(near, x, 0)
-            s2 = np.sum(ref_n * expm1mx(x), axis=-1, keepdims=True) + np.sum(
-                ref_n * x, axis=-1, keepdims=True
-            )
-            value = np.where(near, m + beta_s * np.log1p(s2), value)
-
-        # beta = 0: all mass on the best rewards inside the support, split as ref
-        best = support & (reward == c)
-        rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
-        greedy_log_mass = np.log1p(-rest)  # log of the reference mass on the best set
-        best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
-        pi0 = np.where(best, ref / best_mass, 0)
-        u0 = np.where(best, -greedy_log_mass, neg_inf)
-
-        zero = beta == 0
-        inf = np.isinf(beta)
-        pi = np.where(zero, pi0, np.where(inf, ref_n, pi)).astype(dtype, copy=False)
-        u = np.where(zero, u0, np.where(inf, 0, u))
-        kl = np.sum(np.where(support, kl_terms(pi, ref_n, u), 0), axis=-1, keepdims=True)
-        mean = np.sum(pi * reward, axis=-1, keepdims=True)
-        value = np.where(zero, c, np.where(inf, m, value))
-        kl = np.where(zero, -greedy_log_mass, np.where(inf, 0, kl))
-    return _Tilt(pi, u, value.astype(dtype), kl.astype(dtype), mean.astype(dtype))
+    return _kernel.tilt(ref, reward, beta, want)
 
 
 def _restore(x: NDArray, axis_neg: int) -> NDArray:
@@ -159,6 +161,28 @@ def _restore(x: NDArray, axis_neg: int) -> NDArray:
 def _scalar(x: NDArray):
     """Drop the kept probability axis; 0-d results become numpy scalars."""
     return x[..., 0][()]
+
+
+def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
+    """KL of the greedy limit per row, ``-log`` of the reference mass on the best set.
+
+    For validated inputs (probability axis last); the same formula as the
+    careful path's ``beta = 0`` branch, in row blocks that stay in cache.
+    """
+    shape = np.broadcast_shapes(ref.shape, reward.shape)
+    n = shape[-1]
+    q2 = np.broadcast_to(ref, shape).reshape(-1, n)
+    r2 = np.broadcast_to(reward, shape).reshape(-1, n)
+    out = np.empty(q2.shape[0], ref.dtype)
+    step = _kernel._rows_per_block(n, ref.dtype.itemsize)
+    for start in range(0, q2.shape[0], step):
+        q, r = q2[start : start + step], r2[start : start + step]
+        support = q > 0
+        c = np.max(np.where(support, r, -np.inf), axis=-1, keepdims=True)
+        best = support & (r == c)
+        rest = np.sum(np.where(best, 0, q), axis=-1) / q.sum(axis=-1)
+        out[start : start + step] = -np.log1p(-rest)
+    return out.reshape(shape[:-1])
 
 
 def optimal_policy(
@@ -227,8 +251,8 @@ def optimal_policy(
     >>> optimal_policy([0.25, 0.25, 0.5], [1.0, 1.0, 0.0], beta=0.0)
     array([0.5, 0.5, 0. ])
     """
-    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
-    return _restore(_tilt(ref_a, rew_a, b).pi, ax)
+    t, ax = _solve(ref, reward, beta, axis, {"pi"})
+    return _restore(t.pi, ax)
 
 
 def soft_value(
@@ -278,8 +302,7 @@ def soft_value(
     >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
     (1.0, 0.5)
     """
-    ref_a, rew_a, b, _ = _setup(ref, reward, beta, axis)
-    return _scalar(_tilt(ref_a, rew_a, b).value)
+    return _scalar(_solve(ref, reward, beta, axis, {"value"})[0].value)
 
 
 def optimal_kl(
@@ -325,8 +348,7 @@ def optimal_kl(
     >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], 0.5)), 6)
     0.327813
     """
-    ref_a, rew_a, b, _ = _setup(ref, reward, beta, axis)
-    return _scalar(_tilt(ref_a, rew_a, b).kl)
+    return _scalar(_solve(ref, reward, beta, axis, {"kl"})[0].kl)
 
 
 def max_kl(
@@ -368,7 +390,7 @@ def max_kl(
     0.693147
     """
     ref_a, rew_a = _prepare(ref, reward, axis)
-    return _scalar(_tilt(ref_a, rew_a, np.zeros(ref_a.shape[:-1] + (1,), ref_a.dtype)).kl)
+    return _scalar(_greedy_kl(ref_a, rew_a)[..., None])
 
 
 def expected_reward(
@@ -531,7 +553,7 @@ def frontier(ref: ArrayLike, reward: ArrayLike, betas: ArrayLike, *, axis: int =
     b = flat.reshape((-1,) + (1,) * len(batch) + (1,)).astype(ref_a.dtype)
     r_b = np.broadcast_to(ref_a, (flat.size,) + ref_a.shape)
     w_b = np.broadcast_to(rew_a, (flat.size,) + rew_a.shape)
-    t = _tilt(r_b, w_b, b)
+    t = _tilt(r_b, w_b, b, {"value", "kl", "mean"})
     shape = grid.shape + batch
     return Frontier(
         beta=np.broadcast_to(grid.reshape(grid.shape + (1,) * len(batch)), shape).copy(),
@@ -624,7 +646,7 @@ def beta_for_kl(
     rew_b = np.broadcast_to(rew_a, batch + rew_a.shape[-1:]).astype(np.float64)
     tgt = np.broadcast_to(target, batch)[..., None].astype(np.float64)
 
-    kmax = _tilt(ref_b, rew_b, np.zeros(batch + (1,))).kl
+    kmax = _greedy_kl(ref_b, rew_b)[..., None]
     over = tgt > kmax * (1 + 4 * np.finfo(np.float64).eps)
     if over.any():
         idx = tuple(int(i) for i in np.argwhere(over[..., 0])[0]) if batch else ()
@@ -652,20 +674,24 @@ def beta_for_kl(
         s = np.log(spread) + 0.5 * np.log(np.where(active, var_n, 1.0) / (2 * safe_t))
     s = np.where(np.isfinite(s), s, np.log(spread))
 
-    def g_and_slope(s_):
-        b_ = np.exp(s_)
-        t = _tilt(ref_b, rew_b, b_)
+    # the solver works on rows (rows, n); only rows still iterating are recomputed
+    n = ref_b.shape[-1]
+    ref_r, rew_r = ref_b.reshape(-1, n), rew_b.reshape(-1, n)
+    s, lo_shape = s.reshape(-1, 1), s.shape
+    active, safe_t = active.reshape(-1, 1), safe_t.reshape(-1, 1)
+
+    def g_and_slope(s_, rows):
+        """g and its slope for the given rows: one exp pass plus policy, KL and variance."""
+        t = _tilt(ref_r[rows], rew_r[rows], np.exp(s_[rows]), {"kl", "var"})
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            x = np.where(support, (rew_b - t.mean) / b_, 0)
-            var_over_b2 = np.sum(t.pi * x * x, -1, keepdims=True)
-            g = np.log(t.kl) - np.log(safe_t)
-            slope = -var_over_b2 / t.kl
-        return g, slope
+            return np.log(t.kl) - np.log(safe_t[rows]), -t.var / t.kl
 
     # bracket: lo has g > 0 (KL too big, beta too small), hi has g < 0
     lo = np.full_like(s, -np.inf)
     hi = np.full_like(s, np.inf)
-    g, slope = g_and_slope(s)
+    g, slope = np.zeros_like(s), np.zeros_like(s)
+    live = np.nonzero(active[:, 0])[0]
+    g[live], slope[live] = g_and_slope(s, live)
     for _ in range(max_iter):
         done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
         if done.all():
@@ -684,6 +710,8 @@ def beta_for_kl(
         # clamp Newton's step when not yet bracketed so it cannot jump absurdly far
         step = np.where(~bracketed & ok, np.clip(newton, s - 8.0, s + 8.0), step)
         s = np.where(done, s, step)
-        g, slope = g_and_slope(s)
+        live = np.nonzero(~done[:, 0])[0]
+        g[live], slope[live] = g_and_slope(s, live)
+    s = s.reshape(lo_shape)
     beta = np.where(at_zero, np.inf, np.where(at_max, 0.0, np.exp(s)))
     return beta[..., 0][()]

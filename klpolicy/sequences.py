@@ -459,7 +459,7 @@ def soft_bellman(
         return _greedy_bellman(ref, rew, tr, dtype)
     for t in range(T - 1, -1, -1):
         q = values[t + 1] if tr is None else tr[t].astype(dtype, copy=False) + values[t + 1]
-        res = _tilt(ref[t], q, np.full((1,) * (t + 1), b, dtype=dtype))
+        res = _tilt(ref[t], q, np.full((1,) * (t + 1), b, dtype=dtype), {"pi", "value"})
         policy[t], qs[t], values[t] = res.pi, q, res.value[..., 0][()]
     return SoftBellman(policy, values, qs)
 
