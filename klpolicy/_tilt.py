@@ -185,11 +185,13 @@ def _sweep(ref, reward, ib, want, pi_out, res):
         w_sum = w.sum(axis=-1, out=sw.w_sum[s])
         np.multiply(w, (1 / w_sum)[:, None], out=w)  # w is now pi
         if len(res):
-            _block_stats(q, r, c, ibs, sw.total[s], w_sum, w, z, s, res, buf)
+            _block_stats(
+                q, r, c, ibs, sw.total[s], w_sum, w, z, s, res, buf, sw.rmin[s], sw.rmax[s]
+            )
     return sw
 
 
-def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf):
+def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
     """Soft value, mean, KL and variance of the fast rows of one block."""
     k = q.shape[0]
     log_z = np.log(w_sum / total)  # log of sum(ref_n exp(z))
@@ -210,17 +212,37 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf):
         np.subtract(z, 1, out=t)
         np.multiply(t, pi, out=t)
         np.add(t, qn, out=t)
-        small = np.abs(z) < 0.2
-        if small.any():
-            idx = np.nonzero(small)
-            t[idx] = qn[idx] * kl_unit_series(z[idx])
-        res["kl"][s, 0] = t.sum(axis=-1)
+        kl = t.sum(axis=-1)
+        # Each summand carries an absolute error of about eps * ref_n * (3 + |z| + |log Z|)
+        # (the rounding of u = z - log Z), whichever form evaluates it; the series for
+        # |u| < 0.2 only removes the cancellation in pi (u - 1) + ref_n, worth at most
+        # eps * ref_n * 3 per summand. Rows whose KL dwarfs that (relative 2^-46) skip it.
+        eps = np.finfo(q.dtype).eps
+        zmax = np.maximum(np.abs((rmin - c) * ib), np.abs((rmax - c) * ib))
+        need = np.nonzero(kl * 2.0**-46 < eps * (4 + zmax + np.abs(log_z)))[0]
+        for i in need:
+            _series_where_small(t[i], qn[i], z[i], buf("m", 1)[0])
+            kl[i] = t[i].sum()
+        res["kl"][s, 0] = kl
     if "var" in res:
         np.subtract(r, mean[:, None], out=t)
         np.multiply(t, ib[:, None], out=t)
         np.multiply(t, t, out=t)
         np.multiply(t, pi, out=t)
         res["var"][s, 0] = t.sum(axis=-1)
+
+
+def _series_where_small(terms: NDArray, qn: NDArray, u: NDArray, scratch: NDArray) -> None:
+    """``terms = qn * kl_unit(u)`` by the series where ``|u| < 0.2``, in place.
+
+    Only the (usually few) entries concerned are gathered, as flat boolean
+    selections of the block.
+    """
+    np.abs(u, out=scratch)
+    small = np.less(scratch, 0.2).reshape(-1)
+    if small.any():
+        u_s = u.reshape(-1)[small]
+        terms.reshape(-1)[small] = qn.reshape(-1)[small] * kl_unit_series(u_s)
 
 
 def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:

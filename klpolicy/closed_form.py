@@ -668,7 +668,10 @@ def beta_for_kl(
     spread = top - np.min(np.where(support, rew_b, np.inf), -1, keepdims=True)
     spread = np.where(spread > 0, spread, 1.0)
     mu = np.sum(ref_n * rew_b, -1, keepdims=True)
-    var_n = np.sum(ref_n * ((rew_b - mu) / spread) ** 2, -1, keepdims=True)
+    # off the support the scaled deviation can overflow (spread is the support's): drop it
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = np.where(support, (rew_b - mu) / spread, 0.0)
+        var_n = np.sum(ref_n * dev * dev, -1, keepdims=True)
     safe_t = np.where(active, tgt, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.log(spread) + 0.5 * np.log(np.where(active, var_n, 1.0) / (2 * safe_t))

@@ -1,0 +1,169 @@
+"""The closed-form core against one exp pass: ratios, absolute times and peak memory.
+
+The closed form is exp-bound: an exact method evaluates one exponential per
+entry. Each line times a klpolicy call and its named baseline *in the same
+process, interleaved* (baseline, candidate, baseline, ...), and reports the
+ratio of the two minimum times over ``--repeat`` rounds. The ratios are the
+figures to compare across machines; the absolute times are machine-dependent
+(and, on a shared machine, noisy: the minimum is the least disturbed run).
+
+Baselines:
+
+* ``np.exp``: one single-threaded ``np.exp`` over an array of the input's shape
+  (a new output array, as the klpolicy call also returns one);
+* ``softmax``: ``scipy.special.softmax(np.log(ref) + r / beta, axis=-1)``, the
+  usual way to write the closed form (three transcendental-or-more passes);
+* ``optimal_policy``: one call on the same array (for ``beta_for_kl`` and the
+  token tree).
+
+Peak memory is measured with :mod:`tracemalloc` (numpy reports its buffers to
+it) as the largest traced allocation during the call, in units of one input
+array; the returned array itself counts as 1.
+
+Run from the repository root: ``python benchmarks/core_bench.py [--repeat 7] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+import scipy.special
+
+from klpolicy import beta_for_kl, kl_divergence, max_kl, optimal_kl, optimal_policy, soft_value
+from klpolicy.sequences import joint, soft_bellman
+
+
+def interleaved(fns: dict, repeat: int) -> dict:
+    """Minimum time of each function, the functions run in turn ``repeat`` times."""
+    best = dict.fromkeys(fns, np.inf)
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
+def peak_memory(fn, nbytes: int) -> float:
+    """Peak traced allocation during ``fn()`` in units of ``nbytes``."""
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak / nbytes
+
+
+def problem(rows: int, n: int, dtype, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    ref = rng.dirichlet(np.ones(n), size=rows).astype(dtype)
+    ref /= ref.sum(-1, keepdims=True, dtype=np.float64).astype(dtype)
+    reward = rng.normal(size=(rows, n)).astype(dtype)
+    return ref, reward
+
+
+def row(table: list, name: str, ratio: float, baseline: str, t: float, extra: str = "") -> None:
+    table.append((name, ratio, baseline, t, extra))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--beta", type=float, default=0.5)
+    parser.add_argument("--quick", action="store_true", help="small shapes, a smoke test")
+    args = parser.parse_args()
+    rows, n = (16, 4096) if args.quick else (256, 65536)
+    small = (64, 256) if args.quick else (1024, 1024)
+    vocab, length = (8, 3) if args.quick else (32, 4)
+    beta = args.beta
+    rep = args.repeat
+    table: list = []
+
+    for dtype in (np.float64, np.float32):
+        ref, reward = problem(rows, n, dtype)
+        label = f"({rows}, {n}) {np.dtype(dtype).name}"
+        t = interleaved(
+            {
+                "exp": lambda r=reward: np.exp(r),
+                "policy": lambda a=ref, b=reward: optimal_policy(a, b, beta),
+                "softmax": lambda a=ref, b=reward: scipy.special.softmax(
+                    np.log(a) + b / beta, axis=-1
+                ),
+                "value": lambda a=ref, b=reward: soft_value(a, b, beta),
+                "kl": lambda a=ref, b=reward: optimal_kl(a, b, beta),
+            },
+            rep,
+        )
+        pi = optimal_policy(ref, reward, beta)
+        t_div = interleaved(
+            {"exp": lambda r=reward: np.exp(r), "kl_div": lambda p=pi, q=ref: kl_divergence(p, q)},
+            rep,
+        )
+        mem = peak_memory(lambda a=ref, b=reward: optimal_policy(a, b, beta), ref.nbytes)
+        row(table, f"optimal_policy {label}", t["policy"] / t["exp"], "np.exp", t["policy"])
+        row(table, f"  np.exp {label}", 1.0, "np.exp", t["exp"])
+        row(
+            table,
+            f"  softmax / optimal_policy {label}",
+            t["softmax"] / t["policy"],
+            "optimal_policy",
+            t["softmax"],
+        )
+        row(table, f"  peak memory of optimal_policy {label}", mem, "input arrays", np.nan)
+        row(table, f"soft_value {label}", t["value"] / t["exp"], "np.exp", t["value"])
+        row(table, f"optimal_kl {label}", t["kl"] / t["exp"], "np.exp", t["kl"])
+        row(table, f"kl_divergence {label}", t_div["kl_div"] / t_div["exp"], "np.exp", t_div["kl_div"])
+
+    # beta_for_kl: a KL budget per row, half of the largest reachable
+    ref, reward = problem(*small, np.float64, seed=1)
+    target = 0.5 * max_kl(ref, reward)
+    t = interleaved(
+        {
+            "policy": lambda: optimal_policy(ref, reward, beta),
+            "solve": lambda: beta_for_kl(ref, reward, target),
+        },
+        rep,
+    )
+    b = beta_for_kl(ref, reward, target)
+    err = np.max(np.abs(optimal_kl(ref, reward, b[:, None]) / target - 1))
+    row(
+        table,
+        f"beta_for_kl {small} float64",
+        t["solve"] / t["policy"],
+        "optimal_policy",
+        t["solve"],
+        f"max rel. KL error {err:.1e}",
+    )
+
+    # soft_bellman on a token tree against one optimal_policy call on its flattened joint
+    rng = np.random.default_rng(2)
+    tree = [rng.dirichlet(np.ones(vocab), size=(vocab,) * k) for k in range(length)]
+    seq_reward = rng.normal(size=(vocab,) * length)
+    flat_ref, flat_reward = joint(tree).ravel(), seq_reward.ravel()
+    t = interleaved(
+        {
+            "policy": lambda: optimal_policy(flat_ref, flat_reward, beta),
+            "bellman": lambda: soft_bellman(tree, seq_reward, beta),
+        },
+        rep,
+    )
+    row(
+        table,
+        f"soft_bellman V={vocab} T={length} ({vocab**length:,} leaves)",
+        t["bellman"] / t["policy"],
+        "optimal_policy",
+        t["bellman"],
+    )
+
+    print(f"klpolicy core benchmark, beta={beta}, minimum of {rep} interleaved runs")
+    print(f"{'case':58s} {'ratio':>8s}  {'to':16s} {'time (machine-dependent)':>24s}")
+    for name, ratio, base, secs, extra in table:
+        when = "" if np.isnan(secs) else f"{secs * 1e3:10.1f} ms"
+        print(f"{name:58s} {ratio:8.2f}x {base:16s} {when:>24s}  {extra}")
+
+
+if __name__ == "__main__":
+    main()
