@@ -216,10 +216,9 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         # Each summand carries an absolute error of about eps * ref_n * (3 + |z| + |log Z|)
         # (the rounding of u = z - log Z), whichever form evaluates it; the series for
         # |u| < 0.2 only removes the cancellation in pi (u - 1) + ref_n, worth at most
-        # eps * ref_n * 3 per summand. Rows whose KL dwarfs that (relative 2^-46) skip it.
-        eps = np.finfo(q.dtype).eps
+        # eps * ref_n * 3 per summand. Rows whose KL dwarfs that (relative 64 eps) skip it.
         zmax = np.maximum(np.abs((rmin - c) * ib), np.abs((rmax - c) * ib))
-        need = np.nonzero(kl * 2.0**-46 < eps * (4 + zmax + np.abs(log_z)))[0]
+        need = np.nonzero(kl * 64 < 4 + zmax + np.abs(log_z))[0]
         for i in need:
             _series_where_small(t[i], qn[i], z[i], buf("m", 1)[0])
             kl[i] = t[i].sum()

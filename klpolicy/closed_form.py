@@ -642,8 +642,8 @@ def beta_for_kl(
         raise ValueError(
             f"`kl` of shape {target.shape} does not broadcast against the batch shape {batch}"
         ) from None
-    ref_b = np.broadcast_to(ref_a, batch + ref_a.shape[-1:]).astype(np.float64)
-    rew_b = np.broadcast_to(rew_a, batch + rew_a.shape[-1:]).astype(np.float64)
+    ref_b = np.broadcast_to(ref_a, batch + ref_a.shape[-1:]).astype(np.float64, copy=False)
+    rew_b = np.broadcast_to(rew_a, batch + rew_a.shape[-1:]).astype(np.float64, copy=False)
     tgt = np.broadcast_to(target, batch)[..., None].astype(np.float64)
 
     kmax = _greedy_kl(ref_b, rew_b)[..., None]
@@ -685,9 +685,11 @@ def beta_for_kl(
 
     def g_and_slope(s_, rows):
         """g and its slope for the given rows: one exp pass plus policy, KL and variance."""
-        t = _tilt(ref_r[rows], rew_r[rows], np.exp(s_[rows]), {"kl", "var"})
+        every = rows.size == ref_r.shape[0]  # no copy while every row still iterates
+        sel = slice(None) if every else rows
+        t = _tilt(ref_r[sel], rew_r[sel], np.exp(s_[sel]), {"kl", "var"})
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.log(t.kl) - np.log(safe_t[rows]), -t.var / t.kl
+            return np.log(t.kl) - np.log(safe_t[sel]), -t.var / t.kl
 
     # bracket: lo has g > 0 (KL too big, beta too small), hi has g < 0
     lo = np.full_like(s, -np.inf)
