@@ -115,7 +115,13 @@ def main() -> None:
         row(table, f"  peak memory of optimal_policy {label}", mem, "input arrays", np.nan)
         row(table, f"soft_value {label}", t["value"] / t["exp"], "np.exp", t["value"])
         row(table, f"optimal_kl {label}", t["kl"] / t["exp"], "np.exp", t["kl"])
-        row(table, f"kl_divergence {label}", t_div["kl_div"] / t_div["exp"], "np.exp", t_div["kl_div"])
+        row(
+            table,
+            f"kl_divergence {label}",
+            t_div["kl_div"] / t_div["exp"],
+            "np.exp",
+            t_div["kl_div"],
+        )
 
     # beta_for_kl: a KL budget per row, half of the largest reachable
     ref, reward = problem(*small, np.float64, seed=1)

@@ -91,8 +91,10 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         # beta = 0: all mass on the best rewards inside the support, split as ref
         best = support & (reward == c)
         rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
-        greedy_log_mass = np.log1p(-rest)  # log of the reference mass on the best set
         best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
+        # log of the reference mass on the best set: log1p(-rest) unless that mass is
+        # small (below 1/2), where log(mass) keeps its digits (a mass of 1e-305 too)
+        greedy_log_mass = np.where(rest > 0.5, np.log(best_mass / total), np.log1p(-rest))
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 

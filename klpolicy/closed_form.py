@@ -180,8 +180,11 @@ def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
         support = q > 0
         c = np.max(np.where(support, r, -np.inf), axis=-1, keepdims=True)
         best = support & (r == c)
-        rest = np.sum(np.where(best, 0, q), axis=-1) / q.sum(axis=-1)
-        out[start : start + step] = -np.log1p(-rest)
+        total = q.sum(axis=-1)
+        rest = np.sum(np.where(best, 0, q), axis=-1) / total
+        mass = np.sum(np.where(best, q, 0), axis=-1) / total
+        with np.errstate(divide="ignore"):
+            out[start : start + step] = -np.where(rest > 0.5, np.log(mass), np.log1p(-rest))
     return out.reshape(shape[:-1])
 
 
