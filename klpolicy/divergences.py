@@ -25,12 +25,13 @@ def _pair(p: ArrayLike, q: ArrayLike, axis: int, names=("p", "q")):
 
 
 def _fast_pair(p: ArrayLike, q: ArrayLike, axis: int):
-    """:func:`_pair` for float arrays whose values pass the validators' checks, else ``None``.
+    """The structural part of :func:`_pair`; values are checked block by block.
 
-    Reads each array with three reductions (minimum, maximum, row sums: NaN
-    propagates into the first two, infinities into the last two) instead of the
-    validators' elementwise masks; any doubt returns ``None`` and :func:`_pair`
-    then validates and words the error.
+    Returns ``(p, q, check)`` for float arrays with valid shapes and axis, else
+    ``None`` (then :func:`_pair` validates and words the error). ``check`` lets
+    :func:`_kl_last` test, from each cached block's minima and row sums, what
+    the validators test with elementwise masks (NaN propagates into the
+    minimum, infinities into the sum).
     """
     pa, qa = np.asarray(p), np.asarray(q)
     floats = (np.float32, np.float64)
@@ -45,73 +46,104 @@ def _fast_pair(p: ArrayLike, q: ArrayLike, axis: int):
         return None
     if pm.shape[-1] != qm.shape[-1]:
         return None
-    for a in (pm, qm):
-        lo, hi = a.min(), a.max()
-        if not (lo >= 0 and np.isfinite(hi)):
-            return None
-        dev = np.abs(a.sum(axis=-1, dtype=np.float64) - 1.0)
-        if not np.all(dev <= V.row_sum_tolerance(a.dtype, a.shape[-1])):
-            return None
     try:
         pm, qm = np.broadcast_arrays(pm, qm)
     except ValueError:
         return None
     dtype = V.result_dtype(pm, qm)
-    return pm.astype(dtype, copy=False), qm.astype(dtype, copy=False)
+    n = pm.shape[-1]
+    check = (
+        V.row_sum_tolerance(pa.dtype, n),
+        V.row_sum_tolerance(qa.dtype, n),
+        dtype == np.float32,  # the validators sum in float64
+    )
+    return pm.astype(dtype, copy=False), qm.astype(dtype, copy=False), check
+
+
+def _block_valid(p: NDArray, q: NDArray, wp: NDArray, wq: NDArray, check) -> bool:
+    """The validators' checks from a block's row sums and minima (NaN fails every test)."""
+    tol_p, tol_q, in64 = check
+    if not (np.all(p.min(axis=-1) >= 0) and np.all(q.min(axis=-1) >= 0)):
+        return False
+    for a, w, tol in ((p, wp, tol_p), (q, wq, tol_q)):
+        dev = np.abs(w - 1.0)
+        if in64 and np.any(dev > 0.5 * tol):  # borderline in float32: sum in float64
+            dev = np.abs(a.sum(axis=-1, dtype=np.float64) - 1.0)
+        if not np.all(dev <= tol):  # also catches infinities
+            return False
+    return True
 
 
 _BLOCK_BYTES = 1 << 18
 
 
-def _kl_last(p: NDArray, q: NDArray) -> NDArray:
+def _kl_last(p: NDArray, q: NDArray, check=None) -> NDArray | None:
     """KL(p||q) along the last axis for validated arrays (keepdims=False).
 
-    Row blocks that stay in cache; one ``log1p`` pass per entry, and the
-    difference of logarithms only where ``p < q / 2`` (see :func:`_kl_block`).
+    Row blocks that stay in cache, one ``log`` per entry (see :func:`_kl_block`).
+    With ``check`` (from :func:`_fast_pair`) the values are validated block by
+    block, and ``None`` is returned when one is invalid.
     """
     shape = p.shape
     n = shape[-1]
     p2, q2 = p.reshape(-1, n), q.reshape(-1, n)
     out = np.empty(p2.shape[0], p.dtype)
     step = max(1, _BLOCK_BYTES // max(1, n * p.dtype.itemsize))
+    bufs = np.empty((6, min(step, p2.shape[0]), n), p.dtype)  # scratch, reused per block
     for start in range(0, p2.shape[0], step):
         s = slice(start, start + step)
-        out[s] = _kl_block(p2[s], q2[s])
+        kl = _kl_block(p2[s], q2[s], bufs[:, : p2[s].shape[0]], check)
+        if kl is None:
+            return None
+        out[s] = kl
     return out.reshape(shape[:-1])
 
 
-def _kl_block(p: NDArray, q: NDArray) -> NDArray:
+def _kl_block(p: NDArray, q: NDArray, bufs: NDArray, check=None) -> NDArray | None:
     """KL of each row of a block: the same summands as :func:`_kl_careful`, fewer passes.
 
-    ``u = log1p((p - q)/q) - log(W_p/W_q)`` is exact to a few ulp wherever
-    ``p >= q/2``; where ``p < q/2`` (including ``p = 0``) and where ``q`` is so
-    small that the ratio overflows, ``log p - log q`` replaces it on just those
-    entries. Rows with zeros in ``q`` go to :func:`_kl_careful`.
+    ``u = log(p/q) - log(W_p/W_q)`` takes one (vectorised) ``log`` per entry:
+    ``log(y) + (1 + x - y)/y`` with ``y = p/q`` rounded and ``x = (p - q)/q``,
+    the first-order correction for the rounding of ``y`` (its square is below
+    eps^2). ``x`` carries the digits of ``p - q`` (exact when ``p`` and ``q``
+    are within a factor 2), so this is as accurate as ``log1p(x)`` near
+    ``p = q`` and as ``log(p/q)`` elsewhere, without the (scalar) ``log1p``.
+    Rows with a zero or subnormal ``q`` go to :func:`_kl_careful`.
     """
+    tiny = np.finfo(p.dtype).tiny
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         wq = q.sum(axis=-1)
         wp = p.sum(axis=-1)
-        u = np.subtract(p, q)
-        a = np.log1p(u.sum(axis=-1) / wq)  # log(W_p / W_q) from the differences
-        np.divide(u, q, out=u)
-        np.log1p(u, out=u)
-        fix = ~((u >= -0.6931471805599453) & (u < np.inf))  # p < q/2, p = 0, q tiny or 0
-        if fix.any():
-            pf, qf = p[fix], q[fix]
-            # p = 0: the summand is qn for any finite u; 1 keeps it out of the series
-            u[fix] = np.where(pf > 0, np.log(pf) - np.log(qf), 1.0)
+        if check is not None and not _block_valid(p, q, wp, wq, check):
+            return None
+        x, iq, u, ym1, pn, qn = bufs
+        np.subtract(p, q, out=x)
+        a = np.log1p(x.sum(axis=-1) / wq)  # log(W_p / W_q) from the differences
+        np.divide(1, q, out=iq)
+        np.multiply(x, iq, out=x)  # (p - q) / q
+        y = ym1
+        np.divide(p, q, out=y)  # y = p / q, rounded (exactly 1 where p == q)
+        np.log(y, out=u)
+        # log(p/q) = log(y) + log1p(d), d = (1 + x - y) / y the rounding of y (|d| ~ eps)
+        np.subtract(1, y, out=pn)
+        np.add(pn, x, out=pn)
+        np.divide(pn, y, out=pn)
+        np.add(u, pn, out=u)
+        # p = 0 gives NaN; its summand is qn for any finite u, and -1e4 keeps it out of the
+        # series (where p > 0, u >= log(tiny) > -1e4 is unchanged)
+        np.fmax(u, -1e4, out=u)
         np.subtract(u, a[:, None], out=u)
-        pn = np.multiply(p, (1 / wp)[:, None])
-        qn = np.multiply(q, (1 / wq)[:, None])
+        np.multiply(p, (1 / wp)[:, None], out=pn)
+        np.multiply(q, (1 / wq)[:, None], out=qn)
         # summands pn (u - 1) + qn = qn kl_unit(u) >= 0, the series where |u| < 0.2
-        t = np.subtract(u, 1)
+        t = np.subtract(u, 1, out=iq)
         np.multiply(t, pn, out=t)
         np.add(t, qn, out=t)
         kl = t.sum(axis=-1)
         # each summand is exact to about eps * qn * (4 + |a|); the series removes at most
         # eps * qn * 3 of cancellation: only rows whose KL does not dwarf that need it
         need = kl * 64 < 4 + np.abs(a)
-        bad = q.min(axis=-1) == 0
+        bad = ~(q.min(axis=-1) >= tiny)
         for i in np.nonzero(need & ~bad)[0]:
             small = np.abs(u[i]) < 0.2
             if small.any():
@@ -195,7 +227,11 @@ def kl_divergence(
     0.6931471805599453
     """
     fast = _fast_pair(p, q, axis)
-    pa, qa = fast if fast is not None else _pair(p, q, axis)
+    if fast is not None:
+        kl = _kl_last(*fast)
+        if kl is not None:
+            return kl[()]
+    pa, qa = _pair(p, q, axis)  # raises for invalid values
     return _kl_last(pa, qa)[()]
 
 
