@@ -108,23 +108,10 @@ def as_probabilities(
     if arr.ndim == 0:
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
     ax = normalise_axis(axis, arr.ndim, name)
-    nan = np.isnan(arr)
-    if nan.any():
-        raise ValueError(
-            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
-        )
-    inf = np.isinf(arr)
-    if inf.any():
-        idx = _first(inf)
-        raise ValueError(
-            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
-        )
-    neg = arr < 0
-    if neg.any():
-        idx = _first(neg)
-        raise ValueError(
-            f"`{name}` must be non-negative; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
-        )
+    # two reductions clear the common case (NaN propagates into both); only a bad array
+    # pays for the elementwise masks that find and word the first offending entry
+    if not (arr.min() >= 0 and arr.max() < np.inf):
+        _raise_not_finite_non_negative(name, arr)
     if check_sum:
         n = arr.shape[ax]
         sums = arr.sum(axis=ax, dtype=np.float64)
@@ -145,14 +132,34 @@ def as_probabilities(
     return np.moveaxis(arr, ax, -1)
 
 
+def _raise_not_finite_non_negative(name: str, arr: NDArray) -> None:
+    nan = np.isnan(arr)
+    if nan.any():
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
+    inf = np.isinf(arr)
+    if inf.any():
+        idx = _first(inf)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    neg = arr < 0
+    if neg.any():
+        idx = _first(neg)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+
+
 def as_rewards(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
     """Validate a finite real reward array and return it with ``axis`` moved last."""
     arr = as_float_array(name, x)
     if arr.ndim == 0:
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
     ax = normalise_axis(axis, arr.ndim, name)
-    bad = ~np.isfinite(arr)
-    if bad.any():
+    if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
+        bad = ~np.isfinite(arr)
         idx = _first(bad)
         raise ValueError(
             f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
@@ -322,8 +329,8 @@ def as_sequence_rewards(name: str, x: ArrayLike, shape: tuple[int, ...], what: s
             f"`{name}` must have shape {_shape_str(shape)} ({what}); "
             f"got shape {_shape_str(arr.shape)}"
         )
-    bad = ~np.isfinite(arr)
-    if bad.any():
+    if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
+        bad = ~np.isfinite(arr)
         idx = _first(bad)
         raise ValueError(
             f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
