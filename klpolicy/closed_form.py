@@ -29,6 +29,14 @@ maximiser's term is exactly ``ref_max``). The log-ratio
 :math:`u = \log(\pi^*/\pi_{ref}) = z - L` is then exact to a few ulp, and the KL
 is summed from non-negative terms ``ref * (u e^u - e^u + 1)`` so that it keeps
 full relative precision even when it is 1e-30 (beta = 1e8).
+
+That careful path is the reference. Most rows take a fast path instead
+(:mod:`klpolicy._tilt`): ``w = ref * exp((r - c)/beta)`` and ``pi = w / sum(w)``,
+one exponential per entry, in row blocks that stay in the CPU cache, with the
+input checks fused into the same sweep. A row takes it only where that is
+provably as accurate (every weight a normal float, finite positive ``beta``,
+and for statistics ``spread / beta >= 2``); the other rows are recomputed by
+the careful path. See ``docs/performance.md``.
 """
 
 from __future__ import annotations
