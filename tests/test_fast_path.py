@@ -14,6 +14,8 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import klpolicy as kp
 from klpolicy import _tilt as K
@@ -246,3 +248,37 @@ def test_beta_for_kl_batch_mixing_paths_matches_single_rows():
     np.testing.assert_allclose(kp.optimal_kl(ref, reward, beta[:, None]), target, rtol=1e-11)
     for i in range(ref.shape[0]):
         assert kp.beta_for_kl(ref[i], reward[i], target[i]) == pytest.approx(beta[i], rel=1e-11)
+
+
+# --------------------------------------------------------------------------- fast == careful
+
+
+@given(
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.floats(-12, 6),
+    st.floats(-3, 3),
+    st.integers(0, 2**32 - 1),
+)
+def test_kernel_equals_the_careful_path(rows, n, log10_beta, log10_scale, seed):
+    # whatever the routing, every field agrees with the careful log-space path
+    rng = np.random.default_rng(seed)
+    ref = rng.dirichlet(np.full(n, 0.5), size=rows)
+    ref[rng.random((rows, n)) < 0.2] = 0.0
+    ref[:, 0] += 1e-3
+    ref /= ref.sum(-1, keepdims=True)
+    reward = rng.normal(size=(rows, n)) * 10.0**log10_scale
+    beta = np.full((rows, 1), 10.0**log10_beta)
+    fast = K.tilt(ref, reward, beta, {"pi", "value", "kl", "mean", "var"})
+    slow = K._tilt_careful(ref, reward, beta, {"var"})
+    np.testing.assert_allclose(fast.pi, slow.pi, rtol=1e-12, atol=1e-290)
+    spread = np.ptp(reward, axis=-1, keepdims=True)
+    eps = np.finfo(float).eps
+    assert np.all(np.abs(fast.value - slow.value) <= 1e-13 * np.abs(slow.value) + 8 * eps * spread)
+    np.testing.assert_allclose(fast.kl, slow.kl, rtol=1e-11, atol=1e-300)
+    scale = np.abs(reward).max(-1, keepdims=True)
+    assert np.all(np.abs(fast.mean - slow.mean) <= 1e-12 * scale)
+    # Var_pi(r)/beta^2 is only Newton's slope; both paths centre r on a rounded mean, so
+    # the absolute error is about (eps max|r| / beta)^2 when one outcome takes all the mass
+    noise = (16 * eps * scale / beta) ** 2
+    assert np.all(np.abs(fast.var - slow.var) <= 1e-9 * slow.var + noise)
