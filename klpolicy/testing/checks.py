@@ -1,0 +1,530 @@
+r"""Conformance suites: check someone else's implementation against klpolicy's exact values.
+
+Each ``check_*`` function takes a function written by someone else, calls it
+with numpy arrays in the positional order of the klpolicy function it mirrors,
+and runs a property battery on it with hypothesis: agreement with klpolicy's
+exact values, normalisation, invariances, limits, support, units (nats),
+unbiasedness and stability at extreme inputs. It returns ``None`` when every
+property holds and otherwise raises ``AssertionError`` whose message names
+the smallest falsifying input hypothesis found and says in one sentence what
+is wrong (for example "it computes KL(q||p), not KL(p||q)").
+
+Runs are derandomised (the same examples every time) and store nothing on
+disk. Floating-point warnings raised inside the function under test are
+silenced: the check judges the numbers it returns.
+
+Tolerances
+----------
+A value passes when ``|got - exact| <= rtol * |exact| + slack`` where the
+slack is the rounding error that any float64 algorithm of the textbook form
+makes on that input (a few ulp of the largest term it must form, e.g.
+``reward / beta`` for a softmax, or ``p log p`` for a KL sum). Round-off
+therefore never fails a correct implementation, while the mistakes these
+suites look for (a wrong temperature, a missing reference term, a reversed KL,
+bits instead of nats, overflow) are wrong by far more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import closed_form as _cf
+from . import strategies as kst
+from ._rlhf_checks import check_dpo_loss, check_kl_controller, check_kl_estimator
+from ._runner import EPS, Falsified, call, check_options, exact_kl, matches, run, worst
+
+__all__ = [
+    "check_dpo_loss",
+    "check_kl_controller",
+    "check_kl_divergence",
+    "check_kl_estimator",
+    "check_optimal_policy",
+    "check_soft_value",
+]
+
+_SHIFTS = (1.0, -2.0, 1000.0, -1000.0)
+_OVERFLOW = math.log(np.finfo(np.float64).max)  # exp(x) overflows for x > 709.78
+
+
+def _log_support(ref: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.where(ref > 0, np.abs(np.log(np.where(ref > 0, ref, 1.0))), 0.0)
+
+
+def _logit_scale(ref: np.ndarray, reward: np.ndarray, beta: float) -> float:
+    """Largest |reward/beta| + |log ref| on the support: what a softmax must form."""
+    if not 0 < beta < math.inf:
+        return 0.0
+    return float(np.max(np.where(ref > 0, np.abs(reward) / beta + _log_support(ref), 0.0)))
+
+
+def _first_alternative(got, alternatives, tol):
+    """The sentence of the first alternative formula that ``got`` matches, else None."""
+    for sentence, make in alternatives:
+        try:
+            with np.errstate(all="ignore"):
+                alt = np.asarray(make(), dtype=np.float64)
+        except (ValueError, ZeroDivisionError, FloatingPointError):
+            continue
+        if matches(got, alt, tol):
+            return sentence
+    return None
+
+
+# --------------------------------------------------------------------------- optimal policy
+
+
+def check_optimal_policy(
+    fn: Callable[..., Any],
+    *,
+    max_examples: int = 100,
+    rtol: float = 1e-6,
+    supports_zero_ref: bool = True,
+    supports_zero_beta: bool = False,
+    supports_inf_beta: bool = False,
+    min_entry: float = 1e-300,
+) -> None:
+    r"""Check an implementation of the optimal policy :math:`\pi^* = \pi_{ref} e^{r/\beta} / Z`.
+
+    ``fn(ref, reward, beta)`` receives a 1-D reference distribution, a 1-D
+    reward of the same length and a float ``beta``, and must return the
+    optimal policy as an array (or tensor) of the same length.
+
+    Parameters
+    ----------
+    fn : callable
+        The implementation under test.
+    max_examples : int, optional
+        Hypothesis examples per property run (default 100).
+    rtol : float, optional
+        Relative tolerance on each probability (default 1e-6), on top of the
+        rounding slack of a softmax of ``log(ref) + reward / beta``.
+    supports_zero_ref : bool, optional
+        Whether ``ref`` may contain zeros (default True).
+    supports_zero_beta, supports_inf_beta : bool, optional
+        Whether ``fn`` handles the limits ``beta = 0`` (greedy on the best
+        rewards in the support, split as ``ref``) and ``beta = inf`` (the
+        reference). Default False.
+    min_entry : float, optional
+        The smallest positive probability drawn (default 1e-300); raise it to
+        test, e.g., a float32 implementation only on entries it can represent.
+
+    Returns
+    -------
+    None
+        When every property holds.
+
+    Raises
+    ------
+    AssertionError
+        Naming the smallest falsifying ``(ref, reward, beta)`` and what is
+        wrong: wrong shape, NaN/inf (overflow), negative entries, mass off the
+        reference's support, not summing to one, a mismatch with
+        :func:`klpolicy.optimal_policy` (with a diagnosis when it matches a
+        known mistake: the reference ignored, ``exp(reward * beta)``, the wrong
+        sign), or a change when a constant is added to the reward.
+    ValueError
+        For invalid options.
+
+    Notes
+    -----
+    Rewards go up to 1e6 in magnitude, ``beta`` from 1e-8 to 1e8 and reference
+    entries down to 1e-300, so that an implementation that exponentiates
+    ``reward / beta`` without subtracting the maximum overflows.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.special import softmax
+    >>> check_optimal_policy(lambda ref, r, beta: softmax(np.log(ref) + r / beta))
+    >>> check_optimal_policy(lambda ref, r, beta: softmax(r / beta))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_optimal_policy(<lambda>): it ignores the reference...
+    """
+    max_examples, rtol = check_options(max_examples, rtol)
+    problems = kst.problems(
+        min_entry=min_entry,
+        zeros=supports_zero_ref,
+        allow_zero_beta=supports_zero_beta,
+        allow_inf_beta=supports_inf_beta,
+    )
+
+    def policy_ok(ref, reward, beta, inputs, shifted=0.0):
+        got = call(fn, inputs, ref, reward, beta)
+        n = ref.size
+        if got.shape != ref.shape:
+            raise Falsified(f"it returns shape {got.shape}; expected {ref.shape}.", inputs)
+        if not np.isfinite(got).all():
+            big = _logit_scale(ref, reward, beta) > _OVERFLOW
+            why = (
+                " exp(reward / beta) overflows float64 here (reward / beta > 709.8): subtract the "
+                "largest reward before exponentiating (a softmax / log-sum-exp)."
+                if big
+                else ""
+            )
+            raise Falsified(f"it returns non-finite values {got.tolist()}.{why}", inputs)
+        if (got < 0).any():
+            raise Falsified(f"it returns negative probabilities {got.tolist()}.", inputs)
+        off = (ref == 0) & (got > 0)
+        if off.any():
+            i = int(np.argmax(off))
+            raise Falsified(
+                f"it puts mass {got[i]:.6g} at index {i} where ref is 0; the optimal policy "
+                "never leaves the reference's support (ref * exp(reward / beta) / Z).",
+                inputs,
+            )
+        total = float(got.sum())
+        if abs(total - 1) > max(rtol, 16 * n * EPS):
+            raise Falsified(f"its entries sum to {total!r}, not 1.", inputs)
+        exact = _cf.optimal_policy(ref, reward, beta)
+        slack = 16 * EPS * _logit_scale(ref, reward, beta)
+        tol = (rtol + slack) * exact + 1e-250
+        i = worst(got, exact, tol)
+        if i is None:
+            return
+        detail = f"expected {exact.tolist()} (klpolicy.optimal_policy), got {got.tolist()}"
+        if shifted:
+            raise Falsified(
+                f"its output changes when the constant {shifted!r} is added to every reward; "
+                "the optimal policy is invariant to that shift.",
+                inputs,
+                detail,
+            )
+        finite = 0 < beta < math.inf
+        uniform = np.full(n, 1.0 / n)
+        alternatives = [
+            (
+                "it ignores the reference: it returns softmax(reward / beta) instead of "
+                "ref * exp(reward / beta) / Z.",
+                lambda: _cf.optimal_policy(uniform, reward, beta),
+            ),
+            (
+                "it uses beta as an inverse temperature, exp(reward * beta); beta is a "
+                "temperature: the policy is ref * exp(reward / beta) / Z.",
+                lambda: _cf.optimal_policy(ref, reward, 1 / beta) if finite else None,
+            ),
+            (
+                "it has the sign of the reward wrong: it favours low rewards "
+                "(exp(-reward / beta)).",
+                lambda: _cf.optimal_policy(ref, -reward, beta),
+            ),
+            ("it returns the reference unchanged.", lambda: ref),
+        ]
+        raise Falsified(
+            lambda: (
+                _first_alternative(got, alternatives, tol)
+                or f"it differs from the exact optimal policy at index {i}: expected "
+                f"{exact[i]!r}, got {got[i]!r}."
+            ),
+            inputs,
+            detail,
+        )
+
+    def prop(case):
+        (ref, reward, beta), c = case
+        policy_ok(ref, reward, beta, {"ref": ref, "reward": reward, "beta": beta})
+        r2 = reward + c
+        policy_ok(ref, r2, beta, {"ref": ref, "reward": r2, "beta": beta}, shifted=c)
+
+    explicit = [((np.array([0.5, 0.5]), np.array([1.0, 0.0]), 0.5), 1000.0)]
+    strategy = st.tuples(problems, st.sampled_from(_SHIFTS))
+    run("check_optimal_policy", fn, prop, strategy, max_examples, explicit)
+
+
+# --------------------------------------------------------------------------- soft value
+
+
+def check_soft_value(
+    fn: Callable[..., Any],
+    *,
+    max_examples: int = 100,
+    rtol: float = 1e-6,
+    supports_zero_ref: bool = True,
+    supports_zero_beta: bool = False,
+    supports_inf_beta: bool = False,
+    min_entry: float = 1e-300,
+) -> None:
+    r"""Check an implementation of the soft value :math:`\beta \log \mathbb{E}_{ref}[e^{r/\beta}]`.
+
+    ``fn(ref, reward, beta)`` receives 1-D ``ref`` and ``reward`` and a float
+    ``beta`` and must return one number (a float or a 0-d / size-1 array).
+
+    Parameters
+    ----------
+    fn : callable
+        The implementation under test.
+    max_examples : int, optional
+        Hypothesis examples per property run (default 100).
+    rtol : float, optional
+        Relative tolerance (default 1e-6), on top of the rounding slack of a
+        log-sum-exp: a few ulp of ``max |reward|`` and of ``beta * |log ref|``.
+    supports_zero_ref, supports_zero_beta, supports_inf_beta : bool, optional
+        As in :func:`check_optimal_policy`; the limits are ``max reward on the
+        support`` at ``beta = 0`` and ``E_ref[reward]`` at ``beta = inf``.
+
+    Returns
+    -------
+    None
+        When every property holds.
+
+    Raises
+    ------
+    AssertionError
+        Naming the smallest falsifying input and what is wrong: not one
+        finite number (overflow), outside ``[E_ref[r], max r]``, a mismatch
+        with :func:`klpolicy.soft_value` (diagnosed when it is the log-sum-exp
+        without ``beta``, without the reference weights, or with
+        ``exp(reward * beta)``), or ``V(r + c) != V(r) + c``.
+    ValueError
+        For invalid options.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from scipy.special import logsumexp
+    >>> check_soft_value(lambda ref, r, beta: beta * logsumexp(r / beta, b=ref))
+    """
+    max_examples, rtol = check_options(max_examples, rtol)
+    problems = kst.problems(
+        min_entry=min_entry,
+        zeros=supports_zero_ref,
+        allow_zero_beta=supports_zero_beta,
+        allow_inf_beta=supports_inf_beta,
+    )
+
+    def value_ok(ref, reward, beta, inputs, shifted=0.0):
+        got = call(fn, inputs, ref, reward, beta)
+        if got.size != 1:
+            raise Falsified(f"it returns shape {got.shape}; expected one number.", inputs)
+        got = float(got.reshape(()))
+        if not math.isfinite(got):
+            big = _logit_scale(ref, reward, beta) > _OVERFLOW
+            why = (
+                " exp(reward / beta) overflows float64 here: use a log-sum-exp that subtracts "
+                "the largest reward first."
+                if big
+                else ""
+            )
+            raise Falsified(f"it returns {got!r}.{why}", inputs)
+        exact = float(_cf.soft_value(ref, reward, beta))
+        scale = float(np.max(np.abs(reward)))
+        if 0 < beta < math.inf:
+            scale += beta * float(np.max(_log_support(ref)))
+        tol = rtol * abs(exact) + 16 * EPS * scale
+        top = float(np.max(reward[ref > 0]))
+        mean = float(np.sum(ref * reward) / np.sum(ref))
+        detail = f"expected {exact!r} (klpolicy.soft_value), got {got!r}"
+        if got > top + tol:
+            raise Falsified(
+                f"it returns {got!r}, above the largest reward on ref's support ({top!r}); "
+                "the soft value never exceeds it.",
+                inputs,
+                detail,
+            )
+        if got < mean - tol:
+            raise Falsified(
+                f"it returns {got!r}, below E_ref[reward] = {mean!r}; the soft value is at "
+                "least the value of staying at the reference.",
+                inputs,
+                detail,
+            )
+        if abs(got - exact) <= tol:
+            return
+        if shifted:
+            raise Falsified(
+                f"V(reward + c) differs from V(reward) + c for c = {shifted!r}; adding a "
+                "constant to every reward must add it to the soft value.",
+                inputs,
+                detail,
+            )
+        n = ref.size
+        finite = 0 < beta < math.inf
+        uniform = np.full(n, 1.0 / n)
+        alternatives = [
+            (
+                "it returns log E_ref[exp(reward / beta)]: the factor beta in front of the log "
+                "is missing.",
+                lambda: exact / beta if finite else None,
+            ),
+            (
+                "it ignores the reference weights: it returns beta * log sum exp(reward / beta).",
+                lambda: _cf.soft_value(uniform, reward, beta) + beta * math.log(n),
+            ),
+            (
+                "it ignores the reference: it returns beta * log mean exp(reward / beta) "
+                "(uniform weights).",
+                lambda: _cf.soft_value(uniform, reward, beta),
+            ),
+            (
+                "it uses beta as an inverse temperature: beta * log E_ref[exp(reward * beta)].",
+                lambda: beta**2 * _cf.soft_value(ref, reward, 1 / beta) if finite else None,
+            ),
+        ]
+        raise Falsified(
+            lambda: (
+                _first_alternative(np.asarray(got), alternatives, np.asarray(tol))
+                or f"it differs from the exact soft value by {got - exact:.6g}."
+            ),
+            inputs,
+            detail,
+        )
+
+    def prop(case):
+        (ref, reward, beta), c = case
+        value_ok(ref, reward, beta, {"ref": ref, "reward": reward, "beta": beta})
+        r2 = reward + c
+        value_ok(ref, r2, beta, {"ref": ref, "reward": r2, "beta": beta}, shifted=c)
+
+    explicit = [((np.array([0.5, 0.5]), np.array([1.0, 0.0]), 0.5), 1000.0)]
+    strategy = st.tuples(problems, st.sampled_from(_SHIFTS))
+    run("check_soft_value", fn, prop, strategy, max_examples, explicit)
+
+
+# --------------------------------------------------------------------------- KL divergence
+
+
+@st.composite
+def _kl_pairs(draw, zero_p: bool, zero_q: bool, min_entry: float):
+    n = draw(st.integers(1, 8))
+    p = draw(kst.distributions(min_size=n, max_size=n, zeros=zero_p, min_entry=min_entry))
+    if draw(st.booleans()):
+        return p, p.copy()
+    return p, draw(kst.distributions(min_size=n, max_size=n, zeros=zero_q, min_entry=min_entry))
+
+
+def check_kl_divergence(
+    fn: Callable[..., Any],
+    *,
+    max_examples: int = 100,
+    rtol: float = 1e-6,
+    supports_zero_p: bool = True,
+    supports_zero_q: bool = True,
+    min_entry: float = 1e-300,
+) -> None:
+    r"""Check an implementation of :math:`\mathrm{KL}(p\|q) = \sum_y p(y) \log(p(y)/q(y))` in nats.
+
+    ``fn(p, q)`` receives two 1-D distributions of one length and must return
+    one number.
+
+    Parameters
+    ----------
+    fn : callable
+        The implementation under test.
+    max_examples : int, optional
+        Hypothesis examples (default 100).
+    rtol : float, optional
+        Relative tolerance (default 1e-6), on top of the rounding slack of
+        ``sum(p log p) - sum(p log q)``.
+    supports_zero_p : bool, optional
+        Whether ``p`` may contain zeros, which count as ``0 log 0 = 0``
+        (default True).
+    supports_zero_q : bool, optional
+        Whether ``q`` may contain zeros; where ``p > 0`` and ``q = 0`` the
+        KL is ``+inf`` (default True).
+    min_entry : float, optional
+        The smallest positive probability drawn (default 1e-300); raise it to
+        test, e.g., a float32 implementation only on entries it can represent.
+
+    Returns
+    -------
+    None
+        When every property holds.
+
+    Raises
+    ------
+    AssertionError
+        Naming the smallest falsifying ``(p, q)`` and what is wrong: not one
+        number, NaN (``0 log 0``), a finite value off ``q``'s support, a
+        negative value, a non-zero ``KL(p||p)``, or a mismatch with
+        :func:`klpolicy.kl_divergence`, diagnosed when it is ``KL(q||p)``
+        (arguments in the wrong order), bits or the cross-entropy.
+    ValueError
+        For invalid options.
+
+    Examples
+    --------
+    >>> from scipy.special import rel_entr
+    >>> check_kl_divergence(lambda p, q: rel_entr(p, q).sum())
+    >>> check_kl_divergence(lambda p, q: rel_entr(q, p).sum())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_kl_divergence(<lambda>): it computes KL(q||p), not KL(p||q)...
+    """
+    max_examples, rtol = check_options(max_examples, rtol)
+
+    def prop(case):
+        p, q = case
+        inputs = {"p": p, "q": q}
+        got = call(fn, inputs, p, q)
+        if got.size != 1:
+            raise Falsified(f"it returns shape {got.shape}; expected one number.", inputs)
+        got = float(got.reshape(()))
+        exact = exact_kl(p, q)
+        detail = f"expected {exact!r} (klpolicy.kl_divergence), got {got!r}"
+        if math.isnan(got):
+            why = " 0 * log 0 must count as 0." if (p == 0).any() else ""
+            raise Falsified(f"it returns nan.{why}", inputs, detail)
+        if math.isinf(exact):
+            if got != math.inf:
+                raise Falsified(
+                    f"it returns {got!r} where p puts mass on an outcome that q gives "
+                    "probability 0; KL(p||q) is +inf there.",
+                    inputs,
+                    detail,
+                )
+            return
+        both = (p > 0) & (q > 0)
+        scale = float(np.sum(np.where(both, p * (1 + _log_support(p) + _log_support(q)), 0.0)))
+        tol = rtol * abs(exact) + 16 * EPS * scale
+        if got < -tol:
+            raise Falsified(
+                f"it returns {got!r} < 0; a KL divergence is never negative.", inputs, detail
+            )
+        if abs(got - exact) <= tol:
+            return
+        if got == math.inf:
+            raise Falsified(
+                "it returns inf where KL(p||q) is finite (q > 0 wherever p > 0).", inputs, detail
+            )
+        if np.array_equal(p, q):
+            raise Falsified(f"it returns {got!r} for q = p; KL(p||p) is 0.", inputs, detail)
+        alternatives = [
+            (
+                "it computes KL(q||p), not KL(p||q): its arguments are in the wrong order "
+                "(torch.nn.functional.kl_div(input, target) computes KL(target || exp(input))).",
+                lambda: exact_kl(q, p),
+            ),
+            (
+                "it returns bits (log base 2); klpolicy works in nats: multiply by log(2).",
+                lambda: exact / math.log(2),
+            ),
+            (
+                "it returns a base-10 logarithm; klpolicy works in nats: multiply by log(10).",
+                lambda: exact / math.log(10),
+            ),
+            (
+                "it returns the cross-entropy -sum(p log q), not KL(p||q) = "
+                "cross-entropy - entropy(p).",
+                lambda: -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, q, 1.0)), 0.0)),
+            ),
+        ]
+        raise Falsified(
+            lambda: (
+                _first_alternative(np.asarray(got), alternatives, np.asarray(tol))
+                or f"it differs from the exact KL(p||q) by {got - exact:.6g}."
+            ),
+            inputs,
+            detail,
+        )
+
+    explicit = [(np.array([0.5, 0.5]), np.array([0.9, 0.1]))]
+    if supports_zero_p:
+        explicit.append((np.array([1.0, 0.0]), np.array([0.5, 0.5])))
+    strategy = _kl_pairs(supports_zero_p, supports_zero_q, min_entry)
+    run("check_kl_divergence", fn, prop, strategy, max_examples, explicit)
