@@ -16,15 +16,31 @@ Install with ``pip install klpolicy[testing]`` (it needs hypothesis).
 >>> check_kl_divergence(lambda p, q: rel_entr(p, q).sum())  # passes: returns None
 """
 
-from . import strategies
-from .checks import (
-    check_dpo_loss,
-    check_kl_controller,
-    check_kl_divergence,
-    check_kl_estimator,
-    check_optimal_policy,
-    check_soft_value,
+import importlib
+from typing import Any
+
+_CHECKS = (
+    "check_dpo_loss",
+    "check_kl_controller",
+    "check_kl_divergence",
+    "check_kl_estimator",
+    "check_optimal_policy",
+    "check_soft_value",
 )
+
+
+def __getattr__(name: str) -> Any:
+    # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
+    if name in _CHECKS:
+        return getattr(importlib.import_module(".checks", __name__), name)
+    if name in ("strategies", "checks"):
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_CHECKS, "strategies", "checks"])
+
 
 __all__ = [
     "check_dpo_loss",

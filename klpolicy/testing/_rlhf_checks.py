@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from .._numerics import expm1mx
 from . import strategies as kst
 from ._runner import EPS, Falsified, call, check_options, exact_kl, fmt, matches, run, worst
+from .strategies import _draw_beta, _one_distribution, _values
 
 __all__ = ["check_dpo_loss", "check_kl_controller", "check_kl_estimator"]
 
@@ -44,17 +45,17 @@ _FORMULAS = {
 
 @st.composite
 def _log_prob_pairs(draw):
-    x = draw(kst.log_ratios())  # log q - log p
-    base = draw(kst.log_ratios(min_size=x.size, max_size=x.size, min_value=-1e3, max_value=0.0))
+    # built from the strategies' kernels: a strategy object made inside a draw is slow
+    x = _values(draw, (1, 8), -100.0, 100.0, small=(-3, 3), tiny=True)  # log q - log p
+    base = _values(draw, x.size, -1e3, 0.0, small=(-3, 0), tiny=True)
     logp = base - np.maximum(x, 0.0)
     return logp, logp + x
 
 
 @st.composite
 def _full_support_pairs(draw):
-    n = draw(st.integers(1, 8))
-    p = draw(kst.distributions(min_size=n, max_size=n, zeros=False))
-    return p, draw(kst.distributions(min_size=n, max_size=n, zeros=False))
+    p = _one_distribution(draw, (1, 8), False, 1e-300)
+    return p, _one_distribution(draw, p.size, False, 1e-300)
 
 
 def check_kl_estimator(
@@ -424,14 +425,14 @@ def _reference_step(kind, value, current, n_steps, target, horizon, band, factor
 
 @st.composite
 def _controller_runs(draw, kind):
-    init = draw(kst.betas(min_beta=1e-3, max_beta=10.0))
-    target = draw(st.sampled_from((6.0, 0.1, 1.0, 20.0)))
-    horizon = draw(st.sampled_from((10000, 100, 10)))
-    n = draw(st.integers(1, 6))
+    init = _draw_beta(draw, 1e-3, 10.0, False, False)
+    target = draw(kst._sampled((6.0, 0.1, 1.0, 20.0)))
+    horizon = draw(kst._sampled((10000, 100, 10)))
+    n = draw(kst._ints(1, 6))
     steps = []
     for _ in range(n):
-        ratio = draw(st.sampled_from((1.0, 1.1, 0.9, 2.0, 0.5, 1.3, 0.7, 0.0, 10.0)))
-        steps.append((ratio * target, draw(st.sampled_from((1, 256, 10, 1000)))))
+        ratio = draw(kst._sampled((1.0, 1.1, 0.9, 2.0, 0.5, 1.3, 0.7, 0.0, 10.0)))
+        steps.append((ratio * target, draw(kst._sampled((1, 256, 10, 1000)))))
     return init, target, horizon, steps
 
 

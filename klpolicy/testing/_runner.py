@@ -50,7 +50,7 @@ def render(check: str, fn_name: str, f: Falsified) -> str:
 
 
 def fn_name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return getattr(fn, "__name__", None) or type(fn).__name__
 
 
 def to_array(out: Any) -> np.ndarray:

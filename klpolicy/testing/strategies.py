@@ -21,6 +21,7 @@ as strategies are checked when they are drawn.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -66,6 +67,26 @@ class PreferenceBatch(NamedTuple):
 
 
 # --------------------------------------------------------------------------- bounds
+
+
+@functools.lru_cache(maxsize=512)
+def _ints(a: int, b: int) -> SearchStrategy[int]:
+    return st.integers(a, b)
+
+
+@functools.lru_cache(maxsize=512)
+def _lists(a: int, b: int, min_size: int, max_size: int) -> SearchStrategy[list[int]]:
+    return st.lists(st.integers(a, b), min_size=min_size, max_size=max_size)
+
+
+@functools.lru_cache(maxsize=512)
+def _floats(a: float, b: float) -> SearchStrategy[float]:
+    return st.floats(a, b, allow_nan=False, allow_infinity=False)
+
+
+@functools.lru_cache(maxsize=512)
+def _sampled(values: tuple) -> SearchStrategy:
+    return st.sampled_from(values)
 
 
 def _is_strategy(x: Any) -> bool:
@@ -127,24 +148,33 @@ def _check_min_entry(min_entry: Any, max_size: Any) -> None:
 # --------------------------------------------------------------------------- distributions
 
 
-def _one_distribution(draw, n: int, zeros: bool, min_entry: float) -> NDArray[np.float64]:
-    """n entries: kind 0 'bulk' (integer weight), 1 'tiny' (10**-k), 2 zero; shrinks to uniform."""
-    k_lo = math.ceil(math.log10(10 * n))  # tiny entries add up to at most 0.1
+def _one_distribution(draw, n: int | tuple[int, int], zeros: bool, min_entry: float):
+    """A distribution of size n (or of a size in [lo, hi], drawn as a list so it shrinks well).
+
+    Each entry is one choice c: c < w_max is an ordinary entry of integer
+    weight c + 1; c == w_max a tiny entry 10**-k (k drawn afterwards); the
+    last value (with ``zeros``) a zero. All choices 0 give the uniform
+    distribution, hypothesis's simplest case.
+    """
+    lo, hi = (n, n) if isinstance(n, int) else n
+    k_lo = math.ceil(math.log10(10 * hi))  # tiny entries add up to at most 0.1
     k_hi = math.floor(-math.log10(min_entry) + 1e-9)
-    n_kinds = 1 + (k_hi >= k_lo) + zeros
-    kinds = [draw(st.integers(0, n_kinds - 1)) for _ in range(n)]
-    if k_hi < k_lo:
-        kinds = [2 if k == 1 else k for k in kinds]
-    if 0 not in kinds:
-        kinds[0] = 0
-    w_max = int(min(10, max(1, math.floor(0.9 / (min_entry * n)))))
-    p = np.zeros(n)
-    bulk = np.zeros(n)
-    for i, kind in enumerate(kinds):
-        if kind == 0:
-            bulk[i] = draw(st.integers(1, w_max))
-        elif kind == 1:
-            p[i] = float(f"1e-{draw(st.integers(k_lo, k_hi))}")
+    tiny = k_hi >= k_lo
+    w_max = int(min(10, max(1, math.floor(0.9 / (min_entry * hi)))))
+    if lo == hi:
+        choice = _ints(0, w_max - 1 + tiny + zeros)
+        choices = [draw(choice) for _ in range(lo)]
+    else:
+        choices = draw(_lists(0, w_max - 1 + tiny + zeros, lo, hi))
+    p = np.zeros(len(choices))
+    bulk = np.zeros(len(choices))
+    for i, c in enumerate(choices):
+        if c < w_max:
+            bulk[i] = c + 1
+        elif tiny and c == w_max:
+            p[i] = float(f"1e-{draw(_ints(k_lo, k_hi))}")
+    if not bulk.any():
+        bulk[0], p[0] = 1.0, 0.0
     p += bulk / bulk.sum() * (1.0 - p.sum())
     return p
 
@@ -193,8 +223,7 @@ def distributions(
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         me = _check_real("min_entry", _draw(draw, min_entry))
         _check_min_entry(me, hi)
-        n = draw(st.integers(lo, hi))
-        return _one_distribution(draw, n, zeros, me)
+        return _one_distribution(draw, (lo, hi), zeros, me)
 
     return _dist()
 
@@ -202,21 +231,34 @@ def distributions(
 # --------------------------------------------------------------------------- rewards
 
 
-def _values(draw, n: int, lo: float, hi: float, *, small: tuple[int, int], tiny: bool = False):
-    """n reals in [lo, hi]: small integers (ties), tiny +-10**-k, any float, the two extremes."""
-    a, b = max(math.ceil(lo), small[0]), min(math.floor(hi), small[1])
-    have_small = a <= b
-    out = np.empty(n)
-    for i in range(n):
-        kind = draw(st.integers(0, 3 if tiny else 2))
-        if kind == 0:
-            out[i] = draw(st.integers(a, b)) if have_small else lo
-        elif kind == 1:
-            out[i] = draw(st.floats(lo, hi, allow_nan=False, allow_infinity=False))
-        elif kind == 2:
-            out[i] = draw(st.sampled_from((lo, hi)))
+_SMALL_ORDER = (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5)
+
+
+def _values(draw, n, lo: float, hi: float, *, small: tuple[int, int], tiny: bool = False):
+    """n reals in [lo, hi] (n an int, or a (min, max) size range drawn as a list).
+
+    One choice per entry for the common kinds: the small integers in ``small``
+    (within the bounds) ordered 0, 1, -1, 2, ... (ties are common); then any
+    float; then one of the two bounds (large magnitudes); then (with ``tiny``)
+    +-10**-k for k <= 15.
+    """
+    smalls = [v for v in _SMALL_ORDER if small[0] <= v <= small[1] and lo <= v <= hi] or [lo]
+    m = len(smalls)
+    top = m + 1 + tiny
+    if isinstance(n, int):
+        choices = [draw(_ints(0, top)) for _ in range(n)]
+    else:
+        choices = draw(_lists(0, top, n[0], n[1]))
+    out = np.empty(len(choices))
+    for i, c in enumerate(choices):
+        if c < m:
+            out[i] = smalls[c]
+        elif c == m:
+            out[i] = draw(_floats(lo, hi))
+        elif c == m + 1:
+            out[i] = draw(_sampled((lo, hi)))
         else:
-            x = float(f"1e-{draw(st.integers(1, 15))}") * draw(st.sampled_from((1.0, -1.0)))
+            x = float(f"1e-{draw(_ints(1, 15))}") * draw(_sampled((1.0, -1.0)))
             out[i] = min(max(x, lo), hi)
     return out
 
@@ -259,7 +301,7 @@ def rewards(
     def _rew(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         a, b = _draw_sizes(draw, "min_value", min_value, "max_value", max_value, _check_real)
-        return _values(draw, draw(st.integers(lo, hi)), a, b, small=(-3, 3))
+        return _values(draw, (lo, hi), a, b, small=(-3, 3))
 
     return _rew()
 
@@ -290,14 +332,14 @@ def _draw_beta(draw, lo, hi, allow_zero: bool, allow_inf: bool) -> float:
     _check_beta_bounds(lo, hi)
     nice = [b for b in _NICE_BETAS if lo <= b <= hi]
     kinds = ["nice"] * bool(nice) + ["log"] + ["zero"] * allow_zero + ["inf"] * allow_inf
-    kind = kinds[draw(st.integers(0, len(kinds) - 1))]
+    kind = kinds[draw(_ints(0, len(kinds) - 1))]
     if kind == "nice":
-        return draw(st.sampled_from(nice))
+        return draw(_sampled(tuple(nice)))
     if kind == "zero":
         return 0.0
     if kind == "inf":
         return math.inf
-    e = draw(st.floats(math.log10(lo), math.log10(hi), allow_nan=False))
+    e = draw(_floats(math.log10(lo), math.log10(hi)))
     return min(max(10.0**e, lo), hi)
 
 
@@ -467,7 +509,7 @@ def token_trees(
         t_lo, t_hi = _draw_sizes(draw, "min_length", min_length, "max_length", max_length)
         me = _check_real("min_entry", _draw(draw, min_entry))
         _check_min_entry(me, v_hi)
-        v, t_len = draw(st.integers(v_lo, v_hi)), draw(st.integers(t_lo, t_hi))
+        v, t_len = draw(_ints(v_lo, v_hi)), draw(_ints(t_lo, t_hi))
         tree = []
         for t in range(t_len):
             rows = [_one_distribution(draw, v, zeros, me) for _ in range(v**t)]
@@ -520,8 +562,9 @@ def preference_pairs(
     def _pairs(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         m = _check_real("min_logp", _draw(draw, min_logp))
-        n = draw(st.integers(lo, hi))
-        return PreferenceBatch(*(_values(draw, n, m, 0.0, small=(-5, 0)) for _ in range(4)))
+        first = _values(draw, (lo, hi), m, 0.0, small=(-5, 0))
+        rest = (_values(draw, first.size, m, 0.0, small=(-5, 0)) for _ in range(3))
+        return PreferenceBatch(first, *rest)
 
     return _pairs()
 
@@ -564,6 +607,6 @@ def log_ratios(
     def _ratios(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         a, b = _draw_sizes(draw, "min_value", min_value, "max_value", max_value, _check_real)
-        return _values(draw, draw(st.integers(lo, hi)), a, b, small=(-3, 3), tiny=True)
+        return _values(draw, (lo, hi), a, b, small=(-3, 3), tiny=True)
 
     return _ratios()
