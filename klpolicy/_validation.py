@@ -247,3 +247,25 @@ def as_positive_int(name: str, x: Any) -> int:
     if v < 1:
         raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
     return v
+
+
+# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+
+
+def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
+    """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
+    try:
+        g = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a real number or array; got {x!r}") from None
+    if g.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {g.shape}")
+    bad = np.isnan(g) | (g < 0)
+    if bad.any():
+        if g.ndim == 0:
+            raise ValueError(f"`{name}` must be non-negative; found {_fmt_value(g)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
+        )
+    return g
