@@ -120,7 +120,9 @@ def _brier(p, t, w):
 def _ece(p, t, w, bins):
     """Exact binned ECE; p, t (..., m, K), w (m,)."""
     mass = w[:, None] * p
-    idx = np.clip(np.ceil(p * bins).astype(np.int64) - 1, 0, bins - 1)
+    # bin b holds ((b-1)/M, b/M]; edges b/M are correctly rounded, so 0.7 lands in (0.6, 0.7]
+    edges = np.arange(bins + 1) / bins
+    idx = np.clip(np.searchsorted(edges, p, side="left") - 1, 0, bins - 1)
     gap = mass * (t - p)
     flat_gap = gap.reshape((*gap.shape[:-2], -1))
     flat_idx = idx.reshape(flat_gap.shape)
