@@ -488,7 +488,8 @@ def expected_distinct(
     """
     pa = V.as_probabilities("p", p, axis)
     kk = V.as_positive_int("k", k)
-    p64 = pa.astype(np.float64, copy=False)
+    # an entry may exceed 1 by rounding (a normalised point mass); it is certain to appear
+    p64 = np.minimum(pa.astype(np.float64, copy=False), 1.0)
     with np.errstate(divide="ignore"):
         terms = -np.expm1(kk * np.log1p(-p64))
     return terms.sum(axis=-1).astype(V.result_dtype(pa))[()]
