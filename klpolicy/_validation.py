@@ -25,6 +25,7 @@ __all__ = [
     "as_probabilities",
     "as_rewards",
     "broadcast_pair",
+    "check_beta_values",
     "normalise_axis",
     "result_dtype",
     "row_sum_tolerance",
@@ -109,7 +110,9 @@ def as_probabilities(
     ax = normalise_axis(axis, arr.ndim, name)
     nan = np.isnan(arr)
     if nan.any():
-        raise ValueError(f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}")
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
     inf = np.isinf(arr)
     if inf.any():
         idx = _first(inf)
@@ -157,9 +160,7 @@ def as_rewards(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
     return np.moveaxis(arr, ax, -1)
 
 
-def broadcast_pair(
-    name_a: str, a: NDArray, name_b: str, b: NDArray
-) -> tuple[NDArray, NDArray]:
+def broadcast_pair(name_a: str, a: NDArray, name_b: str, b: NDArray) -> tuple[NDArray, NDArray]:
     """Broadcast two arrays whose last axis is the probability axis.
 
     The last axes must match exactly; only the batch axes broadcast.
@@ -190,6 +191,27 @@ def as_beta(
     single row gives ``B`` rows). ``axis`` must already be non-negative. Zero and ``inf`` are allowed (the greedy and the
     reference limits); negative values and NaN are not.
     """
+    b = check_beta_values(name, beta, allow_zero=allow_zero)
+    if b.ndim == 0:
+        return b.reshape((1,) * ndim)
+    if b.ndim > ndim and axis != ndim - 1:
+        raise ValueError(
+            f"`{name}` has {b.ndim} dimensions but the problem has only {ndim}; got shape {b.shape}"
+        )
+    b = b.reshape((1,) * (ndim - b.ndim) + b.shape)
+    ax = axis + (b.ndim - ndim)
+    if b.shape[ax] != 1:
+        raise ValueError(
+            f"`{name}` must have size 1 along the probability axis (one beta per row); "
+            f"got shape {np.shape(beta)}"
+        )
+    return np.moveaxis(b, ax, -1)
+
+
+def check_beta_values(
+    name: str, beta: ArrayLike, *, allow_zero: bool = True
+) -> NDArray[np.float64]:
+    """Return ``beta`` as a float64 array after checking: not empty, no NaN, >= 0 (or > 0)."""
     try:
         b = np.asarray(beta, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -206,21 +228,7 @@ def as_beta(
         bad = b if b.ndim == 0 else b[_first(neg)]
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"`{name}` must be {kind}; found {_fmt_value(bad)}{where}")
-    if b.ndim == 0:
-        return b.reshape((1,) * ndim)
-    if b.ndim > ndim and axis != ndim - 1:
-        raise ValueError(
-            f"`{name}` has {b.ndim} dimensions but the problem has only {ndim}; "
-            f"got shape {b.shape}"
-        )
-    b = b.reshape((1,) * (ndim - b.ndim) + b.shape)
-    ax = axis + (b.ndim - ndim)
-    if b.shape[ax] != 1:
-        raise ValueError(
-            f"`{name}` must have size 1 along the probability axis (one beta per row); "
-            f"got shape {np.shape(beta)}"
-        )
-    return np.moveaxis(b, ax, -1)
+    return b
 
 
 def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
@@ -230,7 +238,9 @@ def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"`{name}` must be a positive number; got {x!r}") from None
     if np.isnan(v) or v <= 0 or (np.isinf(v) and not allow_inf):
-        raise ValueError(f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}")
+        raise ValueError(
+            f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}"
+        )
     return v
 
 
