@@ -61,15 +61,16 @@ _MAX_N = 2.0**53
 class _Levels(NamedTuple):
     """The reward levels of every row, flattened (rows in order, rewards ascending)."""
 
-    order: NDArray  # argsort of the reward, shape (B, V)
-    gid: NDArray  # level index of each sorted entry, shape (B*V,)
+    flat: NDArray  # flat index (into the (B*V,) arrays) of each sorted entry
+    gid: NDArray | None  # level of each sorted entry, (B*V,); None when no ties
     q: NDArray  # reference mass of each level, (G,)
     below: NDArray  # mass strictly below, (G,)
     above: NDArray  # mass strictly above, (G,)
     reward: NDArray  # reward of each level, (G,)
     row: NDArray  # row of each level, (G,)
     row_first: NDArray  # index of the first level of each row, (B,)
-    ref_n: NDArray  # normalised reference, (B, V), float64
+    ref_n: NDArray  # normalised reference, (B*V,), float64
+    rows: int  # number of rows B
     shape: tuple  # batch shape
 
 
@@ -79,25 +80,41 @@ def _levels(ref: NDArray, reward: NDArray) -> _Levels:
     n_out = ref.shape[-1]
     p = ref.reshape(-1, n_out).astype(np.float64)
     r = reward.reshape(-1, n_out).astype(np.float64)
-    p = p / p.sum(axis=-1, keepdims=True)
+    rows = p.shape[0]
+    p = (p / p.sum(axis=-1, keepdims=True)).ravel()
     order = np.argsort(r, axis=-1)
-    rs = np.take_along_axis(r, order, axis=-1)
-    ps = np.take_along_axis(p, order, axis=-1)
-    start = np.empty(rs.shape, dtype=bool)
-    start[:, 0] = True
-    np.not_equal(rs[:, 1:], rs[:, :-1], out=start[:, 1:])
-    flat_start = start.ravel()
-    starts = np.flatnonzero(flat_start)
-    gid = np.cumsum(flat_start) - 1
-    ends = np.append(starts[1:] - 1, flat_start.size - 1)
-    q = np.add.reduceat(ps.ravel(), starts)
-    below = (np.cumsum(ps, axis=-1) - ps).ravel()[starts]
-    top = np.cumsum(ps[:, ::-1], axis=-1)[:, ::-1]
-    above = (top - ps).ravel()[ends]
-    rows = np.arange(p.shape[0])
-    row_first = gid[rows * n_out]
+    flat = order.ravel() if rows == 1 else (order + (np.arange(rows) * n_out)[:, None]).ravel()
+    rs = r.ravel()[flat]
+    ps = p[flat]
+    size = rs.size
+    start = np.empty(size, dtype=bool)
+    np.not_equal(rs[1:], rs[:-1], out=start[1:])
+    start[::n_out] = True
+    ps2 = ps.reshape(rows, n_out)
+    below_e = (np.cumsum(ps2, axis=-1) - ps2).ravel()
+    above_e = (np.cumsum(ps2[:, ::-1], axis=-1)[:, ::-1] - ps2).ravel()
+    if start.all():  # no ties: every entry is its own level
+        row = np.repeat(np.arange(rows), n_out)
+        return _Levels(
+            flat, None, ps, below_e, above_e, rs, row, np.arange(rows) * n_out, p, rows, batch
+        )
+    starts = np.flatnonzero(start)
+    gid = np.cumsum(start) - 1
+    ends = np.empty_like(starts)
+    ends[:-1] = starts[1:] - 1
+    ends[-1] = size - 1
     return _Levels(
-        order, gid, q, below, above, rs.ravel()[starts], starts // n_out, row_first, p, batch
+        flat,
+        gid,
+        np.add.reduceat(ps, starts),
+        below_e[starts],
+        above_e[ends],
+        rs[starts],
+        starts // n_out,
+        gid[np.arange(rows) * n_out],
+        p,
+        rows,
+        batch,
     )
 
 
@@ -106,25 +123,30 @@ class _Law(NamedTuple):
     u: NDArray  # log(mass / q), -inf where mass = 0 < q, (G,)
 
 
-def _law(lv: _Levels, n: NDArray) -> _Law:
-    """Probability of each level under best-of-n; ``n`` is a float per row, shape (B,)."""
-    ng = n[lv.row]
+def _law(lv: _Levels, n: NDArray | float) -> _Law:
+    """Probability of each level under best-of-n; ``n`` a float or one float per row (B,)."""
+    ng = n if np.ndim(n) == 0 else np.asarray(n)[lv.row]
     q, below, above = lv.q, lv.below, lv.above
     with np.errstate(divide="ignore", invalid="ignore", under="ignore", over="ignore"):
-        f_low = below + q
-        log_f = np.where(f_low < 0.5, np.log(f_low), np.log1p(-np.minimum(above, 1.0)))
-        f = np.where(f_low < 0.5, f_low, 1.0 - above)
+        f = below + q
+        small = f < 0.5
+        # log F: from the bottom when F < 1/2, as log1p(-mass above) otherwise
+        log_f = np.log(f, where=small, out=np.empty_like(f))
+        np.log1p(-above, where=~small, out=log_f)
+        np.subtract(1.0, above, where=~small, out=f)
         frac = np.minimum(q / f, 1.0)
         tail = -np.expm1(ng * np.log1p(-frac))  # 1 - (F_minus / F)^n
-        log_mass = ng * log_f + np.log(tail)
-        mass = np.exp(log_mass)
-        u = log_mass - np.log(q)
+        n_log_f = ng * log_f
+        mass = np.exp(n_log_f) * tail
+        u = n_log_f + np.log(tail) - np.log(q)
         empty = q <= 0
-        mass = np.where(empty, 0.0, mass)
-        u = np.where(empty, 0.0, u)
+        if empty.any():
+            mass = np.where(empty, 0.0, mass)
+            u = np.where(empty, 0.0, u)
         one = ng == 1
-        mass = np.where(one, q, mass)
-        u = np.where(one, 0.0, u)
+        if np.any(one):
+            mass = np.where(one, q, mass)
+            u = np.where(one, 0.0, u)
     return _Law(mass, u)
 
 
@@ -221,18 +243,20 @@ def best_of_n_policy(
     array([0.4375, 0.4375, 0.125 ])
     """
     ref_a, rew_a, ax = _setup(ref, reward, axis)
-    nn = V.as_positive_int_array("n", n)
-    if nn.ndim != 0:
-        raise ValueError(f"`n` must be a single integer >= 1; got shape {nn.shape}")
+    nn = _scalar_n(n)
     shape = ref_a.shape
     lv = _levels(ref_a, rew_a)
-    law = _law(lv, np.full(lv.ref_n.shape[0], float(nn)))
-    with np.errstate(under="ignore"):
-        ratio = np.where(law.mass > 1e-290, law.mass / np.where(lv.q > 0, lv.q, 1.0), np.exp(law.u))
-    ratio_sorted = ratio[lv.gid].reshape(lv.ref_n.shape)
-    ratio_orig = np.empty_like(ratio_sorted)
-    np.put_along_axis(ratio_orig, lv.order, ratio_sorted, axis=-1)
-    pi = (lv.ref_n * ratio_orig).reshape(shape).astype(ref_a.dtype)
+    law = _law(lv, nn)
+    with np.errstate(under="ignore", invalid="ignore", divide="ignore"):
+        # mass / q, from the logs where the mass is subnormal
+        ratio = law.mass / lv.q
+        tiny = law.mass < 1e-290
+        if tiny.any():
+            ratio = np.where(tiny, np.exp(law.u), ratio)
+    pi = np.empty_like(lv.ref_n)
+    pi[lv.flat] = ratio if lv.gid is None else ratio[lv.gid]
+    pi *= lv.ref_n
+    pi = pi.reshape(shape).astype(ref_a.dtype, copy=False)
     return np.moveaxis(pi, -1, ax)
 
 
@@ -250,7 +274,7 @@ def _stat(ref, reward, n, axis, fn):
     ref_a, rew_a, _ = _setup(ref, reward, axis)
     nn = _scalar_n(n)
     lv = _levels(ref_a, rew_a)
-    return _out(fn(lv, _law(lv, np.full(lv.ref_n.shape[0], nn))), ref_a.dtype)
+    return _out(fn(lv, _law(lv, nn)), ref_a.dtype)
 
 
 def best_of_n_kl(
@@ -510,10 +534,9 @@ def best_of_n_curve(
     ref_a, rew_a, _ = _setup(ref, reward, axis)
     grid = V.as_positive_int_array("ns", ns)
     lv = _levels(ref_a, rew_a)
-    rows = lv.ref_n.shape[0]
     kl, er, wr = [], [], []
     for nn in grid.ravel():
-        law = _law(lv, np.full(rows, nn))
+        law = _law(lv, float(nn))
         kl.append(_kl(lv, law))
         er.append(_expected_reward(lv, law))
         wr.append(_win_rate(lv, law))
