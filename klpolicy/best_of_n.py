@@ -91,8 +91,12 @@ def _levels(ref: NDArray, reward: NDArray) -> _Levels:
     np.not_equal(rs[1:], rs[:-1], out=start[1:])
     start[::n_out] = True
     ps2 = ps.reshape(rows, n_out)
-    below_e = (np.cumsum(ps2, axis=-1) - ps2).ravel()
-    above_e = (np.cumsum(ps2[:, ::-1], axis=-1)[:, ::-1] - ps2).ravel()
+    # exclusive cumulative sums by shifting (subtracting p_j from an inclusive sum cancels)
+    below_e = np.zeros_like(ps2)
+    np.cumsum(ps2[:, :-1], axis=-1, out=below_e[:, 1:])
+    above_e = np.zeros_like(ps2)
+    np.cumsum(ps2[:, :0:-1], axis=-1, out=above_e[:, -2::-1])
+    below_e, above_e = below_e.ravel(), above_e.ravel()
     if start.all():  # no ties: every entry is its own level
         row = np.repeat(np.arange(rows), n_out)
         return _Levels(
@@ -625,11 +629,11 @@ def best_of_n_for_kl(
     top = np.where(lv.q > 0, lv.reward, -np.inf)
     c = np.maximum.reduceat(top, lv.row_first)
     q_top = np.add.reduceat(np.where(lv.reward == c[lv.row], lv.q, 0.0), lv.row_first)
-    sup = -np.log(q_top)
+    sup = -np.log(q_top) + 0.0  # + 0.0: no '-0' in messages
     over = tgt >= sup
     if over.any():
         i = int(np.flatnonzero(over)[0])
-        where = f" for row {np.unravel_index(i, batch)}" if batch else ""
+        where = f" for row {tuple(int(j) for j in np.unravel_index(i, batch))}" if batch else ""
         raise ValueError(
             f"`kl` = {tgt[i]:g} is at or above the supremum of the best-of-n KL{where}, "
             f"{sup[i]:.6g} nats (-log of the reference mass on the best reward): every n stays "
