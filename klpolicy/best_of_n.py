@@ -63,14 +63,14 @@ class _Levels(NamedTuple):
 
     flat: NDArray  # flat index (into the (B*V,) arrays) of each sorted entry
     gid: NDArray | None  # level of each sorted entry, (B*V,); None when no ties
+    starts: NDArray | None  # first sorted entry of each level, (G,); None when no ties
     q: NDArray  # reference mass of each level, (G,)
     below: NDArray  # mass strictly below, (G,)
     above: NDArray  # mass strictly above, (G,)
     reward: NDArray  # reward of each level, (G,)
-    row: NDArray  # row of each level, (G,)
     row_first: NDArray  # index of the first level of each row, (B,)
     ref_n: NDArray  # normalised reference, (B*V,), float64
-    rows: int  # number of rows B
+    n_out: int  # outcomes per row V
     shape: tuple  # batch shape
 
 
@@ -78,8 +78,8 @@ def _levels(ref: NDArray, reward: NDArray) -> _Levels:
     """Sort each row by reward and group equal rewards (inputs validated, axis last)."""
     batch = ref.shape[:-1]
     n_out = ref.shape[-1]
-    p = ref.reshape(-1, n_out).astype(np.float64)
-    r = reward.reshape(-1, n_out).astype(np.float64)
+    p = ref.reshape(-1, n_out).astype(np.float64, copy=False)
+    r = reward.reshape(-1, n_out).astype(np.float64, copy=False)
     rows = p.shape[0]
     p = (p / p.sum(axis=-1, keepdims=True)).ravel()
     order = np.argsort(r, axis=-1)
@@ -98,9 +98,8 @@ def _levels(ref: NDArray, reward: NDArray) -> _Levels:
     np.cumsum(ps2[:, :0:-1], axis=-1, out=above_e[:, -2::-1])
     below_e, above_e = below_e.ravel(), above_e.ravel()
     if start.all():  # no ties: every entry is its own level
-        row = np.repeat(np.arange(rows), n_out)
         return _Levels(
-            flat, None, ps, below_e, above_e, rs, row, np.arange(rows) * n_out, p, rows, batch
+            flat, None, None, ps, below_e, above_e, rs, np.arange(rows) * n_out, p, n_out, batch
         )
     starts = np.flatnonzero(start)
     gid = np.cumsum(start) - 1
@@ -110,48 +109,70 @@ def _levels(ref: NDArray, reward: NDArray) -> _Levels:
     return _Levels(
         flat,
         gid,
+        starts,
         np.add.reduceat(ps, starts),
         below_e[starts],
         above_e[ends],
         rs[starts],
-        starts // n_out,
         gid[np.arange(rows) * n_out],
         p,
-        rows,
+        n_out,
         batch,
     )
 
 
+def _per_level(lv: _Levels, x_rows: NDArray) -> NDArray:
+    """Spread one value per row, shape (B,), to the levels; a scalar for a single row."""
+    if x_rows.shape[0] == 1:
+        return x_rows[0]
+    first = np.arange(lv.q.size) if lv.starts is None else lv.starts
+    return x_rows[first // lv.n_out]
+
+
 class _Law(NamedTuple):
     mass: NDArray  # P(best of n has this level's reward), (G,)
-    u: NDArray  # log(mass / q), -inf where mass = 0 < q, (G,)
+    n_log_f: NDArray  # n log F, (G,)
+    tail: NDArray  # 1 - (F_minus / F)^n, (G,); mass = exp(n_log_f) * tail
 
 
 def _law(lv: _Levels, n: NDArray | float) -> _Law:
     """Probability of each level under best-of-n; ``n`` a float or one float per row (B,)."""
-    ng = n if np.ndim(n) == 0 else np.asarray(n)[lv.row]
+    ng = n if np.ndim(n) == 0 else _per_level(lv, np.asarray(n))
     q, below, above = lv.q, lv.below, lv.above
     with np.errstate(divide="ignore", invalid="ignore", under="ignore", over="ignore"):
+        if np.all(ng == 1):  # the reference itself; log_ratio is then exactly 0
+            return _Law(q, np.log(q), np.ones_like(q))
         f = below + q
         small = f < 0.5
         # log F: from the bottom when F < 1/2, as log1p(-mass above) otherwise
         log_f = np.log(f, where=small, out=np.empty_like(f))
         np.log1p(-above, where=~small, out=log_f)
         np.subtract(1.0, above, where=~small, out=f)
-        frac = np.minimum(q / f, 1.0)
-        tail = -np.expm1(ng * np.log1p(-frac))  # 1 - (F_minus / F)^n
-        n_log_f = ng * log_f
-        mass = np.exp(n_log_f) * tail
-        u = n_log_f + np.log(tail) - np.log(q)
+        frac = np.divide(q, f, out=f)
+        np.minimum(frac, 1.0, out=frac)
+        tail = np.log1p(-frac)
+        tail *= ng
+        np.expm1(tail, out=tail)
+        np.negative(tail, out=tail)  # 1 - (F_minus / F)^n
+        n_log_f = np.multiply(ng, log_f, out=log_f)
+        mass = np.exp(n_log_f)
+        mass *= tail
         empty = q <= 0
         if empty.any():
-            mass = np.where(empty, 0.0, mass)
-            u = np.where(empty, 0.0, u)
+            mass[empty] = 0.0
         one = ng == 1
-        if np.any(one):
+        if np.any(one):  # rows with n = 1 in a batch
             mass = np.where(one, q, mass)
-            u = np.where(one, 0.0, u)
-    return _Law(mass, u)
+            n_log_f = np.where(one, np.log(q), n_log_f)
+            tail = np.where(one, 1.0, tail)
+    return _Law(mass, n_log_f, tail)
+
+
+def _log_ratio(lv: _Levels, law: _Law) -> NDArray:
+    """u = log(mass / q) per level (0 on empty levels), from logs, so it never underflows."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        u = law.n_log_f + np.log(law.tail) - np.log(lv.q)
+    return np.where(lv.q > 0, u, 0.0)
 
 
 def _row_sum(lv: _Levels, x: NDArray) -> NDArray:
@@ -160,7 +181,7 @@ def _row_sum(lv: _Levels, x: NDArray) -> NDArray:
 
 def _kl(lv: _Levels, law: _Law) -> NDArray:
     with np.errstate(invalid="ignore", under="ignore"):
-        terms = kl_terms(law.mass, lv.q, law.u)
+        terms = kl_terms(law.mass, lv.q, _log_ratio(lv, law))
     return _row_sum(lv, np.where(lv.q > 0, terms, 0.0))
 
 
@@ -168,7 +189,7 @@ def _expected_reward(lv: _Levels, law: _Law) -> NDArray:
     # best reward on the support, minus the expected shortfall: no cancellation at large n
     best = np.where(lv.q > 0, lv.reward, -np.inf)
     c = np.maximum.reduceat(best, lv.row_first)
-    short = _row_sum(lv, law.mass * (c[lv.row] - lv.reward))
+    short = _row_sum(lv, law.mass * (_per_level(lv, c) - lv.reward))
     return c.reshape(lv.shape) - short
 
 
@@ -256,7 +277,7 @@ def best_of_n_policy(
         ratio = law.mass / lv.q
         tiny = law.mass < 1e-290
         if tiny.any():
-            ratio = np.where(tiny, np.exp(law.u), ratio)
+            ratio = np.where(tiny, np.exp(_log_ratio(lv, law)), ratio)
     pi = np.empty_like(lv.ref_n)
     pi[lv.flat] = ratio if lv.gid is None else ratio[lv.gid]
     pi *= lv.ref_n
@@ -628,7 +649,7 @@ def best_of_n_for_kl(
     # supremum: -log of the reference mass on the best reward of the support
     top = np.where(lv.q > 0, lv.reward, -np.inf)
     c = np.maximum.reduceat(top, lv.row_first)
-    q_top = np.add.reduceat(np.where(lv.reward == c[lv.row], lv.q, 0.0), lv.row_first)
+    q_top = np.add.reduceat(np.where(lv.reward == _per_level(lv, c), lv.q, 0.0), lv.row_first)
     sup = -np.log(q_top) + 0.0  # + 0.0: no '-0' in messages
     over = tgt >= sup
     if over.any():
