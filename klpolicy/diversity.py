@@ -25,12 +25,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
+from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import _prepare, _setup, _tilt, beta_for_kl
 from .divergences import _cross_entropy_last, _entropy_last, _kl_last, _pair
 
 __all__ = [
+    "BestOfNDiversity",
     "DiversityCurve",
     "KLDecomposition",
+    "best_of_n_diversity",
     "diversity_curve",
     "entropy_slope",
     "expected_distinct",
@@ -58,6 +61,18 @@ class DiversityCurve(NamedTuple):
     expected_reward: NDArray
     entropy: NDArray
     effective_support: NDArray
+
+
+class BestOfNDiversity(NamedTuple):
+    """Best-of-n against :math:`\\pi^*_\\beta` at equal KL; every array has the shape of ``ns``."""
+
+    n: NDArray
+    kl: NDArray
+    beta: NDArray
+    best_of_n_entropy: NDArray
+    optimal_entropy: NDArray
+    best_of_n_effective_support: NDArray
+    optimal_effective_support: NDArray
 
 
 def kl_decomposition(pi: ArrayLike, ref: ArrayLike, *, axis: int = -1) -> KLDecomposition:
@@ -576,3 +591,86 @@ def expected_distinct_sequences(conditionals, k: int) -> float:
     """
     joint = _joint(conditionals)
     return float(expected_distinct(joint.reshape(-1), k))
+
+
+def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> BestOfNDiversity:
+    r"""Entropy of best-of-n and of :math:`\pi^*_\beta` at the same KL from the reference.
+
+    .. math::
+
+        k_n = \mathrm{KL}(\pi_n\|\pi_{ref}),\quad
+        \mathrm{KL}(\pi^*_{\beta_n}\|\pi_{ref}) = k_n,\quad
+        \big(H(\pi_n),\; H(\pi^*_{\beta_n})\big)
+
+    Parameters
+    ----------
+    ref, reward : array_like
+        One problem: 1-D probabilities and finite rewards of the same length.
+    ns : int or array_like of int
+        Sample counts, integers ``>= 1``, any shape.
+
+    Returns
+    -------
+    BestOfNDiversity
+        Named tuple ``(n, kl, beta, best_of_n_entropy, optimal_entropy,
+        best_of_n_effective_support, optimal_effective_support)``, each of the
+        shape of ``ns``; ``beta`` is ``inf`` at ``n = 1``.
+
+    Raises
+    ------
+    ValueError
+        For a ``ref`` that is not 1-D, and as in
+        :func:`klpolicy.best_of_n.best_of_n_policy`.
+
+    Notes
+    -----
+    With a uniform reference the two entropies are equal at every ``n``:
+    :math:`H(\pi) = \log n - \mathrm{KL}(\pi\|u)` for every :math:`\pi`. With
+    two reward levels they are equal too (at a given KL the law of the level is
+    fixed and both policies are proportional to the reference within a level).
+    Otherwise they differ: best-of-n is a tilt of the reference by a function of
+    the reward's *rank* (:math:`\pi_n/\pi_{ref}` depends on the CDF), the optimum
+    by the reward's *value*. The exact law comes from
+    :func:`klpolicy.best_of_n.best_of_n_policy`, the matching ``beta`` from
+    :func:`klpolicy.beta_for_kl`.
+
+    References
+    ----------
+    .. [1] Beirami et al., "Theoretical guarantees on the best-of-n alignment
+       policy", 2024, arXiv:2401.01879.
+    .. [2] Gui, Garbacea and Veitch, "BoNBoN Alignment for Large Language Models
+       and the Sweetness of Best-of-n Sampling", 2024, arXiv:2406.00832.
+
+    Examples
+    --------
+    >>> from klpolicy.diversity import best_of_n_diversity
+    >>> d = best_of_n_diversity([0.5, 0.3, 0.2], [0.0, 1.0, 2.0], [1, 4])
+    >>> d.best_of_n_entropy.round(4), d.optimal_entropy.round(4)
+    (array([1.0297, 0.8517]), array([1.0297, 0.8565]))
+    """
+    ref_a, rew_a = _prepare(ref, reward, -1)
+    if ref_a.ndim != 1:
+        raise ValueError(f"`ref` must be 1-D (one problem); got shape {np.shape(ref)}")
+    nn = V.as_positive_int_array("n", ns)
+    flat = nn.reshape(-1)
+    pis = np.stack([best_of_n_policy(ref_a, rew_a, int(k)) for k in flat])
+    kls = np.array([float(best_of_n_kl(ref_a, rew_a, int(k))) for k in flat])
+    betas = np.atleast_1d(np.asarray(beta_for_kl(ref_a, rew_a, kls), dtype=np.float64))
+    h_bon = _entropy_last(pis)
+    m = flat.size
+    t = _tilt(
+        np.broadcast_to(ref_a, (m, ref_a.size)),
+        np.broadcast_to(rew_a, (m, ref_a.size)),
+        betas[:, None],
+    )
+    h_opt = _entropy_last(t.pi)
+    shape = nn.shape
+    return BestOfNDiversity(
+        n=nn.astype(np.int64),
+        kl=kls.reshape(shape),
+        beta=betas.reshape(shape),
+        best_of_n_entropy=h_bon.reshape(shape),
+        optimal_entropy=h_opt.reshape(shape),
+        best_of_n_effective_support=np.exp(h_bon).reshape(shape),
+        optimal_effective_support=np.exp(h_opt).reshape(shape),
+    )
