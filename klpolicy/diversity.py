@@ -369,12 +369,19 @@ def entropy_slope(
     t = _tilt(ref_a, rew_a, b)
     support = t.pi > 0
     finite = (b > 0) & np.isfinite(b)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        logpi = np.where(support, np.log(np.where(support, t.pi, 1)), 0)
-        h = -np.sum(t.pi * logpi, axis=-1, keepdims=True)
-        cov = np.sum(t.pi * (logpi + h) * (rew_a - t.mean), axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # Cov(log ref, r) + Var(r)/beta, with log ref shifted by its largest value on the
+        # support (a uniform reference gives exact zeros) and Var summed from squares >= 0
+        logref = np.log(np.where(support, ref_a, 1))
+        d = np.where(
+            support, logref - np.max(np.where(support, logref, -np.inf), -1, keepdims=True), 0
+        )
+        dr = rew_a - t.mean
+        dd = d - np.sum(t.pi * d, axis=-1, keepdims=True)
+        cov = np.sum(t.pi * dd * dr, axis=-1, keepdims=True)
+        var = np.sum(t.pi * dr * dr, axis=-1, keepdims=True)
         bs = np.where(finite, b, 1)
-        slope = np.where(finite, cov / (bs * bs), 0)
+        slope = np.where(finite, cov / (bs * bs) + var / (bs * bs * bs), 0)
     return slope[..., 0].astype(ref_a.dtype)[()]
 
 

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from scipy.special import logsumexp, softmax
 
 from klpolicy import kl_divergence, objective, optimal_kl, optimal_policy, soft_value
+from klpolicy.best_of_n import best_of_n_kl, best_of_n_policy
 from klpolicy.divergences import entropy
 from klpolicy.diversity import (
+    best_of_n_diversity,
     diversity_curve,
     entropy_slope,
     expected_distinct,
@@ -153,6 +155,58 @@ def test_diversity_curve_by_kl_matches_by_beta():
     np.testing.assert_allclose(by_beta.entropy, by_kl.entropy, rtol=1e-14)
     np.testing.assert_allclose(by_beta.effective_support, np.exp(by_beta.entropy), rtol=1e-15)
     assert diversity_curve(ref, r, beta=2.0).entropy.shape == ()
+
+
+# --- best-of-n at equal KL ----------------------------------------------------------
+
+
+def test_best_of_n_diversity_by_hand():
+    # ref (0.5, 0.3, 0.2), rewards (0, 1, 2), n = 2: the best of two draws has law
+    # P(2) = 1 - 0.8^2, P(1) = 0.8^2 - 0.5^2, P(0) = 0.5^2
+    ref, r = [0.5, 0.3, 0.2], [0.0, 1.0, 2.0]
+    law = np.array([0.25, 0.64 - 0.25, 1 - 0.64])
+    d = best_of_n_diversity(ref, r, [1, 2])
+    h = -np.sum(law * np.log(law))
+    kl = float(np.sum(law * np.log(law / np.array(ref))))
+    assert d.best_of_n_entropy[1] == pytest.approx(h, rel=1e-14)
+    assert d.kl[1] == pytest.approx(kl, rel=1e-13)
+    assert float(optimal_kl(ref, r, d.beta[1])) == pytest.approx(kl, rel=1e-12)
+    assert d.optimal_entropy[1] == pytest.approx(
+        float(mp_opt_entropy(ref, r, d.beta[1])), rel=1e-12
+    )
+    # n = 1 is the reference for both
+    assert d.beta[0] == np.inf
+    assert d.best_of_n_entropy[0] == pytest.approx(float(entropy(ref)), rel=1e-15)
+    assert d.optimal_entropy[0] == pytest.approx(float(entropy(ref)), rel=1e-15)
+    np.testing.assert_allclose(d.best_of_n_effective_support, np.exp(d.best_of_n_entropy))
+
+
+def test_best_of_n_diversity_equal_for_uniform_reference_and_two_levels(rng):
+    ns = np.array([1, 2, 3, 8, 32])
+    r = rng.normal(size=6)
+    d = best_of_n_diversity(np.full(6, 1 / 6), r, ns)
+    np.testing.assert_allclose(d.best_of_n_entropy, d.optimal_entropy, rtol=1e-11)
+    np.testing.assert_allclose(d.best_of_n_entropy, np.log(6) - d.kl, rtol=1e-12)
+    ref2 = rng.dirichlet(np.ones(5))
+    d2 = best_of_n_diversity(ref2, [0.0, 1.0, 1.0, 0.0, 1.0], ns)
+    np.testing.assert_allclose(d2.best_of_n_entropy, d2.optimal_entropy, rtol=1e-10)
+    # and matches the best-of-n module directly
+    for k, n in enumerate(ns):
+        assert d2.kl[k] == pytest.approx(float(best_of_n_kl(ref2, [0, 1, 1, 0, 1], n)), rel=1e-15)
+        assert d2.best_of_n_entropy[k] == pytest.approx(
+            float(entropy(best_of_n_policy(ref2, [0, 1, 1, 0, 1], n))), rel=1e-14
+        )
+
+
+def test_best_of_n_diversity_differs_for_a_general_reference():
+    ref = 1 / np.arange(1, 11)
+    ref /= ref.sum()
+    r = np.random.default_rng(0).normal(size=10)
+    d = best_of_n_diversity(ref, r, [2, 4, 16, 64])
+    # numbers quoted in docs/derivations/diversity.md, section 4
+    assert d.best_of_n_entropy[0] < d.optimal_entropy[0] - 0.1
+    assert d.best_of_n_entropy[2] > d.optimal_entropy[2]
+    assert d.kl.shape == (4,) and d.n.tolist() == [2, 4, 16, 64]
 
 
 # --- distinct samples ------------------------------------------------------------
@@ -304,6 +358,14 @@ BAD = [
     ),
     (lambda: optimal_entropy([0.5, 0.5], [1.0, np.nan], 1.0), "`reward` must be finite; found nan"),
     (lambda: entropy_slope([0.5, 0.5], [1.0, 0.0], -1.0), "`beta` must be non-negative; found -1"),
+    (
+        lambda: best_of_n_diversity([[0.5, 0.5]], [1.0, 0.0], 2),
+        "`ref` must be 1-D (one problem); got shape (1, 2)",
+    ),
+    (
+        lambda: best_of_n_diversity([0.5, 0.5], [1.0, 0.0], [2, 0]),
+        "`n` must be an integer >= 1; found 0 at index (1,)",
+    ),
     (
         lambda: kl_decomposition([0.5, 0.5], [0.2, 0.2, 0.6]),
         "`ref` must have the same size as `pi` along the probability axis; got 3 and 2",
