@@ -341,8 +341,8 @@ def simulate(
     instant response a controller whose fixed point has KL equal to its
     target settles on :func:`klpolicy.beta_for_kl`; with ``measure="after"``
     and ``lag=0``, ``kl[t]`` is exactly ``optimal_kl(ref, reward, beta[t])``.
-    A coefficient of 0 gives the greedy policy (:math:`\theta = \infty`); with ``lag > 0`` the lagged
-    logits then stay infinite, as a trainer pushed to a deterministic policy
+    A coefficient of 0 gives the greedy policy (:math:`\theta = \infty`); with
+    ``lag > 0`` the lagged logits then stay infinite, as a trainer pushed to a deterministic policy
     would. The k1 estimate is unbiased with variance
     :math:`\mathrm{Var}_{\pi_t}(\log\pi_t/\pi_{ref})/n`, and can be negative.
 
