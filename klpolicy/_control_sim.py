@@ -193,7 +193,7 @@ def _run(
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"controller {i} set its coefficient to {beta[i]!r} at step {t}; "
+                f"controller {i} set its coefficient to {float(beta[i])!r} at step {t}; "
                 "a KL coefficient must be non-negative"
             )
         if after:
@@ -593,9 +593,9 @@ def stability_region(
     if lag_a.ndim != 1 or hor_a.ndim != 1:
         raise ValueError("`lags` and `horizons` must be 1-D")
     for x in lag_a:
-        V.as_unit_interval("lags", x)
+        V.as_unit_interval("lags", float(x))
     steps, n_steps, _, _, _, settle_tol = _common(steps, n_steps, 0.0, None, 1.0, settle_tol)
-    ctrls = [AdaptiveKLController(init_kl_coef, tgt, h) for _ in lag_a for h in hor_a]
+    ctrls = [AdaptiveKLController(init_kl_coef, tgt, float(h)) for _ in lag_a for h in hor_a]
     eta = kl_elasticity(ref_a, rew_a, float(beta_for_kl(ref_a, rew_a, tgt)))
     lags_b = np.repeat(lag_a, hor_a.size)
     out = _run(
