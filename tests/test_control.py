@@ -596,3 +596,21 @@ SIM_BAD = [
 def test_bad_simulation_arguments(call, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         call()
+
+
+@pytest.mark.parametrize(
+    ("gain", "measure", "settles"),
+    [(0.9, "before", True), (1.1, "before", False), (1.9, "after", True), (2.1, "after", False)],
+)
+def test_lagrangian_stability_threshold(gain, measure, settles):
+    # linearised: delta_{t+1} = delta_t - lr kappa delta_{t-1} (before) or (1 - lr kappa) delta_t
+    # (after), kappa = Var_pi*(r) / beta*^3: stable iff lr kappa < 1 (before) or < 2 (after)
+    target = 0.4
+    beta_star = float(kp.beta_for_kl(REF, REW, target))
+    pi = kp.optimal_policy(REF, REW, beta_star)
+    kappa = float(pi @ (REW - pi @ REW) ** 2) / beta_star**3
+    c = LagrangianKLController(beta_star * 1.01, target, gain / kappa)
+    tr = simulate(c, REF, REW, steps=400, measure=measure)
+    assert (tr.settle_time < math.inf) == settles
+    if settles:
+        assert tr.beta[-1] == pytest.approx(beta_star, rel=1e-9)
