@@ -614,3 +614,16 @@ def test_lagrangian_stability_threshold(gain, measure, settles):
     assert (tr.settle_time < math.inf) == settles
     if settles:
         assert tr.beta[-1] == pytest.approx(beta_star, rel=1e-9)
+
+
+def test_zero_reference_mass_stays_off_the_support():
+    # outcome 2 has no reference mass and the best reward: it must never be sampled or counted
+    ref, rew = [0.6, 0.4, 0.0], [1.0, 0.0, 5.0]
+    target = 0.2
+    tr = simulate(AdaptiveKLController(1.0, target, 4.0), ref, rew, steps=300)
+    assert tr.beta[-1] == pytest.approx(kp.beta_for_kl(ref, rew, target), rel=1e-10)
+    noisy = simulate(
+        AdaptiveKLController(1.0, target, 4.0), ref, rew, steps=50, kl_samples=50, rng=3
+    )
+    assert np.all(np.isfinite(noisy.kl_measured))
+    assert np.all(noisy.kl <= kp.max_kl(ref, rew) + 1e-15)
