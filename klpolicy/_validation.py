@@ -409,3 +409,62 @@ def as_logprobs(
                 "klpolicy never renormalises silently"
             )
     return arr
+
+
+# --------------------------------------------------------------------------------------
+# control.py: KL-coefficient controllers and their simulation
+# --------------------------------------------------------------------------------------
+
+
+def as_nonnegative_scalar(name: str, x: Any) -> float:
+    """A single finite real number >= 0 (e.g. a fixed KL coefficient)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    return v
+
+
+def as_factor(name: str, x: Any) -> float:
+    """A single finite real number strictly above 1 (a dead-zone band or a multiplier)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}") from None
+    if not np.isfinite(v) or v <= 1:
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    return v
+
+
+def as_kl_measurement(name: str, x: Any) -> float:
+    """A measured (possibly estimated, hence possibly negative) KL: any finite real number."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a finite real number (a KL in nats); got {x!r}"
+        ) from None
+    if not np.isfinite(v):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {v!r}")
+    return v
+
+
+def as_unit_interval(name: str, x: Any) -> float:
+    """A single real number in [0, 1) (e.g. the lag of a first-order filter)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}") from None
+    if not (0 <= v < 1):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    return v
