@@ -18,12 +18,12 @@ from typing import Any
 import matplotlib
 
 matplotlib.use(matplotlib.get_backend())  # keep the user's backend; Agg when headless
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from numpy.typing import ArrayLike  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from numpy.typing import ArrayLike
 
-from . import closed_form as _cf  # noqa: E402
-from . import _validation as V  # noqa: E402
+from . import _validation as V
+from . import closed_form as _cf
 
 __all__ = [
     "OKABE_ITO",
@@ -405,7 +405,9 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     kl = np.asarray(trace.kl, dtype=float)
     beta = np.asarray(trace.beta, dtype=float)
     if kl.shape != beta.shape:
-        raise ValueError(f"`trace.kl` and `trace.beta` must have one shape; got {kl.shape} and {beta.shape}")
+        raise ValueError(
+            f"`trace.kl` and `trace.beta` must have one shape; got {kl.shape} and {beta.shape}"
+        )
     target = getattr(trace, "target", None) if target is None else target
     ax = _axes(ax)
     steps = np.arange(kl.size)
@@ -489,7 +491,14 @@ def estimator_histograms(
     ax = _axes(ax)
     for i, name in enumerate(estimators):
         vals = getattr(est, name)(logp, logq)
-        ax.hist(vals, bins=bins, histtype="step", linewidth=2, label=f"{name} (mean {vals.mean():.3f})", **_style(i))
+        ax.hist(
+            vals,
+            bins=bins,
+            histtype="step",
+            linewidth=2,
+            label=f"{name} (mean {vals.mean():.3f})",
+            **_style(i),
+        )
     ax.axvline(float(kl_divergence(p_a, q_a)), color="black", linestyle=":", label="true KL")
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
@@ -503,7 +512,12 @@ def fixed_points(
     reward: ArrayLike,
     *,
     betas: ArrayLike | None = None,
-    combos: Sequence[tuple[str, str]] = (("k1", "reward"), ("k2", "loss"), ("k3", "loss"), ("k1", "loss")),
+    combos: Sequence[tuple[str, str]] = (
+        ("k1", "reward"),
+        ("k2", "loss"),
+        ("k3", "loss"),
+        ("k1", "loss"),
+    ),
     ax=None,
 ):
     r"""Where on-policy training converges for each estimator placement, against beta.
@@ -551,8 +565,18 @@ def fixed_points(
     exact = _cf.frontier(ref, reward, grid).expected_reward
     ax.plot(grid, exact, label="π*_β (exact)", color="black", linewidth=3.5, alpha=0.35)
     for i, (e, place) in enumerate(combos):
-        vals = [float(np.dot(est.fixed_point(ref, reward, b, estimator=e, placement=place), r)) for b in grid]
-        ax.plot(grid, vals, label=f"{e} in the {place}", marker=_MARKERS[i % 7], markevery=max(1, grid.size // 8), **_style(i))
+        vals = [
+            float(np.dot(est.fixed_point(ref, reward, b, estimator=e, placement=place), r))
+            for b in grid
+        ]
+        ax.plot(
+            grid,
+            vals,
+            label=f"{e} in the {place}",
+            marker=_MARKERS[i % 7],
+            markevery=max(1, grid.size // 8),
+            **_style(i),
+        )
     ax.set_xscale("log")
     ax.set_xlabel("β (log scale)")
     ax.set_ylabel("E[r] at convergence")
