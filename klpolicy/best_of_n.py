@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
 from ._numerics import kl_terms
-from .closed_form import _prepare, beta_for_kl, optimal_policy
+from .closed_form import _prepare, beta_for_kl, max_kl, optimal_policy
 
 __all__ = [
     "BestOfNComparison",
@@ -602,14 +602,16 @@ def best_of_n_for_kl(
     ValueError
         For a negative, NaN or infinite ``kl``; and for a budget at or above
         the supremum of the best-of-n KL, :math:`-\log \pi_{ref}(\arg\max r)`
-        (:func:`klpolicy.max_kl`), which every ``n`` stays below, so that no
-        largest ``n`` exists; also when the answer would exceed 2**53.
+        (:func:`klpolicy.max_kl`), which every ``n`` stays below (checked by
+        the property tests), so that no largest ``n`` exists; also when the
+        answer would exceed 2**53.
 
     Notes
     -----
-    :math:`\mathrm{KL}(\pi_n\|\pi_{ref})` increases with ``n`` (strictly,
-    unless the reward is constant on the support) towards the greedy KL. The
-    search doubles ``n`` until the budget is exceeded, then bisects on
+    The search assumes that :math:`\mathrm{KL}(\pi_n\|\pi_{ref})` does not decrease
+    with ``n``; it tends to the greedy KL from below. That monotonicity is
+    checked by property tests on random references with ties, not proven here.
+    The search doubles ``n`` until the budget is exceeded, then bisects on
     integers: :math:`O(\log n)` evaluations of :math:`O(V)` after one sort,
     all rows together.
 
@@ -733,9 +735,8 @@ def best_of_n_vs_optimal(
     -----
     The inequality holds because :math:`\pi^*_\beta` maximises
     :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`: any
-    policy with the same KL has no more reward. Best-of-n is close to the
-    frontier (Beirami et al. and Gui et al. quantify the gap), and equal at
-    ``n = 1`` and for two reward levels only at the ends.
+    policy with the same KL has no more reward. Equality holds at ``n = 1``;
+    Beirami et al. and Gui et al. study how close best-of-n comes.
 
     References
     ----------
@@ -752,7 +753,8 @@ def best_of_n_vs_optimal(
     """
     curve = best_of_n_curve(ref, reward, ns, axis=axis)
     ref_a, rew_a, _ = _setup(ref, reward, axis)
-    kl = np.minimum(curve.kl.astype(np.float64), np.inf)
+    # KL_n < max_kl mathematically; clip rounding at huge n so beta_for_kl accepts it
+    kl = np.minimum(curve.kl.astype(np.float64), max_kl(ref_a, rew_a))
     beta = np.asarray(beta_for_kl(ref_a, rew_a, kl))
     pi = optimal_policy(ref_a, rew_a, beta[..., None])
     opt = np.sum(pi * rew_a, axis=-1).reshape(curve.kl.shape)

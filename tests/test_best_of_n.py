@@ -234,6 +234,8 @@ def test_bound_holds_and_kl_monotone(prob, n):
     assert c.kl[0] <= c.kl[1] + 1e-14  # KL non-decreasing in n
     assert c.expected_reward[0] <= c.expected_reward[1] + 1e-13
     assert c.kl[1] < klpolicy.max_kl(ref, reward) + 1e-12
+    # Beirami et al.: the win rate against the reference is at most n / (n + 1)
+    assert np.all(c.win_rate <= np.array([n, n + 1]) / np.array([n + 1, n + 2]) + 1e-14)
 
 
 def test_bound_tight_for_continuous_reference():
@@ -362,6 +364,30 @@ def test_for_kl_values_and_batch():
     n = int(best_of_n_for_kl([1e-6, 1 - 1e-6], [1.0, 0.0], 13.0))
     assert best_of_n_kl([1e-6, 1 - 1e-6], [1.0, 0.0], n) <= 13.0
     assert best_of_n_kl([1e-6, 1 - 1e-6], [1.0, 0.0], n + 1) > 13.0
+
+
+def test_curve_shapes_and_batch_for_kl():
+    rng = np.random.default_rng(5)
+    ref = rng.dirichlet(np.ones(7), size=3)
+    reward = rng.integers(0, 4, size=(3, 7)).astype(float)
+    grid = np.array([[1, 2], [8, 64]])
+    c = best_of_n_curve(ref, reward, grid)
+    assert c.kl.shape == (2, 2, 3) and c.n.shape == (2, 2, 3)
+    for i in range(2):
+        for j in range(2):
+            for row in range(3):
+                n = int(grid[i, j])
+                assert c.kl[i, j, row] == pytest.approx(
+                    best_of_n_kl(ref[row], reward[row], n), rel=1e-14, abs=1e-300
+                )
+                assert c.win_rate[i, j, row] == pytest.approx(
+                    best_of_n_win_rate(ref[row], reward[row], n), rel=1e-14
+                )
+    budgets = 0.5 * np.asarray(klpolicy.max_kl(ref, reward))
+    out = best_of_n_for_kl(ref, reward, budgets)
+    assert out.shape == (3,)
+    for row in range(3):
+        assert out[row] == best_of_n_for_kl(ref[row], reward[row], budgets[row])
 
 
 @given(problems, st.integers(1, 200))
