@@ -10,10 +10,15 @@ from hypothesis import strategies as st
 
 from klpolicy.divergences import cross_entropy, effective_support, entropy, kl_divergence
 
+
 # mpmath recipe: mp.mp.dps = 50; each float entry x is converted exactly with
 # mp.mpf(x); H = -sum_{p>0} p log p and CE = -sum_{p>0} p log q, summed in mpmath
 # (no renormalisation: the functions use the entries as given).
-mp.mp.dps = 50
+@pytest.fixture(autouse=True)
+def _mp_precision():
+    """mpmath at 50 digits inside each test only: never change the global precision."""
+    with mp.workdps(50):
+        yield
 
 
 def mp_entropy(p):

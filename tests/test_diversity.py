@@ -25,9 +25,14 @@ from klpolicy.diversity import (
     optimal_entropy,
 )
 
+
 # mpmath recipe: mp.mp.dps = 50; pi*(y) = ref(y) exp(r(y)/beta) / sum(...) with every
 # float converted exactly by mp.mpf; H = -sum pi log pi; dH/dbeta by mp.diff.
-mp.mp.dps = 50
+@pytest.fixture(autouse=True)
+def _mp_precision():
+    """mpmath at 50 digits inside each test only: never change the global precision."""
+    with mp.workdps(50):
+        yield
 
 
 def mp_tilt(ref, r, beta):
