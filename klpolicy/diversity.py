@@ -28,6 +28,7 @@ from . import _validation as V
 from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import _prepare, _setup, _tilt, beta_for_kl
 from .divergences import _cross_entropy_last, _entropy_last, _kl_last, _pair
+from .sequences import joint
 
 __all__ = [
     "BestOfNDiversity",
@@ -517,34 +518,6 @@ def expected_distinct(
     return terms.sum(axis=-1).astype(V.result_dtype(pa))[()]
 
 
-def _joint(conditionals) -> NDArray[np.float64]:
-    """Joint law of a token tree, shape (V,)*T, after validating every level.
-
-    A private stand-in for ``klpolicy.sequences.joint`` (issue 3), which this
-    module will call once that branch is merged.
-    """
-    if isinstance(conditionals, np.ndarray) or not isinstance(conditionals, (list, tuple)):
-        raise ValueError(
-            "`conditionals` must be a list of arrays, conditionals[t] of shape (V,)*(t+1); "
-            f"got {type(conditionals).__name__}"
-        )
-    if len(conditionals) == 0:
-        raise ValueError("`conditionals` must not be empty")
-    joint = None
-    vocab = None
-    for t, c in enumerate(conditionals):
-        name = f"conditionals[{t}]"
-        arr = V.as_float_array(name, c)
-        if vocab is None:
-            vocab = arr.shape[-1] if arr.ndim else 0
-        want = (vocab,) * (t + 1)
-        if arr.shape != want:
-            raise ValueError(f"`{name}` must have shape {want}; got {arr.shape}")
-        arr = V.as_probabilities(name, arr).astype(np.float64)
-        joint = arr if joint is None else joint[..., None] * arr
-    return joint
-
-
 def expected_distinct_sequences(conditionals, k: int) -> float:
     r"""Expected number of distinct sequences among ``k`` samples of a token tree.
 
@@ -575,7 +548,8 @@ def expected_distinct_sequences(conditionals, k: int) -> float:
 
     Notes
     -----
-    The joint (``V**T`` entries) is formed explicitly, so this is for trees
+    The joint (``V**T`` entries) is formed explicitly by
+    :func:`klpolicy.sequences.joint`, so this is for trees
     small enough to enumerate. For the optimal policy on sequences, whose joint
     is :math:`\pi_{ref}(y)e^{R(y)/\beta}/Z`, pass
     ``optimal_policy(joint.ravel(), R.ravel(), beta)`` to
@@ -596,8 +570,8 @@ def expected_distinct_sequences(conditionals, k: int) -> float:
     >>> round(float(expected_distinct_sequences([c0, c1], 2)), 6)  # joint 0.5, 0, 0.25, 0.25
     1.625
     """
-    joint = _joint(conditionals)
-    return float(expected_distinct(joint.reshape(-1), k))
+    p = joint(conditionals).astype(np.float64)
+    return float(expected_distinct(p.reshape(-1), k))
 
 
 def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> BestOfNDiversity:

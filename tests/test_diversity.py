@@ -325,12 +325,16 @@ BAD = [
     (lambda: expected_distinct([0.5, 0.6], 2), "`p` must sum to 1 along axis -1; it sums to 1.1"),
     (
         lambda: expected_distinct_sequences(np.array([0.5, 0.5]), 2),
-        "`conditionals` must be a list of arrays, conditionals[t] of shape (V,)*(t+1); got ndarray",
+        "`conditionals` must be a non-empty list of arrays, conditionals[t] of shape (V,)*(t+1); "
+        "got ndarray",
     ),
-    (lambda: expected_distinct_sequences([], 2), "`conditionals` must not be empty"),
+    (
+        lambda: expected_distinct_sequences([], 2),
+        "`conditionals` must be a non-empty list of arrays; got an empty list",
+    ),
     (
         lambda: expected_distinct_sequences([GOOD[0], np.array([[1.0, 0.0]])], 2),
-        "`conditionals[1]` must have shape (2, 2); got (1, 2)",
+        "`conditionals[1]` must have shape (2, 2) (vocabulary 2, position 1); got shape (1, 2)",
     ),
     (
         lambda: expected_distinct_sequences([GOOD[0], np.array([[1.0, 0.0], [0.7, 0.7]])], 2),
