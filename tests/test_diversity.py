@@ -354,6 +354,22 @@ BAD = [
         "`beta` must be non-negative; found -2 at index (1,)",
     ),
     (
+        lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=-1.0),
+        "`beta` must be non-negative; found -1",
+    ),
+    (
+        lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=[[1.0, np.nan]]),
+        "`beta` must be non-negative; found nan at index (0, 1)",
+    ),
+    (
+        lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta="big"),
+        "`beta` must be a real number or array; got 'big'",
+    ),
+    (
+        lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=[]),
+        "`beta` must not be empty; got shape (0,)",
+    ),
+    (
         lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], kl=[1.0]),
         "`kl` = 1 is above the largest KL reachable",
     ),
