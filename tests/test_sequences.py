@@ -126,7 +126,6 @@ def test_beta_inf_is_the_reference_and_value_is_the_mean_return():
 
 def test_soft_value_against_mpmath_with_large_rewards_and_small_beta():
     # Recipe: mp.mp.dps = 50; V0 = beta * log(sum_y ref(y) exp(R(y)/beta)) over the 9 leaves.
-    ref = [np.array([0.3, 0.7]), np.array([[0.2, 0.8], [0.6, 0.4]])]
     ref = [np.array([0.3, 0.5, 0.2]), np.array([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0], [1 / 3] * 3])]
     reward = np.array([[800.0, 799.5, -3.0], [801.0, 100.0, 900.0], [0.0, 1.0, 2.0]])
     beta = 0.05
