@@ -90,7 +90,14 @@ def _grad(th, ref, rew, b, name, placement):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ell = np.where(pi > 0, logpi - np.log(ref), 0)
         if placement == "reward":
-            return _centre(pi, rew - b * _k(name, ell))
+            # pi * R with pi * k evaluated so that rare actions (ref/pi huge) stay finite:
+            # for k3, pi * (e^{-l} - 1 + l) = ref - pi + pi * l
+            if name == "k3":
+                pk = np.where(ell < -1, ref - pi + pi * ell, pi * expm1mx(-ell))
+            else:
+                pk = pi * _k(name, ell)
+            pr = np.where(pi > 0, pi * rew - b * pk, 0)
+            return pr - pi * np.sum(pr, axis=-1, keepdims=True)
         g = _centre(pi, rew)
         if name == "k1":
             return g  # k' = 1: E_pi[grad log pi] = 0
@@ -340,8 +347,8 @@ def gradient_flow(
     Notes
     -----
     Use it to watch the placements that :func:`fixed_point` refuses: with k2
-    or k3 in the reward the probability of some actions decays towards zero
-    (like ``1/t``) and the support shrinks.
+    or k3 in the reward the probability of some actions keeps decaying towards
+    zero and the support shrinks.
 
     References
     ----------
@@ -454,7 +461,7 @@ def fixed_point(
     \log\tfrac{1}{4p(1-p)}` (k2, :math:`p = \pi_1`) stays above
     :math:`r_1 - r_2 > 0` for every :math:`p > 1/2`, so training goes to the
     greedy vertex at every ``beta``. In general the expected-gradient flow
-    from the reference drives some probabilities to zero (like ``1/t``) and
+    from the reference drives some probabilities to zero and
     where it ends depends on the path, so no fixed point is returned;
     :func:`gradient_flow` simulates it. At ``beta = 0`` every placement is
     plain reward maximisation and the greedy policy is returned.

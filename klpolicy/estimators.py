@@ -382,12 +382,20 @@ def full_kl(logp_all: ArrayLike, logq_all: ArrayLike, *, axis: int = -1):
 # ---------------------------------------------------------------------------
 
 
-def _log_ratio(p: NDArray, q: NDArray) -> NDArray:
-    """``log(p/q)`` on p's support, to full relative precision when p ~ q (0 off it)."""
+def _normalised(p: NDArray, q: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+    """``p/sum(p)``, ``q/sum(q)`` and their log-ratio on p's support (``+inf`` where q = 0).
+
+    The log-ratio is ``log1p((p - q)/q) - log1p(sum(p - q)/sum(q))``, so that
+    nearly equal rows keep full relative precision even though their sums
+    differ from one by a few ulp (as in :func:`klpolicy.kl_divergence`).
+    """
+    wp, wq = p.sum(-1, keepdims=True), q.sum(-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = (p - q) / q
         ell = np.where(np.isfinite(ratio), np.log1p(ratio), np.log(p) - np.log(q))
-    return np.where(p > 0, ell, 0)
+        ell = ell - np.log1p(np.sum(p - q, -1, keepdims=True) / wq)
+        ell = np.where(p > 0, np.where(q > 0, ell, np.inf), 0)
+    return p / wp, q / wq, ell
 
 
 def _weighted_moments(w: NDArray, k: NDArray) -> tuple[NDArray, NDArray]:
@@ -472,17 +480,15 @@ def moments(
     [(0.143841, 0.301737), (0.161214, 0.006243), (0.143841, 0.002431)]
     """
     name, pa, qa, c, lc = _setup(p, q, estimator, axis, clip, log_ratio_clip)
-    ell = _log_ratio(pa, qa)
-    with np.errstate(over="ignore", invalid="ignore"):
-        ell = np.where(pa > 0, np.where(qa > 0, ell, np.inf), 0)
+    pn, _, ell = _normalised(pa, qa)
     k = _values(name, ell, c, lc)
-    mean, var = _weighted_moments(pa, k)
+    mean, var = _weighted_moments(pn, k)
     if name == "k1" and c is None and lc is None:
         mean = _kl_last(pa, qa)
         with np.errstate(invalid="ignore"):
-            dev = np.where(pa > 0, k - mean[..., None], 0)
+            dev = np.where(pn > 0, k - mean[..., None], 0)
             var = np.where(
-                np.isfinite(mean), np.sum(np.where(pa > 0, pa * dev * dev, 0), -1), np.inf
+                np.isfinite(mean), np.sum(np.where(pn > 0, pn * dev * dev, 0), -1), np.inf
             )
     return mean[()], var[()]
 
@@ -552,7 +558,7 @@ def bias(
         mean, _ = moments(pa, qa, name, clip=c, log_ratio_clip=lc)
         with np.errstate(invalid="ignore"):
             return np.where(np.isfinite(kl), mean - kl, np.where(np.isfinite(mean), -np.inf, 0))[()]
-    ell = _log_ratio(pa, qa)
+    pa, qa, ell = _normalised(pa, qa)
     q_out = np.sum(np.where(pa > 0, 0, qa), -1)
     if name == "k1":
         out = np.zeros_like(kl)
@@ -626,9 +632,7 @@ def sample_estimates(
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a numpy.random.Generator or an int seed; got {rng!r}")
-    ell = _log_ratio(pa, qa)
-    with np.errstate(over="ignore"):
-        ell = np.where(qa > 0, ell, np.inf)
+    _, _, ell = _normalised(pa, qa)
     k = _values(name, ell, c, lc)
     batch = pa.shape[:-1]
     flat_p = pa.reshape(-1, pa.shape[-1]).astype(np.float64)
@@ -726,10 +730,11 @@ def off_policy_moments(
     qa, ma = V.broadcast_pair("q", qa, "mu", ma)
     pa = np.broadcast_to(pa, ma.shape)
     ma = ma.astype(pa.dtype, copy=False)
-    ell = _log_ratio(pa, qa)
+    pa, qa, ell = _normalised(pa, qa)
+    ma = ma / ma.sum(-1, keepdims=True)
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         # samples where p = 0: logp = -inf, so l = -inf (k1 -inf, k2 and k3 +inf)
-        ell = np.where(pa > 0, np.where(qa > 0, ell, np.inf), np.where(qa > 0, -np.inf, 0))
+        ell = np.where(pa > 0, ell, np.where(qa > 0, -np.inf, 0))
         k = _values(name, ell, None, None)
         if weighted:
             w = np.where(ma > 0, pa / np.where(ma > 0, ma, 1), 0)
@@ -799,6 +804,19 @@ def off_policy_bias(
     kl, mean = np.broadcast_arrays(kl, np.asarray(mean))
     with np.errstate(invalid="ignore"):
         out = np.where(np.isinf(kl) & np.isinf(mean), 0, mean - kl)
+    if weighted:
+        # E_mu[(p/mu) k] = E_p[k] - sum_{mu = 0} p k: the on-policy bias (exact) minus
+        # the mass never sampled, free of the rounding in ``mean - kl``
+        ma = V.as_probabilities("mu", mu, axis)
+        pb, ma = V.broadcast_pair("p", pa, "mu", ma)
+        qb, _ = V.broadcast_pair("q", qa, "mu", ma)
+        pb, qb = np.broadcast_to(pb, ma.shape), np.broadcast_to(qb, ma.shape)
+        pn, _, ell = _normalised(pb, qb)
+        with np.errstate(over="ignore", invalid="ignore"):
+            k = _values(estimator, ell, None, None)
+            missing = np.sum(np.where((ma == 0) & (pn > 0), pn * k, 0), -1)
+            exact = bias(pb, qb, estimator) - missing
+        out = np.where(np.isfinite(exact), exact, out)
     return out[()]
 
 
