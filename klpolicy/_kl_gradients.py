@@ -448,9 +448,10 @@ def fixed_point(
     :math:`\pi_j = \pi_{ref}(j)/(u + d_j)` and :math:`u` is the unique root in
     :math:`[\pi_{ref}(\arg\max r), 1]` of the decreasing function
     :math:`\sum_j \pi_{ref}(j)/(u + d_j) - 1`, found by bisection on
-    :math:`\log u` and polished with Newton steps. This policy has polynomial
-    rather than exponential tails in the reward: it keeps more mass on bad
-    responses than :math:`\pi^*_\beta` at the same ``beta``.
+    :math:`\log u` and polished with Newton steps. It agrees with
+    :math:`\pi^*_\beta` to first order in :math:`1/\beta`, but its tails are
+    polynomial, :math:`u/(u + d_j)`, rather than :math:`e^{-d_j}`: at small
+    ``beta`` it keeps far more mass on bad responses and never becomes greedy.
 
     *k2 and k3 in the reward* (TRL's ``kl_penalty="mse"``, or k3 as a reward).
     Both estimates are large for rare responses (:math:`\ell \ll 0`), and in

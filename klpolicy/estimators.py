@@ -97,12 +97,12 @@ _PER_SAMPLE_DOC = r"""
         ``-inf`` is allowed and gives an infinite estimate. Broadcasts
         against ``logp``.
     clip : float, optional
-        Clamp each estimate to ``[-clip, clip]``, as verl and OpenRLHF do with
+        Clamp each estimate to ``[-clip, clip]``, as verl's ``low_var_kl`` does with
         ``clip = 10`` for k3. Off by default: clamping biases the mean
         downwards (see :func:`bias`, which accepts the same argument).
     log_ratio_clip : float, optional
         Clamp ``logq - logp`` to ``[-log_ratio_clip, log_ratio_clip]`` before
-        evaluating (verl and OpenRLHF use 20 for k3). Off by default; also
+        evaluating (verl uses 20 for k3). Off by default; also
         biased.
 
     Returns
