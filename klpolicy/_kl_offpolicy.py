@@ -111,7 +111,7 @@ def off_policy_moments(
     # a sample where p = 0 gives k1 = -inf: the unweighted k1 mean is then -inf
     neg = np.any((ma > 0) & (vals == -np.inf), -1) & ~np.any((ma > 0) & (vals == np.inf), -1)
     mean = np.where(neg, -np.inf, mean)
-    return mean[()], var[()]
+    return mean.astype(pa.dtype)[()], var.astype(pa.dtype)[()]
 
 
 def off_policy_bias(
@@ -183,4 +183,4 @@ def off_policy_bias(
             missing = np.sum(np.where((ma == 0) & (pn > 0), pn * k, 0), -1)
             exact = _exact_bias(pn, qn, ell, estimator) - missing
         out = np.where(np.isfinite(exact), exact, out)
-    return out[()]
+    return out.astype(pa.dtype)[()]

@@ -340,7 +340,7 @@ def full_kl(logp_all: ArrayLike, logq_all: ArrayLike, *, axis: int = -1):
         p, q = np.exp(lp), np.exp(lq)
         p = p / p.sum(-1, keepdims=True)
         q = q / q.sum(-1, keepdims=True)
-        return _kl_last(p, q)[()]
+        return _kl_last(p, q).astype(dtype)[()]
 
 
 # ---------------------------------------------------------------------------
@@ -421,7 +421,7 @@ def moments(
             var = np.where(
                 np.isfinite(mean), np.sum(np.where(pn > 0, pn * dev * dev, 0), -1), np.inf
             )
-    return mean[()], var[()]
+    return mean.astype(pa.dtype)[()], var.astype(pa.dtype)[()]
 
 
 def bias(
@@ -488,9 +488,10 @@ def bias(
     if c is not None or lc is not None:
         mean, _ = moments(pa, qa, name, clip=c, log_ratio_clip=lc)
         with np.errstate(invalid="ignore"):
-            return np.where(np.isfinite(kl), mean - kl, np.where(np.isfinite(mean), -np.inf, 0))[()]
+            out = np.where(np.isfinite(kl), mean - kl, np.where(np.isfinite(mean), -np.inf, 0))
+        return out.astype(pa.dtype)[()]
     out = _exact_bias(*_normalised(pa, qa), name)
-    return np.where(np.isfinite(kl), out, 0).astype(kl.dtype)[()]
+    return np.where(np.isfinite(kl), out, 0).astype(pa.dtype)[()]
 
 
 def sample_estimates(

@@ -704,3 +704,43 @@ def test_import_does_not_pull_optional_dependencies():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_float32_in_float32_out():
+    f = np.float32
+    p, q = f([0.5, 0.3, 0.2]), f([0.25, 0.25, 0.5])
+    outs = [
+        E.full_kl(np.log(p), np.log(q)),
+        *E.moments(p, q, "k1"),
+        *E.moments(p, q, "k3", clip=1.0),
+        *[E.bias(p, q, k) for k in NAMES],
+        *E.off_policy_moments(p, q, q, "k2"),
+        E.off_policy_bias(p, q, q, "k3"),
+        E.off_policy_bias(p, q, q, "k3", weighted=False),
+        E.sample_estimates(p, q, "k2", 3, 0),
+        E.expected_gradient(np.log(p), q, f([1, 0, 0]), f(1.0), estimator="k3", placement="loss"),
+    ]
+    assert all(np.asarray(o).dtype == np.float32 for o in outs)
+    np.testing.assert_allclose(
+        E.moments(p, q, "k3")[0], E.moments(p.astype(float), q, "k3")[0], rtol=1e-6
+    )
+
+
+@given(
+    st.lists(st.floats(1e-6, 1.0), min_size=2, max_size=6),
+    st.lists(st.floats(-5, 5), min_size=6, max_size=6),
+    st.floats(1e-3, 1e3),
+)
+def test_k3_in_loss_fixed_point_is_stationary_property(weights, rewards, beta):
+    ref = np.array(weights) / np.sum(weights)
+    reward = np.array(rewards[: ref.size])
+    pi = E.fixed_point(ref, reward, beta, estimator="k3", placement="loss")
+    assert np.all(pi > 0) and abs(pi.sum() - 1) < 1e-12
+    g = E.expected_gradient(np.log(pi), ref, reward, beta, estimator="k3", placement="loss")
+    assert np.abs(g).max() < 1e-12 * max(1.0, beta, np.ptp(reward))
+    # and it maximises E[r] - beta KL(ref || pi): no better than pi* on the reverse-KL objective
+    star = klpolicy.optimal_policy(ref, reward, beta)
+    assert (
+        klpolicy.objective(pi, ref, reward, beta)
+        <= klpolicy.objective(star, ref, reward, beta) + 1e-12
+    )
