@@ -415,8 +415,9 @@ def fixed_point(
     reward : array_like
         Finite rewards.
     beta : float or array_like
-        KL coefficient ``>= 0``; ``0`` and ``inf`` give the greedy policy and
-        the reference for every placement with a closed form.
+        KL coefficient ``>= 0``. ``0`` gives the greedy policy for every
+        placement; ``inf`` gives the reference, except for k1 in the loss
+        (greedy at every ``beta``) and k2 or k3 in the reward (refused).
     estimator : {"k1", "k2", "k3"}
         The per-sample KL estimate (``"abs"`` is refused, see Raises).
     placement : {"reward", "loss"}
