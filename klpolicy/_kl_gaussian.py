@@ -21,6 +21,8 @@ __all__ = ["SCHULMAN_2020_TABLE", "GaussianTable", "gaussian_moments", "schulman
 #: Schulman (2020), "Approximating KL Divergence": bias/true and stdev/true of
 #: k1, k2, k3 for q = N(0, 1), p = N(mu, 1), as printed in the post (Monte Carlo
 #: estimates, two or three significant digits): {mu: {estimator: (bias/true, stdev/true)}}.
+#: The bias entries were cross-checked against a secondary summary of the post; the
+#: stdev entries are transcribed and should be re-checked against the post itself.
 SCHULMAN_2020_TABLE = {
     0.1: {"k1": (0.0, 20.0), "k2": (0.002, 1.42), "k3": (0.0, 1.42)},
     1.0: {"k1": (0.0, 2.0), "k2": (0.25, 1.73), "k3": (0.0, 1.7)},
