@@ -69,7 +69,8 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
 
 
 def _softplus(x: NDArray) -> NDArray:
-    return np.logaddexp(0.0, x)
+    with np.errstate(under="ignore"):
+        return np.logaddexp(0.0, x)
 
 
 def _value(g: NDArray, w: NDArray, beta: float) -> float:

@@ -116,8 +116,9 @@ def _margin(pc, pr, rc, rr):
 
 
 def _softplus(x: NDArray) -> NDArray:
-    """log(1 + e^x) without overflow: logaddexp(0, x)."""
-    return np.logaddexp(np.zeros((), x.dtype), x)
+    """log(1 + e^x) without overflow: logaddexp(0, x) (underflow to 0 for x < -745 is exact)."""
+    with np.errstate(under="ignore"):
+        return np.logaddexp(np.zeros((), x.dtype), x)
 
 
 def dpo_loss(
