@@ -93,7 +93,8 @@ def test_dpo_loss_large_margins_stable_and_asymptotic():
         loss = dpo_loss(h, 0.0, 0.0, 0.0, 1.0)
         g = dpo_loss_grad(h, 0.0, 0.0, 0.0, 1.0)
     assert np.all(np.isfinite(loss)) and np.all(np.isfinite(g.policy_chosen))
-    # wrong side: loss = |x| exactly (e^-800 is far below rounding); right side: 0 (underflow of e^-x)
+    # wrong side: loss = |x| exactly (e^-800 is far below rounding);
+    # right side: 0 (e^-x underflows)
     np.testing.assert_array_equal(loss[:3], -h[:3])
     np.testing.assert_array_equal(loss[3:], 0.0)
     np.testing.assert_array_equal(g.policy_chosen, [-1.0, -1.0, -1.0, 0.0, 0.0, 0.0])
@@ -537,14 +538,16 @@ BAD = [
     ),
     (
         lambda: dpo_optimum([1.0, 0.0], GOOD["p"], 1.0, mu=[0.5, 0.5]),
-        "`mu` puts mass 0.25 on the pair (0, 1) but `ref` is 0 at outcome 1; log(pi/ref) is undefined there",
+        "`mu` puts mass 0.25 on the pair (0, 1) but `ref` is 0 at outcome 1; "
+        "log(pi/ref) is undefined there",
     ),
     (
         lambda: dpo_optimum(
             [0.3, 0.3, 0.4], np.full((3, 3), 0.5), 1.0, mu=np.diag([0.3, 0.3, 0.4])
         ),
         "the pairs drawn from `mu` do not connect the support of `ref`: outcomes [0] are never "
-        "compared with outcomes [1, 2]; the population loss does not determine their relative probabilities",
+        "compared with outcomes [1, 2]; the population loss does not determine their "
+        "relative probabilities",
     ),
     (
         lambda: dpo_optimum(
@@ -553,9 +556,9 @@ BAD = [
             1.0,
             mu=np.array([[0, 0, 1], [0, 0, 1], [0, 0, 0]]) / 2,
         ),
-        "the population DPO loss has no unique limit: the groups of outcomes [[0], [1]] each win all "
-        "their drawn comparisons with the others with probability 1, and the pairs do not fix their "
-        "relative mass",
+        "the population DPO loss has no unique limit: the groups of outcomes [[0], [1]] "
+        "each win all their drawn comparisons with the others with probability 1, "
+        "and the pairs do not fix their relative mass",
     ),
     (
         lambda: ipo_optimum(GOOD["ref"], GOOD["p"], -1.0),
@@ -579,7 +582,8 @@ BAD = [
     ),
     (
         lambda: fit_dpo([1.0, 0.0], [[0, 1], [0, 0]], 1.0),
-        "`counts` has comparisons of the pair (0, 1) but `ref` is 0 at outcome 1; log(pi/ref) is undefined there",
+        "`counts` has comparisons of the pair (0, 1) but `ref` is 0 at outcome 1; "
+        "log(pi/ref) is undefined there",
     ),
     (
         lambda: fit_dpo(GOOD["ref"], [[0, 1], [0, 0]], 1.0, init=[1.0, 0.0]),
