@@ -86,7 +86,7 @@ def _grad_hess(g: NDArray, w: NDArray, beta: float) -> tuple[NDArray, NDArray]:
     # that Newton does not amplify them along weakly determined directions
     # (a term's relative error grows with |beta h| and with beta |g|, the rounding of g)
     ag = np.abs(g)
-    rel = 16 * np.finfo(float).eps * (1 + np.abs(h) + beta * (ag[:, None] + ag[None, :]))
+    rel = 64 * np.finfo(float).eps * (1 + np.abs(h) + beta * g.size * (ag[:, None] + ag[None, :]))
     err = np.abs(c) * rel
     noise = err.sum(axis=1) + err.sum(axis=0)
     grad = np.where(np.abs(grad) <= noise, 0.0, grad)
@@ -112,32 +112,51 @@ def _newton(w: NDArray, beta: float, max_iter: int = 200) -> NDArray[np.float64]
     logit = np.where(sym > 0, logit, 0.0)
     g = laplacian_solve(sym, np.sum(sym * logit, axis=1) / beta, np.ones(k, bool))
     f = _value(g, w, beta)
+    grad, hess = _grad_hess(g, w, beta)
     for _ in range(max_iter):
-        grad, hess = _grad_hess(g, w, beta)
         if not grad.any():  # stationary to rounding
             break
-        hr, gr = hess[:-1, :-1], grad[:-1]
-        try:
-            d = np.linalg.solve(hr, -gr)
-        except np.linalg.LinAlgError:
-            d = np.linalg.lstsq(hr, -gr, rcond=None)[0]
-        if not np.all(np.isfinite(d)):
-            d = -gr
+        d = _scaled_solve(hess[:-1, :-1], -grad[:-1])
         step = np.append(d, 0.0)
         scale = max(1.0, float(np.max(np.abs(g))))
         if np.max(np.abs(step)) <= 1e-13 * scale:
             g = g + step
             break
-        t, slope = 1.0, float(gr @ d)
-        while True:
+        # Armijo on f; where f cannot resolve the change (directions carried only by
+        # pairs of tiny probability), accept a step that shrinks the scaled gradient
+        t, slope = 1.0, float(grad[:-1] @ d)
+        dscale = np.sqrt(np.maximum(np.diag(hess), np.finfo(float).tiny))
+        gnorm = float(np.linalg.norm(grad / dscale))
+        accepted = False
+        while t * np.max(np.abs(step)) > 1e-13 * scale:
             g_new = g + t * step
             f_new = _value(g_new, w, beta)
-            # Armijo, or accept once the step is too small for f to resolve
-            if f_new <= f + 1e-4 * t * slope or t * np.max(np.abs(step)) <= 1e-10 * scale:
+            grad_new, hess_new = _grad_hess(g_new, w, beta)
+            if f_new <= f + 1e-4 * t * slope:
+                accepted = True
+            elif abs(f_new - f) <= 1e-14 * abs(f) and np.linalg.norm(grad_new / dscale) < gnorm:
+                accepted = True
+            if accepted:
                 break
             t *= 0.5
-        g, f = g_new, f_new
+        if not accepted:
+            break
+        g, f, grad, hess = g_new, f_new, grad_new, hess_new
     return g
+
+
+def _scaled_solve(h: NDArray, b: NDArray) -> NDArray:
+    """Solve ``h x = b`` after symmetric Jacobi scaling (the weights span many decades)."""
+    d = np.sqrt(np.maximum(np.diag(h), np.finfo(float).tiny))
+    hs = h / d[:, None] / d[None, :]
+    try:
+        x = np.linalg.solve(hs, b / d)
+    except np.linalg.LinAlgError:
+        x = np.linalg.lstsq(hs, b / d, rcond=None)[0]
+    x = x / d
+    if not np.all(np.isfinite(x)):
+        x = b / d**2
+    return x
 
 
 def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str = "dpo") -> NDArray:

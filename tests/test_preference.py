@@ -292,6 +292,48 @@ def test_dpo_optimum_equals_optimal_policy_property(n, beta, scale, seed):
     assert _rel_err(pi, star) < 1e-9
 
 
+@pytest.mark.parametrize("beta", [0.01, 0.1, 10.0, 1000.0])
+def test_dpo_optimum_equals_optimal_policy_large_reward_gaps(beta):
+    # reward gaps of hundreds of nats: P entries like 1e-80 next to entries that round to 1
+    rng = np.random.default_rng(123)
+    done = 0
+    while done < 5:
+        ref, r = _random_problem(rng, 6, scale=100.0)
+        if np.ptp(r) > 650:  # beyond this, sigma(-gap) underflows and P is truly deterministic
+            continue
+        pi, star = dpo_optimum(ref, bradley_terry(r), beta), optimal_policy(ref, r, beta)
+        assert np.max(np.abs(pi - star)) < 1e-14
+        assert _rel_err(pi, star) < 1e-8
+        done += 1
+
+
+@given(st.integers(3, 6), st.floats(0.1, 5.0), st.integers(0, 2**31 - 1))
+def test_dpo_and_ipo_rank_log_ratios_like_win_rates(n, beta, seed):
+    # product pair law m x m: both optima order log(pi/ref) like p(i > m)
+    rng = np.random.default_rng(seed)
+    ref = rng.dirichlet(np.ones(n))
+    u = np.triu(rng.uniform(0.05, 0.95, (n, n)), 1)
+    p = u + np.tril(1 - u.T, -1) + np.diag(np.full(n, 0.5))
+    win = p @ ref
+    d = np.log(dpo_optimum(ref, p, beta) / ref)
+    i = np.log(ipo_optimum(ref, p, beta) / ref)
+    order = np.argsort(win)
+    gaps = np.diff(win[order])
+    strict = gaps > 1e-9
+    assert np.all((np.diff(d[order]) > 0)[strict])
+    assert np.all((np.diff(i[order]) > 0)[strict])
+
+
+def test_dpo_matches_ipo_with_tau_beta_over_4_near_indifference():
+    # sigma(x) ~ 1/2 + x/4: when the log-ratios are small DPO(beta) ~ IPO(beta/4)
+    ref = np.array([0.2, 0.3, 0.5])
+    gaps = [
+        np.max(np.abs(dpo_optimum(ref, CYCLE, b) - ipo_optimum(ref, CYCLE, b / 4)))
+        for b in (0.5, 8.0)
+    ]
+    assert gaps[0] < 1e-4 and gaps[1] < 1e-5 and gaps[1] < gaps[0]
+
+
 def _minimise_numerically(loss, ref):
     """BFGS over the log-ratios on the support, from the reference."""
     on = ref > 0
