@@ -279,7 +279,9 @@ def as_unit_interval(name: str, x: Any, hi: float = 1.0) -> float:
     return v
 
 
-def as_preference_matrix(name: str, x: ArrayLike, n: int) -> NDArray[np.float64]:
+def as_preference_matrix(
+    name: str, x: ArrayLike, n: int, *, against: str = "ref"
+) -> NDArray[np.float64]:
     """A preference matrix ``P`` of shape ``(n, n)``: entries in [0, 1] and ``P + P.T = 1``.
 
     ``P[i, j]`` is the probability that outcome ``i`` is preferred to outcome
@@ -289,7 +291,7 @@ def as_preference_matrix(name: str, x: ArrayLike, n: int) -> NDArray[np.float64]
     arr = as_float_array(name, x).astype(np.float64, copy=False)
     if arr.shape != (n, n):
         raise ValueError(
-            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `ref`; "
+            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `{against}`; "
             f"got shape {arr.shape}"
         )
     nan = np.isnan(arr)

@@ -632,6 +632,14 @@ BAD = [
         "`init` must have the same support as `ref`; they differ at index (1,)",
     ),
     (
+        lambda: sample_preference_counts(np.full((3, 3), 0.5), [0.5, 0.5], 10, rng=0),
+        "`preferences` must be a square matrix of shape (2, 2) matching `mu`; got shape (3, 3)",
+    ),
+    (
+        lambda: fit_dpo(GOOD["ref"], [[0, 1], [0, 0]], 1.0, steps=2.5),
+        "`steps` must be an integer >= 1; got 2.5",
+    ),
+    (
         lambda: sample_preference_counts(GOOD["p"], [0.5, 0.5], 0, rng=0),
         "`size` must be an integer >= 1; got 0",
     ),
