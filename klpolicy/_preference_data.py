@@ -170,7 +170,7 @@ def fit_dpo(
     """
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     c = V.as_pair_counts("counts", counts, ref_a)
     n_steps = V.as_positive_int("steps", steps)
     eta = V.as_positive_scalar("lr", lr)

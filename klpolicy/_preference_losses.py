@@ -124,7 +124,7 @@ def dpo_loss(
         policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
     )
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     x = (dtype.type(b) * h).astype(dtype, copy=False)
     loss = _softplus(-x)
     if eps > 0:
@@ -195,7 +195,7 @@ def dpo_loss_grad(
         policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
     )
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     d = (b * (eps - expit(-b * h.astype(np.float64)))).astype(dtype)
     return PairGradient(d[()], (-d)[()], (-d)[()], d[()])
 

@@ -122,7 +122,7 @@ def population_dpo_loss(
     """
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     w = _win_weights(ref_a, preferences, mu, eps)
     return _dpo_value(_log_ratio(policy, ref_a, w), w, b)
 
@@ -179,7 +179,7 @@ def empirical_dpo_loss(
     """
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     c = V.as_pair_counts("counts", counts, ref_a)
     w = c / c.sum()
     if eps:

@@ -355,7 +355,7 @@ def dpo_optimum(
     """
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    eps = V.as_unit_interval("label_smoothing", label_smoothing, 0.5)
+    eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     w = _win_weights(ref_a, preferences, mu, eps)
     return _normalise(ref_a, minimise_pair_loss(w, ref_a > 0, b, kind="dpo"))
 
