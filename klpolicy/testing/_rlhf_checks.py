@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from .._numerics import expm1mx
+from .. import control as _control
+from .. import estimators as _est
+from ..preference import dpo_loss as _dpo_loss
 from . import strategies as kst
-from ._runner import EPS, Falsified, call, check_options, exact_kl, fmt, matches, run, worst
+from ._runner import EPS, Falsified, call, check_options, fmt, matches, run, worst
 from .strategies import _draw_beta, _one_distribution, _values
 
 __all__ = ["check_dpo_loss", "check_kl_controller", "check_kl_estimator"]
@@ -31,11 +33,7 @@ def _diagnose(got, alternatives, tol):
 
 # --------------------------------------------------------------------------- KL estimators
 
-_ESTIMATORS = {
-    "k1": lambda lp, lq: lp - lq,
-    "k2": lambda lp, lq: 0.5 * (lp - lq) ** 2,
-    "k3": lambda lp, lq: expm1mx(lq - lp),
-}
+_ESTIMATORS = ("k1", "k2", "k3")
 _FORMULAS = {
     "k1": "log p(x) - log q(x)",
     "k2": "(log p(x) - log q(x))^2 / 2",
@@ -132,7 +130,7 @@ def check_kl_estimator(
     atol = float(atol)
     if not atol >= 0:
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
-    exact_fn = _ESTIMATORS[estimator]
+    exact_fn = getattr(_est, estimator)
 
     def slack(lp, lq):
         x = lq - lp
@@ -165,11 +163,11 @@ def check_kl_estimator(
             (
                 "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
                 f"whose mean under p is not KL(p||q); k3 = {_FORMULAS['k3']}.",
-                lambda: expm1mx(lp - lq) if estimator == "k3" else np.nan,
+                lambda: _est.k3(lq, lp) if estimator == "k3" else np.nan,
             ),
             (
                 "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
-                lambda: lq - lp if estimator == "k1" else np.nan,
+                lambda: _est.k1(lq, lp) if estimator == "k1" else np.nan,
             ),
             (
                 "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
@@ -177,11 +175,8 @@ def check_kl_estimator(
             ),
             ("it returns bits (log base 2); klpolicy works in nats.", lambda: exact / _LN2),
             *[
-                (
-                    f"it computes {other}, not {estimator}.",
-                    lambda f=f: f(lp, lq),
-                )
-                for other, f in _ESTIMATORS.items()
+                (f"it computes {other}, not {estimator}.", lambda o=other: getattr(_est, o)(lp, lq))
+                for other in _ESTIMATORS
                 if other != estimator
             ],
         ]
@@ -201,10 +196,8 @@ def check_kl_estimator(
         if got.shape != lp.shape:
             return  # reported by samples_ok
         mean = float(np.sum(p * got))
-        if estimator == "k2":
-            target, what = float(np.sum(p * exact_fn(lp, lq))), "E_p[(log p - log q)^2] / 2"
-        else:
-            target, what = exact_kl(p, q), "KL(p||q)"
+        target = float(_est.moments(p, q, estimator)[0])  # exact mean under p
+        what = "E_p[(log p - log q)^2] / 2" if estimator == "k2" else "KL(p||q)"
         tol = rtol * abs(target) + float(np.sum(p * (atol + slack(lp, lq))))
         if not abs(mean - target) <= tol:
             raise Falsified(
@@ -228,10 +221,6 @@ def check_kl_estimator(
 
 
 # --------------------------------------------------------------------------- DPO
-
-
-def _softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x)
 
 
 def check_dpo_loss(
@@ -327,8 +316,7 @@ def check_dpo_loss(
                 inputs,
             )
         got = got.reshape(shape)
-        h = (pc - rc) - (pr - rr)
-        exact = reduce(_softplus(-beta * h))
+        exact = reduce(_dpo_loss(pc, pr, rc, rr, beta))
         detail = f"expected {fmt(exact)}, got {fmt(got)}"
         if not np.isfinite(got).all():
             raise Falsified(
@@ -338,7 +326,7 @@ def check_dpo_loss(
                 detail,
             )
         tol = reduce(
-            rtol * _softplus(-beta * h)
+            rtol * _dpo_loss(pc, pr, rc, rr, beta)
             + atol
             + 16 * EPS * beta * (np.abs(pc) + np.abs(pr) + np.abs(rc) + np.abs(rr))
         )
@@ -354,21 +342,21 @@ def check_dpo_loss(
         alternatives = [
             (
                 "it has the sign of the margin reversed: it prefers the rejected response.",
-                lambda: reduce(_softplus(beta * h)),
+                lambda: reduce(_dpo_loss(pr, pc, rr, rc, beta)),
             ),
             (
                 "it ignores the reference log-probabilities: the margin must be "
                 "(pc - rc) - (pr - rr), not pc - pr.",
-                lambda: reduce(_softplus(-beta * (pc - pr))),
+                lambda: reduce(_dpo_loss(pc, pr, 0 * rc, 0 * rr, beta)),
             ),
-            ("it ignores beta.", lambda: reduce(_softplus(-h))),
+            ("it ignores beta.", lambda: reduce(_dpo_loss(pc, pr, rc, rr, 1.0))),
             (
                 "it divides the margin by beta; DPO multiplies it by beta.",
-                lambda: reduce(_softplus(-h / beta)),
+                lambda: reduce(_dpo_loss(pc, pr, rc, rr, 1 / beta)),
             ),
             (
                 "it returns bits (log base 2); the DPO loss is in nats.",
-                lambda: reduce(_softplus(-beta * h) / _LN2),
+                lambda: reduce(_dpo_loss(pc, pr, rc, rr, beta) / _LN2),
             ),
         ]
         raise Falsified(
@@ -409,25 +397,23 @@ def _infer_kind(cls: Any) -> str:
     )
 
 
-def _reference_step(kind, value, current, n_steps, target, horizon, band, factor):
-    """TRL's update rules (Ziegler et al. 2019; Schulman et al. 2017, sec. 4)."""
+def _reference_step(kind, value, current, n_steps, target, horizon, band, factor) -> float:
+    """One update of klpolicy.control's controller of this kind, started at ``value``."""
     if kind == "fixed":
-        return value
-    if kind == "adaptive":
-        err = min(max(current / target - 1.0, -0.2), 0.2)
-        return value * (1.0 + err * n_steps / horizon)
-    if current > target * band:
-        return value * factor
-    if current < target / band:
-        return value / factor
-    return value
+        ctl = _control.FixedKLController(value)
+    elif kind == "adaptive":
+        ctl = _control.AdaptiveKLController(value, target, horizon)
+    else:
+        ctl = _control.DeadZoneKLController(value, target, band, factor)
+    ctl.update(current, n_steps)
+    return float(ctl.value)
 
 
 @st.composite
 def _controller_runs(draw, kind):
     init = _draw_beta(draw, 1e-3, 10.0, False, False)
     target = draw(kst._sampled((6.0, 0.1, 1.0, 20.0)))
-    horizon = draw(kst._sampled((10000, 100, 10)))
+    horizon = draw(kst._sampled((10000, 1000, 500)))  # n_steps / horizon <= 2
     n = draw(kst._ints(1, 6))
     steps = []
     for _ in range(n):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -10,8 +9,6 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, Verbosity, given, settings
 from hypothesis.errors import Flaky, FlakyFailure
-
-from ..divergences import kl_divergence
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -156,22 +153,3 @@ def matches(got: np.ndarray, alt: np.ndarray, tol: np.ndarray) -> bool:
     if got.shape != alt.shape or np.isnan(alt).any():
         return False
     return worst(got, alt, tol) is None
-
-
-def exact_kl(p: np.ndarray, q: np.ndarray) -> float:
-    """klpolicy.kl_divergence, guarded against its -inf when some p_i << q_i.
-
-    For example p = [1, 1e-17], q = [0.5, 0.5] gives -inf in klpolicy 0.1.0.
-
-    Workaround until klpolicy.divergences forms log(p/q) as log(p) - log(q) when
-    (p - q)/q is near -1; then this is just ``float(kl_divergence(p, q))``.
-    """
-    with np.errstate(all="ignore"):
-        kl = float(kl_divergence(p, q))
-    if kl >= 0:
-        return kl
-    if ((p > 0) & (q == 0)).any():
-        return math.inf
-    both = (p > 0) & (q > 0)
-    pb, qb = np.where(both, p, 1.0), np.where(both, q, 1.0)
-    return float(np.sum(np.where(both, p * (np.log(pb) - np.log(qb)), 0.0)))
