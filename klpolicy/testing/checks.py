@@ -467,7 +467,11 @@ def check_kl_divergence(
         exact = float(kl_divergence(p, q))
         detail = f"expected {exact!r} (klpolicy.kl_divergence), got {got!r}"
         if math.isnan(got):
-            why = " 0 * log 0 must count as 0." if (p == 0).any() else ""
+            why = ""
+            if ((p == 0) & (q == 0)).any():
+                why = " Where p and q are both 0 the term 0 * log(0/0) must count as 0."
+            elif (p == 0).any():
+                why = " 0 * log 0 must count as 0."
             raise Falsified(f"it returns nan.{why}", inputs, detail)
         if math.isinf(exact):
             if got != math.inf:
@@ -506,6 +510,11 @@ def check_kl_divergence(
             (
                 "it returns a base-10 logarithm; klpolicy works in nats: multiply by log(10).",
                 lambda: exact / math.log(10),
+            ),
+            (
+                "it averages the terms over outcomes (torch's reduction='mean') instead of "
+                "summing them (reduction='sum').",
+                lambda: exact / p.size,
             ),
             (
                 "it returns the cross-entropy -sum(p log q), not KL(p||q) = "
