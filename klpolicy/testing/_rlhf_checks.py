@@ -157,7 +157,8 @@ def check_kl_estimator(
             return
         if estimator != "k1" and got[i] < -tol[i]:
             raise Falsified(
-                f"it returns {got[i]!r} < 0 at index {i}; {estimator} is never negative.", inputs
+                f"it returns {float(got[i])!r} < 0 at index {i}; {estimator} is never negative.",
+                inputs,
             )
         alternatives = [
             (
@@ -184,7 +185,7 @@ def check_kl_estimator(
             lambda: (
                 _diagnose(got, alternatives, tol)
                 or f"it differs from {estimator} = {_FORMULAS[estimator]} at index {i}: expected "
-                f"{exact[i]!r}, got {got[i]!r}."
+                f"{float(exact[i])!r}, got {float(got[i])!r}."
             ),
             inputs,
         )

@@ -222,7 +222,7 @@ def check_optimal_policy(
             lambda: (
                 _first_alternative(got, alternatives, tol)
                 or f"it differs from the exact optimal policy at index {i}: expected "
-                f"{exact[i]!r}, got {got[i]!r}."
+                f"{float(exact[i])!r}, got {float(got[i])!r}."
             ),
             inputs,
             detail,
