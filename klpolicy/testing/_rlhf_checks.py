@@ -15,7 +15,7 @@ from .. import estimators as _est
 from ..preference import dpo_loss as _dpo_loss
 from . import strategies as kst
 from ._runner import EPS, Falsified, call, check_options, fmt, matches, run, worst
-from .strategies import _draw_beta, _one_distribution, _values
+from .strategies import _columns, _dist_spec, _draw_beta, _value_spec
 
 __all__ = ["check_dpo_loss", "check_kl_controller", "check_kl_estimator"]
 
@@ -43,17 +43,21 @@ _FORMULAS = {
 
 @st.composite
 def _log_prob_pairs(draw):
-    # built from the strategies' kernels: a strategy object made inside a draw is slow
-    x = _values(draw, (1, 8), -100.0, 100.0, small=(-3, 3), tiny=True)  # log q - log p
-    base = _values(draw, x.size, -1e3, 0.0, small=(-3, 0), tiny=True)
+    # drawn row by row (x_i and base_i together), so that shrinking removes samples
+    x, base = _columns(
+        draw,
+        (1, 8),
+        _value_spec(-100.0, 100.0, (-3, 3), tiny=True),  # log q - log p
+        _value_spec(-1e3, 0.0, (-3, 0), tiny=True),
+    )
     logp = base - np.maximum(x, 0.0)
     return logp, logp + x
 
 
 @st.composite
 def _full_support_pairs(draw):
-    p = _one_distribution(draw, (1, 8), False, 1e-300)
-    return p, _one_distribution(draw, p.size, False, 1e-300)
+    spec = _dist_spec(8, False, 1e-300)
+    return tuple(_columns(draw, (1, 8), spec, spec))
 
 
 def check_kl_estimator(

@@ -38,7 +38,7 @@ from ..divergences import kl_divergence
 from . import strategies as kst
 from ._rlhf_checks import check_dpo_loss, check_kl_controller, check_kl_estimator
 from ._runner import EPS, Falsified, call, check_options, matches, run, worst
-from .strategies import _one_distribution
+from .strategies import _columns, _dist_spec
 
 __all__ = [
     "check_dpo_loss",
@@ -389,12 +389,14 @@ def check_soft_value(
 
 @st.composite
 def _kl_pairs(draw, zero_p: bool, zero_q: bool, min_entry: float):
-    # built from the strategies' kernels: a strategy object made inside a draw is slow
-    p = _one_distribution(draw, (1, 8), zero_p, min_entry)
-    n = p.size
-    if draw(kst._ints(0, 1)) and (zero_q or (p > 0).all()):
+    # drawn row by row (p_i and q_i together), so that shrinking removes outcomes
+    same = draw(kst._ints(0, 1))
+    if same:
+        p = _columns(draw, (1, 8), _dist_spec(8, zero_p and zero_q, min_entry))[0]
         return p, p.copy()
-    return p, _one_distribution(draw, n, zero_q, min_entry)
+    return tuple(
+        _columns(draw, (1, 8), _dist_spec(8, zero_p, min_entry), _dist_spec(8, zero_q, min_entry))
+    )
 
 
 def check_kl_divergence(

@@ -68,6 +68,8 @@ class PreferenceBatch(NamedTuple):
 
 # --------------------------------------------------------------------------- bounds
 
+_SMALL_ORDER = (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5)
+
 
 @functools.lru_cache(maxsize=512)
 def _ints(a: int, b: int) -> SearchStrategy[int]:
@@ -148,35 +150,86 @@ def _check_min_entry(min_entry: Any, max_size: Any) -> None:
 # --------------------------------------------------------------------------- distributions
 
 
-def _one_distribution(draw, n: int | tuple[int, int], zeros: bool, min_entry: float):
-    """A distribution of size n (or of a size in [lo, hi], drawn as a list so it shrinks well).
-
-    Each entry is one choice c: c < w_max is an ordinary entry of integer
-    weight c + 1; c == w_max a tiny entry 10**-k (k drawn afterwards); the
-    last value (with ``zeros``) a zero. All choices 0 give the uniform
-    distribution, hypothesis's simplest case.
-    """
-    lo, hi = (n, n) if isinstance(n, int) else n
-    k_lo = math.ceil(math.log10(10 * hi))  # tiny entries add up to at most 0.1
+def _dist_spec(max_n: int, zeros: bool, min_entry: float) -> tuple:
+    """How entries of a distribution of at most ``max_n`` entries are drawn (hashable)."""
+    k_lo = math.ceil(math.log10(10 * max_n))  # tiny entries add up to at most 0.1
     k_hi = math.floor(-math.log10(min_entry) + 1e-9)
-    tiny = k_hi >= k_lo
-    w_max = int(min(10, max(1, math.floor(0.9 / (min_entry * hi)))))
-    if lo == hi:
-        choice = _ints(0, w_max - 1 + tiny + zeros)
-        choices = [draw(choice) for _ in range(lo)]
-    else:
-        choices = draw(_lists(0, w_max - 1 + tiny + zeros, lo, hi))
-    p = np.zeros(len(choices))
-    bulk = np.zeros(len(choices))
-    for i, c in enumerate(choices):
+    w_max = int(min(10, max(1, math.floor(0.9 / (min_entry * max_n)))))
+    return ("dist", w_max, k_lo, k_hi, bool(zeros))
+
+
+def _value_spec(lo: float, hi: float, small: tuple[int, int], tiny: bool = False) -> tuple:
+    """How real entries in [lo, hi] are drawn (hashable)."""
+    smalls = tuple(v for v in _SMALL_ORDER if small[0] <= v <= small[1] and lo <= v <= hi)
+    return ("value", smalls or (lo,), float(lo), float(hi), bool(tiny))
+
+
+def _entry(draw, spec: tuple):
+    """One entry: one choice for the common kinds, so that shrinking is cheap.
+
+    A distribution entry is ``("b", w)`` (ordinary, integer weight w = choice + 1),
+    ``("t", 10**-k)`` (tiny) or ``("z", 0)``; all choices 0 give the uniform
+    distribution. A value is a small integer (ordered 0, 1, -1, 2, ... so ties
+    are common), any float, one of the two bounds, or (with ``tiny``) +-10**-k.
+    """
+    if spec[0] == "dist":
+        _, w_max, k_lo, k_hi, zeros = spec
+        tiny = k_hi >= k_lo
+        c = draw(_ints(0, w_max - 1 + tiny + zeros))
         if c < w_max:
-            bulk[i] = c + 1
-        elif tiny and c == w_max:
-            p[i] = float(f"1e-{draw(_ints(k_lo, k_hi))}")
+            return ("b", c + 1.0)
+        if tiny and c == w_max:
+            return ("t", float(f"1e-{draw(_ints(k_lo, k_hi))}"))
+        return ("z", 0.0)
+    _, smalls, lo, hi, tiny = spec
+    m = len(smalls)
+    c = draw(_ints(0, m + 1 + tiny))
+    if c < m:
+        return float(smalls[c])
+    if c == m:
+        return draw(_floats(lo, hi))
+    if c == m + 1:
+        return draw(_sampled((lo, hi)))
+    x = float(f"1e-{draw(_ints(1, 15))}") * draw(_sampled((1.0, -1.0)))
+    return min(max(x, lo), hi)
+
+
+def _assemble(spec: tuple, column: list) -> NDArray[np.float64]:
+    if spec[0] == "value":
+        return np.array(column, dtype=np.float64)
+    p = np.array([v if kind == "t" else 0.0 for kind, v in column])
+    bulk = np.array([v if kind == "b" else 0.0 for kind, v in column])
     if not bulk.any():
         bulk[0], p[0] = 1.0, 0.0
-    p += bulk / bulk.sum() * (1.0 - p.sum())
-    return p
+    return p + bulk / bulk.sum() * (1.0 - p.sum())
+
+
+@st.composite
+def _row(draw, specs: tuple) -> tuple:
+    return tuple(_entry(draw, s) for s in specs)
+
+
+@functools.lru_cache(maxsize=512)
+def _row_lists(specs: tuple, lo: int, hi: int) -> SearchStrategy[list]:
+    return st.lists(_row(specs), min_size=lo, max_size=hi)
+
+
+def _columns(draw, n: int | tuple[int, int], *specs: tuple) -> list[NDArray[np.float64]]:
+    """Arrays of one length, drawn row by row (entry i of every array together).
+
+    With a size range, the rows are a hypothesis list, so the shrinker deletes
+    whole rows (entry i of every array at once) and reaches the smallest size.
+    """
+    if isinstance(n, int):
+        rows = [tuple(_entry(draw, s) for s in specs) for _ in range(n)]
+    else:
+        rows = draw(_row_lists(specs, n[0], n[1]))
+    return [_assemble(s, [r[j] for r in rows]) for j, s in enumerate(specs)]
+
+
+def _one_distribution(draw, n, zeros: bool, min_entry: float) -> NDArray[np.float64]:
+    hi = n if isinstance(n, int) else n[1]
+    return _columns(draw, n, _dist_spec(hi, zeros, min_entry))[0]
 
 
 def distributions(
@@ -231,38 +284,6 @@ def distributions(
 # --------------------------------------------------------------------------- rewards
 
 
-_SMALL_ORDER = (0, 1, -1, 2, -2, 3, -3, 4, -4, 5, -5)
-
-
-def _values(draw, n, lo: float, hi: float, *, small: tuple[int, int], tiny: bool = False):
-    """n reals in [lo, hi] (n an int, or a (min, max) size range drawn as a list).
-
-    One choice per entry for the common kinds: the small integers in ``small``
-    (within the bounds) ordered 0, 1, -1, 2, ... (ties are common); then any
-    float; then one of the two bounds (large magnitudes); then (with ``tiny``)
-    +-10**-k for k <= 15.
-    """
-    smalls = [v for v in _SMALL_ORDER if small[0] <= v <= small[1] and lo <= v <= hi] or [lo]
-    m = len(smalls)
-    top = m + 1 + tiny
-    if isinstance(n, int):
-        choices = [draw(_ints(0, top)) for _ in range(n)]
-    else:
-        choices = draw(_lists(0, top, n[0], n[1]))
-    out = np.empty(len(choices))
-    for i, c in enumerate(choices):
-        if c < m:
-            out[i] = smalls[c]
-        elif c == m:
-            out[i] = draw(_floats(lo, hi))
-        elif c == m + 1:
-            out[i] = draw(_sampled((lo, hi)))
-        else:
-            x = float(f"1e-{draw(_ints(1, 15))}") * draw(_sampled((1.0, -1.0)))
-            out[i] = min(max(x, lo), hi)
-    return out
-
-
 def rewards(
     *, min_size: Any = 1, max_size: Any = 8, min_value: Any = -1e6, max_value: Any = 1e6
 ) -> SearchStrategy[NDArray[np.float64]]:
@@ -301,7 +322,7 @@ def rewards(
     def _rew(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         a, b = _draw_sizes(draw, "min_value", min_value, "max_value", max_value, _check_real)
-        return _values(draw, (lo, hi), a, b, small=(-3, 3))
+        return _columns(draw, (lo, hi), _value_spec(a, b, (-3, 3)))[0]
 
     return _rew()
 
@@ -431,7 +452,7 @@ def problems(
     ...     assert ref.shape == reward.shape and beta > 0
     >>> test()
     """
-    dist = distributions(min_size=min_size, max_size=max_size, zeros=zeros, min_entry=min_entry)
+    distributions(min_size=min_size, max_size=max_size, zeros=zeros, min_entry=min_entry)
     rewards(min_value=min_reward, max_value=max_reward)  # validates the reward bounds
     beta = betas(
         min_beta=min_beta, max_beta=max_beta, allow_zero=allow_zero_beta, allow_inf=allow_inf_beta
@@ -439,9 +460,13 @@ def problems(
 
     @st.composite
     def _problem(draw):
-        ref = draw(dist)
+        lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
+        me = _check_real("min_entry", _draw(draw, min_entry))
+        _check_min_entry(me, hi)
         a, b = _draw_sizes(draw, "min_reward", min_reward, "max_reward", max_reward, _check_real)
-        reward = _values(draw, ref.size, a, b, small=(-3, 3))
+        ref, reward = _columns(
+            draw, (lo, hi), _dist_spec(hi, zeros, me), _value_spec(a, b, (-3, 3))
+        )
         return Problem(ref, reward, draw(beta))
 
     return _problem()
@@ -562,9 +587,8 @@ def preference_pairs(
     def _pairs(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         m = _check_real("min_logp", _draw(draw, min_logp))
-        first = _values(draw, (lo, hi), m, 0.0, small=(-5, 0))
-        rest = (_values(draw, first.size, m, 0.0, small=(-5, 0)) for _ in range(3))
-        return PreferenceBatch(first, *rest)
+        spec = _value_spec(m, 0.0, (-5, 0))
+        return PreferenceBatch(*_columns(draw, (lo, hi), spec, spec, spec, spec))
 
     return _pairs()
 
@@ -607,6 +631,6 @@ def log_ratios(
     def _ratios(draw):
         lo, hi = _draw_sizes(draw, "min_size", min_size, "max_size", max_size)
         a, b = _draw_sizes(draw, "min_value", min_value, "max_value", max_value, _check_real)
-        return _values(draw, (lo, hi), a, b, small=(-3, 3), tiny=True)
+        return _columns(draw, (lo, hi), _value_spec(a, b, (-3, 3), tiny=True))[0]
 
     return _ratios()
