@@ -153,3 +153,22 @@ def matches(got: np.ndarray, alt: np.ndarray, tol: np.ndarray) -> bool:
     if got.shape != alt.shape or np.isnan(alt).any():
         return False
     return worst(got, alt, tol) is None
+
+
+def log_support(ref: np.ndarray) -> np.ndarray:
+    """|log ref| on the support, 0 elsewhere."""
+    with np.errstate(divide="ignore"):
+        return np.where(ref > 0, np.abs(np.log(np.where(ref > 0, ref, 1.0))), 0.0)
+
+
+def first_alternative(got, alternatives, tol):
+    """The sentence of the first alternative formula that ``got`` matches, else None."""
+    for sentence, make in alternatives:
+        try:
+            with np.errstate(all="ignore"):
+                alt = np.asarray(make(), dtype=np.float64)
+        except (ValueError, ZeroDivisionError, FloatingPointError):
+            continue
+        if matches(got, alt, tol):
+            return sentence
+    return None

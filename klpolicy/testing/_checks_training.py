@@ -1,4 +1,4 @@
-"""Check suites for RLHF building blocks: per-sample KL estimators, DPO losses, KL controllers."""
+"""Check suites for training-time pieces: DPO losses and KL-coefficient controllers."""
 
 from __future__ import annotations
 
@@ -11,218 +11,23 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import control as _control
-from .. import estimators as _est
 from ..preference import dpo_loss as _dpo_loss
 from . import strategies as kst
-from ._runner import EPS, Falsified, call, check_options, fmt, matches, run, worst
-from .strategies import _columns, _dist_spec, _draw_beta, _value_spec
+from ._draws import _draw_beta, _ints, _sampled
+from ._runner import (
+    EPS,
+    Falsified,
+    call,
+    check_options,
+    first_alternative,
+    fmt,
+    run,
+    worst,
+)
 
-__all__ = ["check_dpo_loss", "check_kl_controller", "check_kl_estimator"]
+__all__ = ["check_dpo_loss", "check_kl_controller"]
 
 _LN2 = math.log(2.0)
-
-
-def _diagnose(got, alternatives, tol):
-    for sentence, make in alternatives:
-        with np.errstate(all="ignore"):
-            alt = np.asarray(make(), dtype=np.float64)
-        if matches(got, alt, tol):
-            return sentence
-    return None
-
-
-# --------------------------------------------------------------------------- KL estimators
-
-_ESTIMATORS = ("k1", "k2", "k3")
-_FORMULAS = {
-    "k1": "log p(x) - log q(x)",
-    "k2": "(log p(x) - log q(x))^2 / 2",
-    "k3": "exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))",
-}
-
-
-@st.composite
-def _log_prob_pairs(draw):
-    # drawn row by row (x_i and base_i together), so that shrinking removes samples
-    x, base = _columns(
-        draw,
-        (1, 8),
-        _value_spec(-100.0, 100.0, (-3, 3), tiny=True),  # log q - log p
-        _value_spec(-1e3, 0.0, (-3, 0), tiny=True),
-    )
-    logp = base - np.maximum(x, 0.0)
-    return logp, logp + x
-
-
-@st.composite
-def _full_support_pairs(draw):
-    spec = _dist_spec(8, False, 1e-300)
-    return tuple(_columns(draw, (1, 8), spec, spec))
-
-
-def check_kl_estimator(
-    fn: Callable[..., Any],
-    estimator: str,
-    *,
-    max_examples: int = 100,
-    rtol: float = 1e-6,
-    atol: float = 1e-12,
-) -> None:
-    r"""Check a per-sample KL estimator ``fn(logp, logq)`` against Schulman's k1, k2 or k3.
-
-    For samples :math:`x \sim p` with ``logp = log p(x)`` and
-    ``logq = log q(x)``: :math:`k_1 = \log p - \log q`,
-    :math:`k_2 = (\log p - \log q)^2 / 2`,
-    :math:`k_3 = e^{\log q - \log p} - 1 - (\log q - \log p)`. ``fn`` receives
-    two 1-D arrays of one length and must return the per-sample estimates, an
-    array of that length.
-
-    Parameters
-    ----------
-    fn : callable
-        The implementation under test.
-    estimator : {"k1", "k2", "k3"}
-        Which estimator ``fn`` claims to be.
-    max_examples : int, optional
-        Hypothesis examples (default 100).
-    rtol, atol : float, optional
-        Tolerances per sample (defaults 1e-6 and 1e-12). ``atol`` lets the
-        textbook ``exp(x) - 1 - x`` pass near ``x = 0``, where it keeps only
-        absolute precision; pass ``atol=0`` to demand full relative precision.
-
-    Returns
-    -------
-    None
-        When every property holds.
-
-    Raises
-    ------
-    AssertionError
-        Naming the smallest falsifying input and what is wrong: wrong shape,
-        NaN/inf (overflow), a negative k2/k3, a mismatch with the definition
-        (diagnosed when it is the inverted ratio in k3, k1 with its sign
-        flipped, k2 without the 1/2, bits, or another estimator), or a mean
-        under ``p`` that is not the exact one (``KL(p||q)`` for the unbiased
-        k1 and k3).
-    ValueError
-        For an unknown ``estimator`` or invalid options.
-
-    Notes
-    -----
-    Log-ratios range over [-100, 100] (plus tiny ones like 1e-12) and log
-    probabilities down to -1100. Unbiasedness is checked exactly, by summing
-    ``p(x) fn(log p(x), log q(x))`` over the whole support of random
-    full-support distributions.
-
-    References
-    ----------
-    .. [1] J. Schulman, "Approximating KL divergence", 2020,
-       http://joschu.net/blog/kl-approx.html.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> check_kl_estimator(lambda lp, lq: np.expm1(lq - lp) - (lq - lp), "k3")
-    >>> check_kl_estimator(lambda lp, lq: np.expm1(lp - lq) - (lp - lq), "k3")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    AssertionError: check_kl_estimator(<lambda>): k3 has its ratio inverted...
-    """
-    if estimator not in _ESTIMATORS:
-        raise ValueError(f"`estimator` must be 'k1', 'k2' or 'k3'; got {estimator!r}")
-    max_examples, rtol = check_options(max_examples, rtol)
-    atol = float(atol)
-    if not atol >= 0:
-        raise ValueError(f"`atol` must be non-negative; got {atol!r}")
-    exact_fn = getattr(_est, estimator)
-
-    def slack(lp, lq):
-        x = lq - lp
-        deriv = {"k1": 1.0, "k2": np.abs(x), "k3": np.abs(np.expm1(x))}[estimator]
-        return 16 * EPS * (np.abs(lp) + np.abs(lq)) * deriv
-
-    def samples_ok(lp, lq, inputs):
-        got = call(fn, inputs, lp, lq)
-        if got.shape != lp.shape:
-            raise Falsified(
-                f"it returns shape {got.shape}; expected one estimate per sample, {lp.shape}.",
-                inputs,
-            )
-        exact = exact_fn(lp, lq)
-        if not np.isfinite(got).all():
-            raise Falsified(
-                f"it returns non-finite values {got.tolist()} (overflow?); the estimates are "
-                f"{exact.tolist()}.",
-                inputs,
-            )
-        tol = rtol * np.abs(exact) + atol + slack(lp, lq)
-        i = worst(got, exact, tol)
-        if i is None:
-            return
-        if estimator != "k1" and got[i] < -tol[i]:
-            raise Falsified(
-                f"it returns {float(got[i])!r} < 0 at index {i}; {estimator} is never negative.",
-                inputs,
-            )
-        alternatives = [
-            (
-                "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
-                f"whose mean under p is not KL(p||q); k3 = {_FORMULAS['k3']}.",
-                lambda: _est.k3(lq, lp) if estimator == "k3" else np.nan,
-            ),
-            (
-                "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
-                lambda: _est.k1(lq, lp) if estimator == "k1" else np.nan,
-            ),
-            (
-                "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
-                lambda: 2 * exact if estimator == "k2" else np.nan,
-            ),
-            ("it returns bits (log base 2); klpolicy works in nats.", lambda: exact / _LN2),
-            *[
-                (f"it computes {other}, not {estimator}.", lambda o=other: getattr(_est, o)(lp, lq))
-                for other in _ESTIMATORS
-                if other != estimator
-            ],
-        ]
-        raise Falsified(
-            lambda: (
-                _diagnose(got, alternatives, tol)
-                or f"it differs from {estimator} = {_FORMULAS[estimator]} at index {i}: expected "
-                f"{float(exact[i])!r}, got {float(got[i])!r}."
-            ),
-            inputs,
-        )
-
-    def mean_ok(p, q):
-        lp, lq = np.log(p), np.log(q)
-        inputs = {"logp": lp, "logq": lq}
-        got = call(fn, inputs, lp, lq)
-        if got.shape != lp.shape:
-            return  # reported by samples_ok
-        mean = float(np.sum(p * got))
-        target = float(_est.moments(p, q, estimator)[0])  # exact mean under p
-        what = "E_p[(log p - log q)^2] / 2" if estimator == "k2" else "KL(p||q)"
-        tol = rtol * abs(target) + float(np.sum(p * (atol + slack(lp, lq))))
-        if not abs(mean - target) <= tol:
-            raise Falsified(
-                f"its mean under p, sum_x p(x) fn(log p(x), log q(x)) = {mean!r}, is not "
-                f"{what} = {target!r}"
-                + ("; the estimator is biased." if estimator != "k2" else "."),
-                inputs,
-                f"where p = {fmt(p)} and q = {fmt(q)}",
-            )
-
-    def prop(case):
-        (lp, lq), (p, q) = case
-        samples_ok(lp, lq, {"logp": lp, "logq": lq})
-        mean_ok(p, q)
-
-    explicit = [
-        ((np.log([0.5, 0.5]), np.log([0.9, 0.1])), (np.array([0.5, 0.5]), np.array([0.9, 0.1])))
-    ]
-    strategy = st.tuples(_log_prob_pairs(), _full_support_pairs())
-    run("check_kl_estimator", fn, prop, strategy, max_examples, explicit)
 
 
 # --------------------------------------------------------------------------- DPO
@@ -366,7 +171,7 @@ def check_dpo_loss(
         ]
         raise Falsified(
             lambda: (
-                _diagnose(got, alternatives, tol)
+                first_alternative(got, alternatives, tol)
                 or "it differs from the exact DPO loss softplus(-beta * ((pc - rc) - (pr - rr)))."
             ),
             inputs,
@@ -417,13 +222,13 @@ def _reference_step(kind, value, current, n_steps, target, horizon, band, factor
 @st.composite
 def _controller_runs(draw, kind):
     init = _draw_beta(draw, 1e-3, 10.0, False, False)
-    target = draw(kst._sampled((6.0, 0.1, 1.0, 20.0)))
-    horizon = draw(kst._sampled((10000, 1000, 500)))  # n_steps / horizon <= 2
-    n = draw(kst._ints(1, 6))
+    target = draw(_sampled((6.0, 0.1, 1.0, 20.0)))
+    horizon = draw(_sampled((10000, 1000, 500)))  # n_steps / horizon <= 2
+    n = draw(_ints(1, 6))
     steps = []
     for _ in range(n):
-        ratio = draw(kst._sampled((1.0, 1.1, 0.9, 2.0, 0.5, 1.3, 0.7, 0.0, 10.0)))
-        steps.append((ratio * target, draw(kst._sampled((1, 256, 10, 1000)))))
+        ratio = draw(_sampled((1.0, 1.1, 0.9, 2.0, 0.5, 1.3, 0.7, 0.0, 10.0)))
+        steps.append((ratio * target, draw(_sampled((1, 256, 10, 1000)))))
     return init, target, horizon, steps
 
 
