@@ -127,6 +127,22 @@ def test_token_trees_have_the_sequences_layout(tree):
         assert (cond >= 0).all()
 
 
+@settings(max_examples=30, derandomize=True, database=None, deadline=None)
+@given(kst.token_trees(max_vocab=3, max_length=3), kst.betas(min_beta=1e-2, max_beta=1e2))
+def test_token_trees_are_valid_klpolicy_sequences_inputs(tree, beta):
+    import klpolicy.sequences as seq
+
+    v, t_len = tree[0].shape[0], len(tree)
+    p = seq.joint(tree)
+    assert p.shape == (v,) * t_len and abs(p.sum() - 1) < 1e-12
+    reward = np.arange(p.size, dtype=float).reshape(p.shape) / p.size
+    result = seq.soft_bellman(tree, reward, beta)
+    # the tree's soft value at the root is the soft value of the joint problem
+    assert float(np.ravel(result.value[0])[0]) == pytest.approx(
+        float(klpolicy.soft_value(p.ravel(), reward.ravel(), beta)), rel=1e-9, abs=1e-12
+    )
+
+
 @settings(max_examples=40, derandomize=True, database=None, deadline=None)
 @given(kst.preference_pairs(max_size=4, min_logp=-100.0))
 def test_preference_pairs_are_log_probabilities(batch):
@@ -249,6 +265,27 @@ def test_bounds_are_keyword_only():
 def test_bad_check_options(kwargs, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         check_kl_divergence(lambda p, q: 0.0, **kwargs)
+
+
+def test_an_exception_in_fn_is_reported_with_the_input():
+    def strict(p, q):
+        if (np.asarray(q) == 0).any():
+            raise ValueError("q has a zero")
+        return sps.rel_entr(p, q).sum()
+
+    msg = fails(check_kl_divergence, strict, match="it raised ValueError: q has a zero")
+    assert "supports_*" in msg
+    check_kl_divergence(strict, supports_zero_q=False)
+
+
+def test_a_nondeterministic_fn_is_reported():
+    calls = iter(range(10**6))
+
+    def flaky(p, q):  # wrong once, on its 50th call only
+        return sps.rel_entr(p, q).sum() + (next(calls) == 50) * 1e-3
+
+    with pytest.raises(AssertionError, match="different results on the same input"):
+        check_kl_divergence(flaky)
 
 
 def test_bad_estimator_name_and_reduction():
