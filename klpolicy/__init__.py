@@ -13,7 +13,17 @@ imports numpy and scipy only.
 array([0.88, 0.12])
 """
 
-from . import best_of_n, calibration, control, diversity, overoptimization, retention, sequences
+from . import (
+    best_of_n,
+    calibration,
+    control,
+    diversity,
+    estimators,
+    overoptimization,
+    preference,
+    retention,
+    sequences,
+)
 from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import (
     Frontier,
@@ -49,6 +59,7 @@ __all__ = [
     "diversity",
     "effective_support",
     "entropy",
+    "estimators",
     "expected_reward",
     "frontier",
     "kl_divergence",
@@ -57,6 +68,7 @@ __all__ = [
     "optimal_kl",
     "optimal_policy",
     "overoptimization",
+    "preference",
     "retention",
     "sequences",
     "soft_value",
