@@ -79,8 +79,14 @@ class KLPolicyChecks:
             raise AttributeError(
                 f"klpolicy_check has no check {name!r}; available: {', '.join(_CHECKS)}"
             )
-        from . import checks
-
+        try:
+            from . import checks
+        except ImportError as exc:  # hypothesis missing
+            pytest.fail(
+                f"klpolicy_check needs hypothesis ({exc}); install it with "
+                "pip install 'klpolicy[testing]'",
+                pytrace=False,
+            )
         check = getattr(checks, "check_" + name)
         accepted = inspect.signature(check).parameters
 
