@@ -459,22 +459,18 @@ def test_torch_kl_div_trap_message():
 # --------------------------------------------------------------------------- estimators
 
 
-CORRECT_ESTIMATORS = {
-    "k1": [lambda lp, lq: lp - lq, lambda lp, lq: _t(lp) - _t(lq)],
-    "k2": [lambda lp, lq: 0.5 * (lp - lq) ** 2, lambda lp, lq: (_t(lp) - _t(lq)) ** 2 / 2],
-    # TRL's form: (ratio.exp() - 1) - logr
-    "k3": [
-        lambda lp, lq: np.expm1(lq - lp) - (lq - lp),
-        lambda lp, lq: torch.exp(_t(lq) - _t(lp)) - 1 - (_t(lq) - _t(lp)),
-    ],
+CORRECT_ESTIMATORS = {  # third-party style, in torch
+    "k1": lambda lp, lq: _t(lp) - _t(lq),
+    "k2": lambda lp, lq: (_t(lp) - _t(lq)) ** 2 / 2,
+    # TRL's form: (logr.exp() - 1) - logr with logr = logq - logp
+    "k3": lambda lp, lq: torch.exp(_t(lq) - _t(lp)) - 1 - (_t(lq) - _t(lp)),
 }
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
 def test_kl_estimator_passes_correct_implementations(estimator):
     check_kl_estimator(getattr(klpolicy.estimators, estimator), estimator)
-    for fn in CORRECT_ESTIMATORS[estimator]:
-        check_kl_estimator(fn, estimator)
+    check_kl_estimator(CORRECT_ESTIMATORS[estimator], estimator)
 
 
 ESTIMATOR_MUTANTS = [
@@ -517,7 +513,6 @@ def dpo_torch(pc, pr, rc, rr, beta):
 
 def test_dpo_loss_passes_correct_implementations():
     check_dpo_loss(klpolicy.preference.dpo_loss)
-    check_dpo_loss(dpo_numpy)
     check_dpo_loss(dpo_torch)
     check_dpo_loss(lambda *a: dpo_torch(*a).mean(), reduction="mean")
 
