@@ -8,7 +8,12 @@ from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, Verbosity, given, settings
-from hypothesis.errors import Flaky, FlakyFailure
+from hypothesis.errors import Flaky
+
+try:
+    from hypothesis.errors import FlakyFailure
+except ImportError:  # hypothesis < 6.99 raises Flaky itself
+    FlakyFailure = Flaky
 
 EPS = float(np.finfo(np.float64).eps)
 
