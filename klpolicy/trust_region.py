@@ -33,7 +33,7 @@ __all__ = ["ppo_clip_step", "trust_region_beta", "trust_region_step"]
 def trust_region_beta(
     pi_old: ArrayLike, advantage: ArrayLike, delta: ArrayLike, *, axis: int = -1
 ) -> NDArray[np.floating] | np.floating:
-    r"""The Lagrange multiplier of the trust-region step: :math:`\beta` with :math:`\mathrm{KL}(\pi^*_\beta\|\pi_{old}) = \delta`.
+    r"""The multiplier of the trust-region step: :math:`\beta` whose optimum spends :math:`\delta`.
 
     .. math:: \beta(\delta) = \texttt{beta\_for\_kl}(\pi_{old}, A, \min(\delta, \mathrm{KL}_{max}))
 
@@ -66,7 +66,7 @@ def trust_region_beta(
     0.5
     """
     p, a = _prepare(pi_old, advantage, axis)
-    kmax = _tilt(p, a, np.zeros(p.shape[:-1] + (1,), p.dtype)).kl[..., 0]
+    kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
     d = np.asarray(delta, dtype=np.float64)
     if np.isnan(d).any() or (d < 0).any() or np.isinf(d).any():
         raise ValueError(f"`delta` must be a finite non-negative number of nats; got {delta!r}")
@@ -76,7 +76,7 @@ def trust_region_beta(
 def trust_region_step(
     pi_old: ArrayLike, advantage: ArrayLike, delta: ArrayLike, *, axis: int = -1
 ) -> NDArray[np.floating]:
-    r"""TRPO's step on a tabular policy, exactly: the closed form with :math:`\pi_{old}` as reference.
+    r"""TRPO's step on a tabular policy, exactly: the closed form with pi_old as reference.
 
     .. math::
 
@@ -125,7 +125,7 @@ def trust_region_step(
     >>> from klpolicy.trust_region import trust_region_step
     >>> new = trust_region_step([0.5, 0.5], [1.0, 0.0], 0.01)
     >>> new.round(4), round(float(kl_divergence(new, [0.5, 0.5])), 10)
-    (array([0.5703, 0.4297]), 0.01)
+    (array([0.5706, 0.4294]), 0.01)
     """
     beta = np.asarray(trust_region_beta(pi_old, advantage, delta, axis=axis))
     p = V.as_probabilities("pi_old", pi_old, axis)

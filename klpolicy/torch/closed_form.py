@@ -192,7 +192,7 @@ def soft_value(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     ref_t, rew_t, b = _setup(ref, reward, beta, dim)
     support, _, logits, safe_b = _log_tilt(ref_t, rew_t, b, dim)
     total = ref_t.sum(dim=dim, keepdim=True)
-    value = safe_b * (torch.logsumexp(logits, dim=dim, keepdim=True) - torch.log(total))
+    value = safe_b.narrow(dim, 0, 1) * (torch.logsumexp(logits, dim=dim, keepdim=True) - torch.log(total))
     neg_inf = torch.full_like(rew_t, -math.inf)
     c = torch.amax(torch.where(support, rew_t, neg_inf), dim=dim, keepdim=True)
     mean = (ref_t * rew_t).sum(dim=dim, keepdim=True) / total
@@ -244,7 +244,7 @@ def kl_divergence(p, q, *, dim: int = -1) -> torch.Tensor:
     >>> import torch
     >>> from klpolicy.torch import kl_divergence
     >>> round(float(kl_divergence(torch.tensor([0.88, 0.12]), torch.tensor([0.5, 0.5]))), 6)
-    0.363291
+    0.326222
     """
     p_t = _as_tensor(p)
     q_t = _as_tensor(q, p_t)
@@ -261,7 +261,7 @@ def kl_divergence(p, q, *, dim: int = -1) -> torch.Tensor:
 
 
 def k1(logp, logq) -> torch.Tensor:
-    r"""The k1 estimate of :math:`\mathrm{KL}(p\|q)` from a sample of ``p``: :math:`\log p - \log q`.
+    r"""The k1 estimate of :math:`\mathrm{KL}(p\|q)` from a sample of p: :math:`\log p - \log q`.
 
     Parameters
     ----------

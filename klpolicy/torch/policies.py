@@ -150,7 +150,7 @@ class TabularConditionals(torch.nn.Module):
     >>> import numpy as np
     >>> from klpolicy.torch import TabularConditionals
     >>> pol = TabularConditionals([np.array([0.5, 0.5]), np.array([[0.9, 0.1], [0.2, 0.8]])])
-    >>> pol.log_probs().exp().numpy().round(2)
+    >>> pol.log_probs().exp().detach().numpy().round(2)
     array([[0.45, 0.05, 0.1 , 0.4 ]])
     """
 
@@ -228,7 +228,7 @@ class AutoregressivePolicy(torch.nn.Module):
     >>> model = AutoregressivePolicy(3, 2, seed=0)
     >>> [c.shape for c in model.conditionals()]
     [(3,), (3, 3)]
-    >>> float(model.log_probs().exp().sum().round(12))
+    >>> round(float(model.log_probs().exp().sum()), 12)
     1.0
     """
 
@@ -254,7 +254,7 @@ class AutoregressivePolicy(torch.nn.Module):
         self.register_buffer("_sequences", all_sequences(self.vocab, self.length, dev))
 
     def next_token_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits of ``a_t`` given ``a_<t`` at every position: ``(N, T)`` tokens -> ``(N, T, V)``."""
+        """Logits of ``a_t`` given ``a_<t`` at each position: ``(N, T)`` -> ``(N, T, V)``."""
         bos = torch.full((tokens.shape[0], 1), self.vocab, dtype=torch.long, device=tokens.device)
         inp = torch.cat([bos, tokens[:, :-1]], dim=1)
         h, _ = self.gru(self.embed(inp))

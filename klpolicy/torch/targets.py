@@ -64,7 +64,9 @@ def grpo_expected_update(
 ) -> NDArray[np.float64]:
     r"""The expected ascent direction of GRPO on the logits of a tabular policy.
 
-    .. math:: F_j = \tfrac1G\,\mathbb{E}_{n\sim\mathrm{Mult}(G,\pi)}[n_j A_j] + \beta(\pi_{ref,j} - \pi_j)
+    .. math::
+
+        F_j = \tfrac1G\,\mathbb{E}_{n\sim\mathrm{Mult}(G,\pi)}[n_j A_j] + \beta(\pi_{ref,j} - \pi_j)
 
     Parameters
     ----------
@@ -90,7 +92,7 @@ def grpo_expected_update(
     --------
     >>> from klpolicy.torch.targets import grpo_expected_update
     >>> grpo_expected_update([0.5, 0.5], [0.5, 0.5], [1.0, 0.0], 0.1, group_size=None).round(4)
-    array([ 0.25, -0.25])
+    array([ 0.5, -0.5])
     """
     p = np.asarray(pi, dtype=np.float64)
     q = np.asarray(ref, dtype=np.float64)
@@ -128,7 +130,9 @@ def grpo_fixed_point(
 ) -> NDArray[np.float64]:
     r"""The policy GRPO converges to on a tabular problem: the zero of its expected update.
 
-    .. math:: \tfrac1G\,\mathbb{E}_{n\sim\mathrm{Mult}(G,\pi)}[n_j A_j] = \beta\,(\pi_j - \pi_{ref,j})
+    .. math::
+
+        \tfrac1G\,\mathbb{E}_{n\sim\mathrm{Mult}(G,\pi)}[n_j A_j] = \beta\,(\pi_j - \pi_{ref,j})
 
     Parameters
     ----------
@@ -168,7 +172,7 @@ def grpo_fixed_point(
     --------
     >>> from klpolicy.torch.targets import grpo_fixed_point
     >>> grpo_fixed_point([0.5, 0.5], [1.0, 0.0], 0.5, group_size=None).round(4)
-    array([0.7071, 0.2929])
+    array([0.9472, 0.0528])
     """
     q = V.as_probabilities("ref", ref)
     r = V.as_rewards("reward", reward)

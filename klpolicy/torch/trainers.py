@@ -220,7 +220,7 @@ def fit_policy(
     dtype: torch.dtype = torch.float64,
     **options,
 ) -> FitResult:
-    r"""Train a tabular softmax policy on :math:`\max_\pi \mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`.
+    r"""Train a tabular softmax policy on the KL-regularised objective.
 
     .. math::
 
@@ -343,7 +343,7 @@ def _tree(ref_conditionals, reward):
     if rew.shape != (vocab,) * length:
         raise ValueError(f"`reward` must have shape {(vocab,) * length}; got {rew.shape}")
     joint = np.ones(())
-    for t, c in enumerate(conds):
+    for c in conds:
         joint = joint[..., None] * c  # p(a_<t) * p(a_t | a_<t), shape (V,)*(t+1)
     return conds, rew, joint
 
@@ -454,7 +454,7 @@ def fit_reference(
     progress: bool = False,
     dtype: torch.dtype = torch.float64,
 ) -> FitResult:
-    r"""Supervised fine-tuning: fit an :class:`AutoregressivePolicy` to a token tree by maximum likelihood.
+    r"""Supervised fine-tuning: fit an autoregressive model to a token tree by maximum likelihood.
 
     .. math:: \min_\theta\; -\mathbb{E}_{a\sim\pi_{ref}}[\log\pi_\theta(a)]
 
@@ -487,7 +487,7 @@ def fit_reference(
     >>> float(sft.history["kl"][-1]) < 1e-3
     True
     """
-    conds, _, joint = _tree(
+    _, _, joint = _tree(
         ref_conditionals, np.zeros((np.shape(ref_conditionals[0])[-1],) * len(ref_conditionals))
     )
     dev = default_device(device)
@@ -524,7 +524,7 @@ def fit_reference(
                 )
             ).sum()
             dist = 0.5 * (p - q).abs().sum()
-        rows.append([float(loss), float("nan"), float(kl), float(dist), float("nan")])
+        rows.append([float(loss.detach()), float("nan"), float(kl), float(dist), float("nan")])
         _progress(i, steps, float(dist), progress)
     sps = steps / (time.perf_counter() - start)
     table = np.array(rows)
