@@ -32,6 +32,18 @@ def test_optimal_policy_equals_numpy_core(rng):
     assert got.dtype == torch.float64
 
 
+@pytest.mark.parametrize("beta", [1e-3, 0.5, 7.0, 1e6])
+@pytest.mark.parametrize("grad", [False, True])
+def test_optimal_policy_scalar_beta_paths_equal_numpy_core(rng, beta, grad):
+    ref, reward, _ = _problems(rng)
+    r = torch.tensor(reward, requires_grad=grad)
+    got = kt.optimal_policy(torch.tensor(ref), r, beta).detach()
+    np.testing.assert_allclose(
+        got.numpy(), klpolicy.optimal_policy(ref, reward, beta), rtol=1e-12, atol=1e-300
+    )
+    assert (got.numpy()[ref == 0] == 0).all()
+
+
 def test_soft_value_equals_numpy_core(rng):
     ref, reward, beta = _problems(rng)
     got = kt.soft_value(torch.tensor(ref), torch.tensor(reward), torch.tensor(beta))

@@ -39,6 +39,8 @@ def _check_probabilities(name: str, p: torch.Tensor) -> None:
     if p.ndim == 0:
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar")
     with torch.no_grad():
+        if not bool((~(p >= 0)).any()):  # one pass catches both NaN and negatives
+            return
         if torch.isnan(p).any():
             raise ValueError(f"`{name}` must not contain NaN")
         neg = p < 0
@@ -136,6 +138,21 @@ def optimal_policy(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     >>> optimal_policy(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.5)
     tensor([0.8808, 0.1192])
     """
+    if isinstance(beta, (int, float)) and 0 < beta < math.inf:
+        # fast path for a plain positive coefficient: one masked softmax
+        ref_t = _as_tensor(ref)
+        rew_t = _as_tensor(reward, ref_t)
+        _check_probabilities("ref", ref_t)
+        _check_same_size(ref_t, rew_t, dim)
+        if not (ref_t.requires_grad or rew_t.requires_grad):
+            # log 0 = -inf masks the zeros by itself (rewards are finite)
+            return torch.softmax(torch.log(ref_t) + rew_t / float(beta), dim=dim)
+        ref_t, rew_t = torch.broadcast_tensors(ref_t, rew_t)
+        support = ref_t > 0
+        log_ref = torch.log(torch.where(support, ref_t, 1.0))
+        return torch.softmax(
+            torch.where(support, log_ref + rew_t / float(beta), -math.inf), dim=dim
+        )
     ref_t, rew_t, b = _setup(ref, reward, beta, dim)
     support, _, logits, _ = _log_tilt(ref_t, rew_t, b, dim)
     pi = torch.softmax(logits, dim=dim)
@@ -192,7 +209,9 @@ def soft_value(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     ref_t, rew_t, b = _setup(ref, reward, beta, dim)
     support, _, logits, safe_b = _log_tilt(ref_t, rew_t, b, dim)
     total = ref_t.sum(dim=dim, keepdim=True)
-    value = safe_b.narrow(dim, 0, 1) * (torch.logsumexp(logits, dim=dim, keepdim=True) - torch.log(total))
+    value = safe_b.narrow(dim, 0, 1) * (
+        torch.logsumexp(logits, dim=dim, keepdim=True) - torch.log(total)
+    )
     neg_inf = torch.full_like(rew_t, -math.inf)
     c = torch.amax(torch.where(support, rew_t, neg_inf), dim=dim, keepdim=True)
     mean = (ref_t * rew_t).sum(dim=dim, keepdim=True) / total
