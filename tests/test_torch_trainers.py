@@ -237,3 +237,24 @@ def test_exact_trainer_on_gpu_matches_cpu():
     np.testing.assert_allclose(gpu.policy, cpu.policy, atol=1e-9)
     res = kt.fit_policy(REF, R, BETA, method="reinforce", steps=200, seed=1, device="cuda")
     assert tv(res.policy, PI_STAR) < 0.01
+
+
+def test_import_klpolicy_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, klpolicy, klpolicy.trust_region; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_missing_torch_gives_an_install_hint():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "try:\n    import klpolicy.torch\nexcept ImportError as e:\n    print(e)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install klpolicy[torch]" in out.stdout
