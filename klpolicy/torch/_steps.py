@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+import klpolicy
 from klpolicy.torch.closed_form import k1, k2, k3
+from klpolicy.trust_region import trust_region_beta
 
 ESTIMATORS = {"k1": k1, "k2": k2, "k3": k3}
 
@@ -158,6 +160,25 @@ def step_preference(model, pb: Problem, opt, o, gen) -> float:
     loss.backward()
     opt.step()
     return float(loss.detach())
+
+
+def step_trust_region(model, pb: Problem, o, set_policy) -> float:
+    """Mirror descent: the closed form with pi_old as reference, KL radius ``delta``.
+
+    The advantage is the functional gradient of the regularised objective,
+    ``r - beta log(pi_old / ref)``; the multiplier is capped below at ``beta``
+    so that the step lands exactly on pi* once pi* is within ``delta``.
+    """
+    with torch.no_grad():
+        p_old = model.log_probs().exp().cpu().numpy()
+    q, r = pb.ref.cpu().numpy(), pb.reward.cpu().numpy()
+    sup = q > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        adv = np.where(sup, r - pb.beta * np.log(np.where(sup, p_old / np.where(sup, q, 1), 1)), 0)
+    beta_t = np.maximum(pb.beta, trust_region_beta(p_old, adv, o["delta"]))
+    new = klpolicy.optimal_policy(p_old, adv, np.asarray(beta_t)[..., None])
+    set_policy(new)
+    return float(-np.mean(klpolicy.objective(new, q / q.sum(-1, keepdims=True), r, pb.beta)))
 
 
 STEPS = {

@@ -228,7 +228,7 @@ class AutoregressivePolicy(torch.nn.Module):
     >>> model = AutoregressivePolicy(3, 2, seed=0)
     >>> [c.shape for c in model.conditionals()]
     [(3,), (3, 3)]
-    >>> round(float(model.log_probs().exp().sum()), 12)
+    >>> round(float(model.log_probs().exp().sum().detach()), 12)
     1.0
     """
 

@@ -49,14 +49,13 @@ from numpy.typing import ArrayLike
 
 from klpolicy import _validation as V
 from klpolicy.closed_form import _prepare, optimal_policy
-from klpolicy.torch._steps import ESTIMATORS, STEPS, Problem, kl_exact
+from klpolicy.torch._steps import ESTIMATORS, STEPS, Problem, kl_exact, step_trust_region
 from klpolicy.torch.policies import (
     AutoregressivePolicy,
     TabularConditionals,
     TabularPolicy,
     default_device,
 )
-from klpolicy.trust_region import trust_region_beta
 
 __all__ = ["FitResult", "fit_policy", "fit_reference", "fit_sequence_policy"]
 
@@ -158,7 +157,7 @@ def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, prog
     for i in range(steps):
         o["_beta_now"] = pb.beta
         if method == "trust_region":
-            loss = _trust_region_step(model, pb, o, set_joint)
+            loss = step_trust_region(model, pb, o, set_joint)
         else:
             loss = STEPS[method](model, pb, opt, o, gen)
             if sched is not None:
@@ -185,23 +184,6 @@ def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, prog
     table = torch.stack(rows).cpu().numpy()
     hist = dict(zip(("loss", "reward", "kl", "distance", "beta"), table.T, strict=True))
     return hist, steps / seconds
-
-
-def _trust_region_step(model, pb: Problem, o, set_joint) -> float:
-    with torch.no_grad():
-        p_old = model.log_probs().exp().cpu().numpy()
-    q = pb.ref.cpu().numpy()
-    r = pb.reward.cpu().numpy()
-    sup = q > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        adv = np.where(sup, r - pb.beta * np.log(np.where(sup, p_old / q, 1.0)), 0.0)
-    beta_t = np.maximum(pb.beta, trust_region_beta(p_old, adv, o["delta"]))
-    new = optimal_policy(p_old, adv, np.asarray(beta_t)[..., None])
-    set_joint(new)
-    ex = np.sum(new * r, -1) - pb.beta * np.sum(
-        np.where(new > 0, new * np.log(np.where(new > 0, new / np.where(sup, q, 1), 1)), 0), -1
-    )
-    return float(-ex.mean())
 
 
 def fit_policy(
