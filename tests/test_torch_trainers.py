@@ -63,6 +63,18 @@ def test_exact_batched_contexts_with_zeros():
     np.testing.assert_allclose(res.policy, klpolicy.optimal_policy(ref, reward, 1.0), atol=2e-3)
 
 
+def test_sampled_trainer_on_a_batch_of_contexts():
+    ref = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+    reward = np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 0.0]])
+    res = kt.fit_policy(ref, reward, BETA, method="reinforce", steps=200, seed=2, device="cpu")
+    want = klpolicy.optimal_policy(ref, reward, BETA)
+    assert res.policy.shape == (2, 3)
+    assert max(tv(res.policy[i], want[i]) for i in range(2)) < 0.01
+    assert res.history["distance"][-1] == pytest.approx(
+        np.mean([tv(res.policy[i], want[i]) for i in range(2)]), abs=1e-12
+    )
+
+
 @pytest.mark.parametrize(
     ("method", "options"),
     [

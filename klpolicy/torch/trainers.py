@@ -75,8 +75,8 @@ class FitResult:
     history : dict of str to ndarray
         Per step: ``"loss"``, ``"reward"`` (exact expected reward),
         ``"kl"`` (exact KL to the reference), ``"distance"`` (total variation
-        to ``target``, averaged over contexts), ``"beta"`` (the coefficient
-        used, which a controller may change).
+        to ``target``), each averaged over contexts, and ``"beta"`` (the
+        coefficient used, which a controller may change).
     target : ndarray
         The distribution ``distance`` is measured to (the exact optimum unless
         given); a joint law ``(V,)*T`` for token trees.
