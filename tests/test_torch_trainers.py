@@ -270,3 +270,16 @@ def test_missing_torch_gives_an_install_hint():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install klpolicy[torch]" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"beta": 0.0}, "`beta` must be a positive finite number; got 0.0"),
+        ({"beta": 0.5, "group_size": 1}, "`group_size` must be at least 2; got 1"),
+        ({"beta": 0.5, "group_size": 2.5}, "`group_size` must be an integer >= 1; got 2.5"),
+    ],
+)
+def test_grpo_fixed_point_bad_inputs(kwargs, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        kt.grpo_fixed_point(REF, R, **kwargs)
