@@ -25,6 +25,7 @@ __all__ = [
     "as_probabilities",
     "as_rewards",
     "broadcast_pair",
+    "check_beta_values",
     "normalise_axis",
     "result_dtype",
     "row_sum_tolerance",
@@ -109,7 +110,9 @@ def as_probabilities(
     ax = normalise_axis(axis, arr.ndim, name)
     nan = np.isnan(arr)
     if nan.any():
-        raise ValueError(f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}")
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
     inf = np.isinf(arr)
     if inf.any():
         idx = _first(inf)
@@ -157,9 +160,7 @@ def as_rewards(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
     return np.moveaxis(arr, ax, -1)
 
 
-def broadcast_pair(
-    name_a: str, a: NDArray, name_b: str, b: NDArray
-) -> tuple[NDArray, NDArray]:
+def broadcast_pair(name_a: str, a: NDArray, name_b: str, b: NDArray) -> tuple[NDArray, NDArray]:
     """Broadcast two arrays whose last axis is the probability axis.
 
     The last axes must match exactly; only the batch axes broadcast.
@@ -190,6 +191,27 @@ def as_beta(
     single row gives ``B`` rows). ``axis`` must already be non-negative. Zero and ``inf`` are allowed (the greedy and the
     reference limits); negative values and NaN are not.
     """
+    b = check_beta_values(name, beta, allow_zero=allow_zero)
+    if b.ndim == 0:
+        return b.reshape((1,) * ndim)
+    if b.ndim > ndim and axis != ndim - 1:
+        raise ValueError(
+            f"`{name}` has {b.ndim} dimensions but the problem has only {ndim}; got shape {b.shape}"
+        )
+    b = b.reshape((1,) * (ndim - b.ndim) + b.shape)
+    ax = axis + (b.ndim - ndim)
+    if b.shape[ax] != 1:
+        raise ValueError(
+            f"`{name}` must have size 1 along the probability axis (one beta per row); "
+            f"got shape {np.shape(beta)}"
+        )
+    return np.moveaxis(b, ax, -1)
+
+
+def check_beta_values(
+    name: str, beta: ArrayLike, *, allow_zero: bool = True
+) -> NDArray[np.float64]:
+    """Return ``beta`` as a float64 array after checking: not empty, no NaN, >= 0 (or > 0)."""
     try:
         b = np.asarray(beta, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -206,21 +228,7 @@ def as_beta(
         bad = b if b.ndim == 0 else b[_first(neg)]
         kind = "non-negative" if allow_zero else "positive"
         raise ValueError(f"`{name}` must be {kind}; found {_fmt_value(bad)}{where}")
-    if b.ndim == 0:
-        return b.reshape((1,) * ndim)
-    if b.ndim > ndim and axis != ndim - 1:
-        raise ValueError(
-            f"`{name}` has {b.ndim} dimensions but the problem has only {ndim}; "
-            f"got shape {b.shape}"
-        )
-    b = b.reshape((1,) * (ndim - b.ndim) + b.shape)
-    ax = axis + (b.ndim - ndim)
-    if b.shape[ax] != 1:
-        raise ValueError(
-            f"`{name}` must have size 1 along the probability axis (one beta per row); "
-            f"got shape {np.shape(beta)}"
-        )
-    return np.moveaxis(b, ax, -1)
+    return b
 
 
 def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
@@ -230,7 +238,9 @@ def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"`{name}` must be a positive number; got {x!r}") from None
     if np.isnan(v) or v <= 0 or (np.isinf(v) and not allow_inf):
-        raise ValueError(f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}")
+        raise ValueError(
+            f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}"
+        )
     return v
 
 
@@ -247,3 +257,286 @@ def as_positive_int(name: str, x: Any) -> int:
     if v < 1:
         raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
     return v
+
+
+# --------------------------------------------------------------------------------------
+# sequences.py: token trees, sequence rewards, log-prob arrays and masks
+# --------------------------------------------------------------------------------------
+
+
+def _shape_str(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def as_token_tree(name: str, conditionals: Any) -> list[NDArray[np.floating]]:
+    """Validate a token tree: a non-empty list whose ``t``-th array has shape ``(V,)*(t+1)``.
+
+    Every array is checked by :func:`as_probabilities` under the name
+    ``name[t]`` (so each conditional row must sum to one, also below
+    prefixes of zero probability). Returns float arrays of one common dtype.
+    """
+    if isinstance(conditionals, np.ndarray) or not isinstance(conditionals, (list, tuple)):
+        raise ValueError(
+            f"`{name}` must be a non-empty list of arrays, conditionals[t] of shape (V,)*(t+1); "
+            f"got {type(conditionals).__name__}"
+        )
+    if len(conditionals) == 0:
+        raise ValueError(f"`{name}` must be a non-empty list of arrays; got an empty list")
+    levels = []
+    size = None
+    for t, c in enumerate(conditionals):
+        arr = as_float_array(f"{name}[{t}]", c)
+        if t == 0:
+            if arr.ndim != 1:
+                raise ValueError(
+                    f"`{name}[0]` must have shape (V,) (the first token's distribution); "
+                    f"got shape {_shape_str(arr.shape)}"
+                )
+            size = arr.shape[0]
+        want = (size,) * (t + 1)
+        if arr.shape != want:
+            raise ValueError(
+                f"`{name}[{t}]` must have shape {_shape_str(want)} (vocabulary {size}, "
+                f"position {t}); got shape {_shape_str(arr.shape)}"
+            )
+        levels.append(as_probabilities(f"{name}[{t}]", arr))
+    dtype = result_dtype(*levels)
+    return [lv.astype(dtype, copy=False) for lv in levels]
+
+
+def same_tree_shape(name_a: str, a: list, name_b: str, b: list) -> None:
+    """Two token trees must share the vocabulary size and the length."""
+    va, ta, vb, tb = a[0].shape[0], len(a), b[0].shape[0], len(b)
+    if (va, ta) != (vb, tb):
+        raise ValueError(
+            f"`{name_b}` must have the same vocabulary and length as `{name_a}`; "
+            f"got V={vb}, T={tb} and V={va}, T={ta}"
+        )
+
+
+def as_sequence_rewards(name: str, x: ArrayLike, shape: tuple[int, ...], what: str) -> NDArray:
+    """Finite real array of exactly ``shape`` (``what`` says what the shape means)."""
+    arr = as_float_array(name, x)
+    if arr.shape != shape:
+        raise ValueError(
+            f"`{name}` must have shape {_shape_str(shape)} ({what}); "
+            f"got shape {_shape_str(arr.shape)}"
+        )
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return arr
+
+
+def as_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_]:
+    """A (batch, T) mask of booleans or 0/1 numbers that keeps at least one token."""
+    try:
+        m = np.asarray(mask)
+    except Exception as exc:
+        raise ValueError(f"`mask` must be an array of booleans or 0/1; got {mask!r}") from exc
+    if m.shape != shape:
+        raise ValueError(
+            f"`mask` must have shape (batch, T) = {_shape_str(shape)}; "
+            f"got shape {_shape_str(m.shape)}"
+        )
+    if m.dtype != np.bool_:
+        if not (np.issubdtype(m.dtype, np.integer) or np.issubdtype(m.dtype, np.floating)):
+            raise ValueError(f"`mask` must be an array of booleans or 0/1; got dtype {m.dtype}")
+        bad = (m != 0) & (m != 1)
+        if bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`mask` must hold only booleans or 0/1; found {_fmt_value(m[idx])} "
+                f"at index {_fmt_index(idx)}"
+            )
+        m = m == 1
+    if not m.any():
+        raise ValueError("`mask` must keep at least one token; it masks every token")
+    return m
+
+
+def as_logprobs(
+    name: str, x: ArrayLike, keep: NDArray[np.bool_], *, sampled: bool
+) -> NDArray[np.floating]:
+    """Log-probabilities of shape (batch, T) or (batch, T, V), checked where ``keep`` is True.
+
+    No NaN, no ``+inf``, no value above ``sqrt(eps)``; with ``sampled`` no
+    ``-inf`` either (a sampled token had positive probability). Full-vocabulary
+    rows (3-D input) must have a log-sum-exp of zero within :func:`row_sum_tolerance`.
+    Masked positions are not inspected: padding may hold anything.
+    """
+    arr = as_float_array(name, x)
+    full = arr.ndim == 3
+    k = keep[..., None] if full else keep
+    k = np.broadcast_to(k, arr.shape)
+    tol = float(np.sqrt(np.finfo(arr.dtype).eps))
+    nan = np.isnan(arr) & k
+    if nan.any():
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
+    with np.errstate(invalid="ignore"):
+        high = (arr > tol) & k
+    if high.any():
+        idx = _first(high)
+        raise ValueError(
+            f"`{name}` must hold log-probabilities (<= 0); found {_fmt_value(arr[idx])} "
+            f"at index {_fmt_index(idx)}"
+        )
+    if sampled:
+        ninf = np.isneginf(arr) & k
+        if ninf.any():
+            raise ValueError(
+                f"`{name}` must be finite at sampled tokens (they had positive probability); "
+                f"found -inf at index {_fmt_index(_first(ninf))}"
+            )
+    if full:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a = np.where(k, arr, 0.0)
+            mx = np.max(a, axis=-1, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, 0.0)
+            lse = (mx + np.log(np.sum(np.exp(a - mx), axis=-1, keepdims=True)))[..., 0]
+        rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+        bad = (np.abs(lse) > rtol) & keep
+        if bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`{name}` must be normalised along the vocabulary axis (log-sum-exp 0); row "
+                f"{_fmt_index(idx)} has log-sum-exp {_fmt_value(lse[idx])} (tolerance {rtol:.2g}); "
+                "klpolicy never renormalises silently"
+            )
+    return arr
+
+
+# --------------------------------------------------------------------------------------
+# control.py: KL-coefficient controllers and their simulation
+# --------------------------------------------------------------------------------------
+
+
+def as_nonnegative_scalar(name: str, x: Any) -> float:
+    """A single finite real number >= 0 (e.g. a fixed KL coefficient)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    return v
+
+
+def as_factor(name: str, x: Any) -> float:
+    """A single finite real number strictly above 1 (a dead-zone band or a multiplier)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}") from None
+    if not np.isfinite(v) or v <= 1:
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    return v
+
+
+def as_kl_measurement(name: str, x: Any) -> float:
+    """A measured (possibly estimated, hence possibly negative) KL: any finite real number."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a finite real number (a KL in nats); got {x!r}"
+        ) from None
+    if not np.isfinite(v):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {v!r}")
+    return v
+
+
+def as_unit_interval(name: str, x: Any) -> float:
+    """A single real number in [0, 1) (e.g. the lag of a first-order filter)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}") from None
+    if not (0 <= v < 1):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    return v
+
+
+# --- best_of_n / overoptimization ---------------------------------------------------------
+
+
+def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
+    """An integer >= 1 or an array of them, returned as exact float64 values (<= 2**53).
+
+    Used for best-of-n sample counts. Floats are accepted only when they hold an
+    integer value (``4.0``); bools, NaN, infinities and fractional values are
+    refused, naming the first bad entry.
+    """
+    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
+        ) from exc
+    if arr.ndim == 0:
+        v = as_positive_int(name, x)
+        if v > 2**53:
+            raise ValueError(f"`{name}` must be at most 2**53 to be held exactly; got {x!r}")
+        return np.asarray(float(v))
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got dtype {arr.dtype}"
+        )
+    is_int = np.issubdtype(arr.dtype, np.integer)
+    with np.errstate(invalid="ignore"):
+        bad = (arr < 1) if is_int else (~np.isfinite(arr) | (arr < 1) | (arr != np.round(arr)))
+    if bad.any():
+        idx = _first(bad)
+        shown = str(int(arr[idx])) if is_int else _fmt_value(arr[idx])
+        raise ValueError(
+            f"`{name}` must be an integer >= 1; found {shown} at index {_fmt_index(idx)}"
+        )
+    big = arr > 2**53
+    if big.any():
+        idx = _first(big)
+        raise ValueError(
+            f"`{name}` must be at most 2**53 to be held exactly; found {arr[idx]!r} at "
+            f"index {_fmt_index(idx)}"
+        )
+    return arr.astype(np.float64)
+
+
+# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+
+
+def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
+    """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
+    try:
+        g = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a real number or array; got {x!r}") from None
+    if g.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {g.shape}")
+    bad = np.isnan(g) | (g < 0)
+    if bad.any():
+        if g.ndim == 0:
+            raise ValueError(f"`{name}` must be non-negative; found {_fmt_value(g)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
+        )
+    return g

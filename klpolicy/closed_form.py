@@ -136,8 +136,11 @@ def _tilt(ref: NDArray, reward: NDArray, beta: NDArray) -> _Tilt:
         # beta = 0: all mass on the best rewards inside the support, split as ref
         best = support & (reward == c)
         rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
-        greedy_log_mass = np.log1p(-rest)  # log of the reference mass on the best set
-        pi0 = np.where(best, ref_n / np.exp(greedy_log_mass), 0)
+        best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
+        # log of the reference mass on the best set: log1p(-rest) is exact when the mass is
+        # near 1; log(mass) when it is small (even subnormal, where 1 - rest rounds to 0)
+        greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
+        pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 
         zero = beta == 0
@@ -272,8 +275,8 @@ def soft_value(
     Examples
     --------
     >>> from klpolicy import soft_value
-    >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.5))  # 0.5 * log((e^2 + 1) / 2)
-    0.7168904...
+    >>> round(float(soft_value([0.5, 0.5], [1.0, 0.0], 0.5)), 10)  # 0.5 * log((e^2 + 1) / 2)
+    0.7168904152
     >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
     (1.0, 0.5)
     """
@@ -322,13 +325,15 @@ def optimal_kl(
     --------
     >>> from klpolicy import optimal_kl
     >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], 0.5)), 6)
-    0.3499
+    0.327813
     """
     ref_a, rew_a, b, _ = _setup(ref, reward, beta, axis)
     return _scalar(_tilt(ref_a, rew_a, b).kl)
 
 
-def max_kl(ref: ArrayLike, reward: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floating:
+def max_kl(
+    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
     r"""The largest KL the optimal policy can reach: that of the greedy limit.
 
     .. math::
@@ -368,7 +373,9 @@ def max_kl(ref: ArrayLike, reward: ArrayLike, *, axis: int = -1) -> NDArray[np.f
     return _scalar(_tilt(ref_a, rew_a, np.zeros(ref_a.shape[:-1] + (1,), ref_a.dtype)).kl)
 
 
-def expected_reward(pi: ArrayLike, reward: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floating:
+def expected_reward(
+    pi: ArrayLike, reward: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
     r"""Expected reward :math:`\mathbb{E}_\pi[r] = \sum_y \pi(y) r(y)`.
 
     Parameters
@@ -517,13 +524,11 @@ def frontier(ref: ArrayLike, reward: ArrayLike, betas: ArrayLike, *, axis: int =
     >>> f.expected_reward.round(4)
     array([1.    , 0.8808, 0.6225, 0.5   ])
     >>> f.kl.round(4)
-    array([0.6931, 0.3499, 0.0305, 0.    ])
+    array([0.6931, 0.3278, 0.0303, 0.    ])
     """
     ref_a, rew_a = _prepare(ref, reward, axis)
-    grid = np.asarray(betas, dtype=np.float64)
-    if grid.size == 0:
-        raise ValueError(f"`betas` must not be empty; got shape {grid.shape}")
-    flat = V.as_beta(grid.reshape(-1, 1), 2, 1, name="betas")[:, 0]  # validates values
+    grid = V.check_beta_values("betas", betas)
+    flat = grid.reshape(-1)
     batch = ref_a.shape[:-1]
     b = flat.reshape((-1,) + (1,) * len(batch) + (1,)).astype(ref_a.dtype)
     r_b = np.broadcast_to(ref_a, (flat.size,) + ref_a.shape)
@@ -637,19 +642,26 @@ def beta_for_kl(
 
     support = ref_b > 0
     ref_n = ref_b / ref_b.sum(-1, keepdims=True)
+    # initial guess from the large-beta expansion KL ~ Var_ref(r) / (2 beta^2), computed on
+    # rewards scaled by their spread so that tiny or huge rewards do not under/overflow
+    top = np.max(np.where(support, rew_b, -np.inf), -1, keepdims=True)
+    spread = top - np.min(np.where(support, rew_b, np.inf), -1, keepdims=True)
+    spread = np.where(spread > 0, spread, 1.0)
     mu = np.sum(ref_n * rew_b, -1, keepdims=True)
-    var_ref = np.sum(ref_n * (rew_b - mu) ** 2, -1, keepdims=True)
+    var_n = np.sum(ref_n * ((rew_b - mu) / spread) ** 2, -1, keepdims=True)
     safe_t = np.where(active, tgt, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        s = 0.5 * np.log(np.where(active, var_ref, 1.0) / (2 * safe_t))
+        s = np.log(spread) + 0.5 * np.log(np.where(active, var_n, 1.0) / (2 * safe_t))
+    s = np.where(np.isfinite(s), s, np.log(spread))
 
     def g_and_slope(s_):
         b_ = np.exp(s_)
         t = _tilt(ref_b, rew_b, b_)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            var = np.sum(np.where(support, t.pi * (rew_b - t.mean) ** 2, 0), -1, keepdims=True)
+            x = np.where(support, (rew_b - t.mean) / b_, 0)
+            var_over_b2 = np.sum(t.pi * x * x, -1, keepdims=True)
             g = np.log(t.kl) - np.log(safe_t)
-            slope = -var / (b_ * b_ * t.kl)
+            slope = -var_over_b2 / t.kl
         return g, slope
 
     # bracket: lo has g > 0 (KL too big, beta too small), hi has g < 0
