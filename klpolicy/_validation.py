@@ -540,3 +540,79 @@ def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
             f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
         )
     return g
+# ---------------------------------------------------------------------------
+# klpolicy.estimators: log-probabilities, estimator names, placements
+# ---------------------------------------------------------------------------
+
+ESTIMATORS = ("k1", "k2", "k3", "abs")
+PLACEMENTS = ("reward", "loss")
+
+
+def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings, or a ValueError listing the valid ones."""
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {valid}; got {value!r}")
+    return value
+
+
+def as_log_probs(name: str, x: ArrayLike, *, allow_neg_inf: bool) -> NDArray[np.floating]:
+    """Validate an array of log-probabilities (or log-densities): no NaN, no +inf.
+
+    ``-inf`` (probability zero) is refused unless ``allow_neg_inf``. Values above
+    zero are allowed: log-densities of continuous distributions can be positive.
+    """
+    arr = as_float_array(name, x)
+    nan = np.isnan(arr)
+    if nan.any():
+        where = "" if arr.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        raise ValueError(f"`{name}` must not contain NaN; found nan{where}")
+    bad = (arr == np.inf) if allow_neg_inf else np.isinf(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            val, where = arr[()], ""
+        else:
+            idx = _first(bad)
+            val, where = arr[idx], f" at index {_fmt_index(idx)}"
+        what = "must not be +inf" if allow_neg_inf else "must be finite"
+        raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
+    return arr
+
+
+def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
+    """Full log-probability vectors along ``axis`` (``-inf`` allowed) whose rows sum to one.
+
+    Returned with ``axis`` moved last; the tolerance on ``|logsumexp|`` is the
+    one :func:`row_sum_tolerance` gives for the row sums.
+    """
+    arr = as_log_probs(name, x, allow_neg_inf=True)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = normalise_axis(axis, arr.ndim, name)
+    arr = np.moveaxis(arr, ax, -1)
+    with np.errstate(divide="ignore", over="ignore"):
+        m = np.max(arr, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        lse = np.log(np.sum(np.exp(arr - m), axis=-1)) + m[..., 0]
+    tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+    bad = ~(np.abs(lse) <= tol)
+    if np.ndim(bad) == 0:
+        if bad:
+            raise ValueError(
+                f"`{name}` must be normalised along axis {axis} (logsumexp 0); "
+                f"its logsumexp is {_fmt_value(lse)} (tolerance {tol:.2g})"
+            )
+    elif bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be normalised along axis {axis} (logsumexp 0); row "
+            f"{_fmt_index(idx)} has logsumexp {_fmt_value(lse[idx])} (tolerance {tol:.2g})"
+        )
+    return arr
+
+
+def as_optional_clip(name: str, x: Any) -> float | None:
+    """``None`` (no clipping) or a positive number (``inf`` allowed)."""
+    if x is None:
+        return None
+    return as_positive_scalar(name, x, allow_inf=True)
