@@ -540,6 +540,8 @@ def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
             f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
         )
     return g
+
+
 # ---------------------------------------------------------------------------
 # klpolicy.estimators: log-probabilities, estimator names, placements
 # ---------------------------------------------------------------------------
