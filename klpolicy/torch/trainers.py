@@ -48,6 +48,7 @@ import torch
 from numpy.typing import ArrayLike
 
 from klpolicy import _validation as V
+from klpolicy import sequences
 from klpolicy.closed_form import _prepare, optimal_policy
 from klpolicy.torch._steps import ESTIMATORS, STEPS, Problem, kl_exact, step_trust_region
 from klpolicy.torch.policies import (
@@ -298,36 +299,12 @@ def fit_policy(
     )
 
 
-def _conditionals_from_joint(joint: np.ndarray, fallback: list[np.ndarray]) -> list[np.ndarray]:
-    """Conditionals of a joint law ``(V,)*T``; prefixes of zero mass keep ``fallback``."""
-    length = joint.ndim
-    out = []
-    for t in range(length):
-        marg = joint.sum(axis=tuple(range(t + 1, length))) if t + 1 < length else joint
-        prev = marg.sum(-1, keepdims=True)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out.append(np.where(prev > 0, marg / np.where(prev > 0, prev, 1), fallback[t]))
-    return out
-
-
 def _tree(ref_conditionals, reward):
-    conds = [np.asarray(c, dtype=np.float64) for c in ref_conditionals]
-    if not conds:
-        raise ValueError("`ref_conditionals` must not be empty")
-    vocab, length = conds[0].shape[-1], len(conds)
-    for t, c in enumerate(conds):
-        if c.shape != (vocab,) * (t + 1):
-            raise ValueError(
-                f"`ref_conditionals[{t}]` must have shape {(vocab,) * (t + 1)}; got {c.shape}"
-            )
-        V.as_probabilities(f"ref_conditionals[{t}]", c)
-    rew = V.as_rewards("reward", reward)
-    if rew.shape != (vocab,) * length:
-        raise ValueError(f"`reward` must have shape {(vocab,) * length}; got {rew.shape}")
-    joint = np.ones(())
-    for c in conds:
-        joint = joint[..., None] * c  # p(a_<t) * p(a_t | a_<t), shape (V,)*(t+1)
-    return conds, rew, joint
+    """Validate a token tree and a sequence reward; return (conditionals, reward, joint)."""
+    conds = [c.astype(np.float64) for c in V.as_token_tree("ref_conditionals", ref_conditionals)]
+    vocab, length = conds[0].shape[0], len(conds)
+    rew = V.as_sequence_rewards("reward", reward, (vocab,) * length, "one reward per sequence")
+    return conds, rew.astype(np.float64), sequences.joint(conds)
 
 
 def fit_sequence_policy(
@@ -416,7 +393,7 @@ def fit_sequence_policy(
     target_t = torch.as_tensor(target, dtype=dtype, device=dev)
 
     def set_joint(new):
-        model.set_conditionals(_conditionals_from_joint(new.reshape(joint.shape), conds))
+        model.set_conditionals(sequences.from_joint(new.reshape(joint.shape)))
 
     hist, sps = _train(
         model, pb, target_t, method, steps, seed, lr, schedule, progress, o, set_joint
