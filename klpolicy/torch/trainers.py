@@ -137,6 +137,11 @@ def _options(method, kw) -> dict:
         o[name] = V.as_positive_int(name, o[name])
     if o["batch_size"] < 2:
         raise ValueError(f"`batch_size` must be at least 2; got {o['batch_size']}")
+    if o["group_size"] < 2:
+        raise ValueError(f"`group_size` must be at least 2; got {o['group_size']}")
+    o["clip"] = V.as_positive_scalar("clip", o["clip"])
+    if not (isinstance(o["eps"], (int, float)) and o["eps"] >= 0):
+        raise ValueError(f"`eps` must be a non-negative number; got {o['eps']!r}")
     return o
 
 
