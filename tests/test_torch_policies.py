@@ -138,3 +138,33 @@ def test_autoregressive_policy_needs_full_support():
     model = kt.AutoregressivePolicy(2, 2, device="cpu")
     with pytest.raises(ValueError, match="needs `ref_conditionals` without zeros"):
         kt.fit_sequence_policy(conds, np.zeros((2, 2)), 1.0, policy=model, device="cpu")
+
+
+def test_token_log_probs_sum_to_the_sequence_log_probs(rng):
+    conds, _ = tree(rng, 3, 3)
+    for model in (
+        kt.TabularConditionals(conds, device="cpu"),
+        kt.AutoregressivePolicy(3, 3, seed=2, device="cpu"),
+    ):
+        per_token = model.token_log_probs().detach()
+        assert per_token.shape == (1, 27, 3)
+        np.testing.assert_allclose(
+            per_token.sum(-1).numpy(), model.log_probs().detach().numpy(), rtol=1e-13
+        )
+
+
+def test_kl_level_token_only_for_sampled_kl_methods(rng):
+    conds, reward = tree(rng, 2, 2)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "`kl_level` 'token' applies to 'reinforce', 'ppo' and 'grpo'; got method 'exact'"
+        ),
+    ):
+        kt.fit_sequence_policy(conds, reward, 1.0, method="exact", kl_level="token", device="cpu")
+    with pytest.raises(
+        ValueError, match=re.escape("`kl_level` must be 'sequence' or 'token'; got 'word'")
+    ):
+        kt.fit_sequence_policy(
+            conds, reward, 1.0, method="reinforce", kl_level="word", device="cpu"
+        )

@@ -30,6 +30,7 @@ class Problem:
     reward: torch.Tensor  # (B, K)
     beta: float
     support: torch.Tensor  # (B, K) bool
+    logq_tokens: torch.Tensor | None = None  # (1, K, T): per-token KL estimates when set
 
     @classmethod
     def from_numpy(cls, ref: np.ndarray, reward: np.ndarray, beta: float, device, dtype):
@@ -57,6 +58,17 @@ def kl_exact(lp: torch.Tensor, prob: torch.Tensor, pb: Problem) -> torch.Tensor:
     return (prob * d).sum(-1)
 
 
+def _kl_estimate(est, model, pb: Problem, idx, lp_y, lq_y, *, detach: bool) -> torch.Tensor:
+    """Per-sample KL estimate: of the whole outcome, or summed over tokens (``logq_tokens``)."""
+    if pb.logq_tokens is None:
+        return est(lp_y.detach() if detach else lp_y, lq_y)
+    t = pb.logq_tokens.shape[-1]
+    flat = idx.reshape(1, -1, 1).expand(1, -1, t)
+    lpt = model.token_log_probs().gather(1, flat).reshape(*idx.shape, t)
+    lqt = pb.logq_tokens.gather(1, flat).reshape(*idx.shape, t)
+    return est(lpt.detach() if detach else lpt, lqt).sum(-1)
+
+
 def _clipped(ratio, adv, clip):
     return torch.minimum(ratio * adv, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
 
@@ -78,11 +90,12 @@ def step_reinforce(model, pb: Problem, opt, o, gen) -> float:
     lp_y, lq_y, r_y = lp.gather(1, idx), pb.logq.gather(1, idx), pb.reward.gather(1, idx)
     est = ESTIMATORS[o["estimator"]]
     if o["placement"] == "reward":
-        ret = r_y - pb.beta * est(lp_y.detach(), lq_y)
+        ret = r_y - pb.beta * _kl_estimate(est, model, pb, idx, lp_y, lq_y, detach=True)
         loss = -((ret - _loo_baseline(ret)) * lp_y).mean()
     else:
         adv = r_y - _loo_baseline(r_y)
-        loss = -(adv * lp_y).mean() + pb.beta * est(lp_y, lq_y).mean()
+        kl = _kl_estimate(est, model, pb, idx, lp_y, lq_y, detach=False)
+        loss = -(adv * lp_y).mean() + pb.beta * kl.mean()
     opt.zero_grad()
     loss.backward()
     opt.step()
@@ -97,7 +110,8 @@ def step_ppo(model, pb: Problem, opt, o, gen) -> float:
         lq_y, r_y = pb.logq.gather(1, idx), pb.reward.gather(1, idx)
         ctrl = o["controller"]
         beta = float(ctrl.value) if ctrl is not None else pb.beta
-        kl_samples = ESTIMATORS[o["estimator"]](lp_old, lq_y)
+        est = ESTIMATORS[o["estimator"]]
+        kl_samples = _kl_estimate(est, model, pb, idx, lp_old, lq_y, detach=True)
         ret = r_y - beta * kl_samples
         adv = ret - _loo_baseline(ret)
     for _ in range(o["epochs"]):
@@ -126,7 +140,8 @@ def step_grpo(model, pb: Problem, opt, o, gen) -> float:
     for _ in range(o["epochs"]):
         lp_y = model.log_probs().gather(1, idx)
         ratio = torch.exp(lp_y - lp_old)
-        loss = -_clipped(ratio, adv, o["clip"]).mean() + pb.beta * k3(lp_y, lq_y).mean()
+        kl = _kl_estimate(k3, model, pb, idx, lp_y, lq_y, detach=False)
+        loss = -_clipped(ratio, adv, o["clip"]).mean() + pb.beta * kl.mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

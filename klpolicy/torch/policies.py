@@ -30,6 +30,7 @@ __all__ = [
     "all_sequences",
     "default_device",
     "joint_from_conditionals",
+    "token_log_probs_from_conditionals",
 ]
 
 
@@ -83,6 +84,16 @@ def joint_from_conditionals(log_conditionals: list[torch.Tensor]) -> torch.Tenso
         term = lc.reshape(lc.shape + (1,) * (length - t - 1))
         out = term if out is None else out + term
     return out
+
+
+def token_log_probs_from_conditionals(log_conditionals: list[torch.Tensor]) -> torch.Tensor:
+    """Per-position log-probabilities of all sequences, shape ``(V**T, T)``, from log-conditionals."""
+    length = len(log_conditionals)
+    cols = []
+    for t, lc in enumerate(log_conditionals):
+        full = lc.reshape(lc.shape + (1,) * (length - t - 1)).expand((lc.shape[0],) * length)
+        cols.append(full.reshape(-1))
+    return torch.stack(cols, dim=-1)
 
 
 class TabularPolicy(torch.nn.Module):
@@ -182,6 +193,10 @@ class TabularConditionals(torch.nn.Module):
         """Joint log-probabilities of all ``V**T`` sequences, shape ``(1, V**T)``."""
         return joint_from_conditionals(self.log_conditionals()).reshape(1, -1)
 
+    def token_log_probs(self) -> torch.Tensor:
+        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``."""
+        return token_log_probs_from_conditionals(self.log_conditionals()).unsqueeze(0)
+
     @torch.no_grad()
     def set_conditionals(self, conditionals) -> None:
         """Overwrite every conditional (same supports)."""
@@ -268,6 +283,12 @@ class AutoregressivePolicy(torch.nn.Module):
     def log_probs(self) -> torch.Tensor:
         """Joint log-probabilities of all ``V**T`` sequences (C order), shape ``(1, V**T)``."""
         return self.sequence_log_prob(self._sequences).reshape(1, -1)
+
+    def token_log_probs(self) -> torch.Tensor:
+        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``."""
+        seqs = self._sequences
+        lp = torch.log_softmax(self.next_token_logits(seqs), dim=-1)
+        return lp.gather(-1, seqs[..., None])[..., 0].unsqueeze(0)
 
     @torch.no_grad()
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> torch.Tensor:

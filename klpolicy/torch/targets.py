@@ -37,7 +37,7 @@ from scipy import optimize, special
 
 from klpolicy import _validation as V
 
-__all__ = ["grpo_expected_update", "grpo_fixed_point"]
+__all__ = ["grpo_expected_update", "grpo_fixed_point", "token_k3_fixed_point"]
 
 
 def _compositions(g: int, v: int) -> NDArray[np.int64]:
@@ -201,4 +201,69 @@ def grpo_fixed_point(
     p = np.exp(theta - theta.max())
     out = np.zeros_like(q)
     out[sup] = p / p.sum()
+    return out
+
+
+def token_k3_fixed_point(ref_conditionals, reward: ArrayLike, beta: float) -> list[NDArray]:
+    r"""Where per-token k3 in the loss (plain advantages) converges on a token tree.
+
+    .. math::
+
+        \pi(a\mid s) = \frac{\beta\,\pi_{ref}(a\mid s)}{\beta + V^\pi(s) - Q^\pi(s, a)},
+        \qquad V^\pi(s) = \textstyle\sum_a \pi(a\mid s)\, Q^\pi(s, a)
+
+    Parameters
+    ----------
+    ref_conditionals : list of array_like
+        The reference token tree (``klpolicy.sequences`` layout).
+    reward : array_like, shape (V,)*T
+        Whole-sequence reward.
+    beta : float
+        Coefficient of the summed per-token k3 estimates in the loss (``> 0``).
+
+    Returns
+    -------
+    list of ndarray
+        The stationary conditionals, ``[t]`` of shape ``(V,)*(t+1)``.
+
+    Raises
+    ------
+    ValueError
+        For an invalid tree, reward or ``beta``.
+
+    Notes
+    -----
+    The loss ``beta * sum_t k3(log pi(a_t|s_t), log ref(a_t|s_t))`` has expected
+    gradient ``P_pi(s) (pi(.|s) - ref(.|s))`` in the logits of prefix ``s``: a
+    reverse KL *per prefix*. With the score-function term
+    ``P_pi(s) pi(a|s) (Q(s, a) - V(s))`` the stationarity condition at each
+    prefix is the one-step k3-in-the-loss condition with reward ``Q(s, .)``,
+    so the fixed point follows by backward induction from ``Q = r`` at the
+    last token, each step solved by ``klpolicy.estimators.fixed_point``.
+    Summing k3 over tokens is not k3 of the sequence: compare
+    ``estimators.fixed_point(joint(ref), r, beta, estimator="k3", placement="loss")``.
+
+    References
+    ----------
+    .. [1] Shao et al., "DeepSeekMath", 2024, arXiv:2402.03300 (per-token k3 in GRPO).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy.torch.targets import token_k3_fixed_point
+    >>> tree = token_k3_fixed_point([np.array([0.5, 0.5])], np.array([1.0, 0.0]), 0.5)
+    >>> tree[0].round(4)
+    array([0.809, 0.191])
+    """
+    from klpolicy import estimators
+
+    conds = V.as_token_tree("ref_conditionals", ref_conditionals)
+    vocab, length = conds[0].shape[0], len(conds)
+    q_val = V.as_sequence_rewards("reward", reward, (vocab,) * length, "one reward per sequence")
+    b = V.as_positive_scalar("beta", beta)
+    out: list[NDArray] = [None] * length  # type: ignore[list-item]
+    for t in range(length - 1, -1, -1):
+        pi_t = estimators.fixed_point(conds[t], q_val, b, estimator="k3", placement="loss")
+        out[t] = pi_t
+        q_val = np.sum(pi_t * q_val, axis=-1)  # V(s) becomes Q of the previous position
     return out

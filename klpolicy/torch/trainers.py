@@ -56,6 +56,7 @@ from klpolicy.torch.policies import (
     TabularConditionals,
     TabularPolicy,
     default_device,
+    token_log_probs_from_conditionals,
 )
 
 __all__ = ["FitResult", "fit_policy", "fit_reference", "fit_sequence_policy"]
@@ -322,6 +323,7 @@ def fit_sequence_policy(
     seed: int = 0,
     device=None,
     policy=None,
+    kl_level: str = "sequence",
     lr: float | None = None,
     schedule: str = "linear",
     progress: bool = False,
@@ -352,6 +354,11 @@ def fit_sequence_policy(
         The model to train: free conditionals initialised at the reference
         (default), or an autoregressive model (copied, not modified), e.g. the
         one :func:`fit_reference` returns. ``"trust_region"`` needs tabular.
+    kl_level : {"sequence", "token"}, optional
+        Where the sampled KL estimate is taken (``"reinforce"``, ``"ppo"``,
+        ``"grpo"``): on the whole-sequence log-ratio, or per token and summed,
+        as TRL and GRPO do. The two agree for k1 (the per-token log-ratios sum
+        to the sequence's) and differ for k2 and k3.
 
     Returns
     -------
@@ -395,6 +402,18 @@ def fit_sequence_policy(
         raise ValueError("`method` 'trust_region' needs a tabular `policy`")
     target = optimal_policy(joint.reshape(1, -1), rew.reshape(1, -1), beta)
     pb = Problem.from_numpy(joint.reshape(1, -1), rew.reshape(1, -1), beta, dev, dtype)
+    if kl_level not in ("sequence", "token"):
+        raise ValueError(f"`kl_level` must be 'sequence' or 'token'; got {kl_level!r}")
+    if kl_level == "token":
+        if method not in ("reinforce", "ppo", "grpo"):
+            raise ValueError(
+                f"`kl_level` 'token' applies to 'reinforce', 'ppo' and 'grpo'; got method {method!r}"
+            )
+        logs = [
+            torch.as_tensor(np.where(c > 0, np.log(np.where(c > 0, c, 1.0)), -np.inf))
+            for c in conds
+        ]
+        pb.logq_tokens = token_log_probs_from_conditionals(logs).unsqueeze(0).to(dev, dtype)
     target_t = torch.as_tensor(target, dtype=dtype, device=dev)
 
     def set_joint(new):
