@@ -16,7 +16,8 @@ Modules
 ``klpolicy.torch.trainers``
     :func:`fit_policy`, :func:`fit_sequence_policy`, :func:`fit_reference`.
 ``klpolicy.torch.targets``
-    where the biased trainers converge (numpy): :func:`grpo_fixed_point`.
+    where the biased trainers converge (numpy): :func:`grpo_fixed_point`,
+    :func:`token_k3_fixed_point`.
 
 Importing ``klpolicy`` never imports torch; importing ``klpolicy.torch`` does.
 """
@@ -44,7 +45,7 @@ from klpolicy.torch.policies import (
     TabularPolicy,
     default_device,
 )
-from klpolicy.torch.targets import grpo_fixed_point
+from klpolicy.torch.targets import grpo_fixed_point, token_k3_fixed_point
 from klpolicy.torch.trainers import (
     FitResult,
     fit_policy,
@@ -72,5 +73,6 @@ __all__ = [
     "optimal_policy",
     "ppo_clip_step",
     "soft_value",
+    "token_k3_fixed_point",
     "trust_region_step",
 ]
