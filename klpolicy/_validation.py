@@ -260,7 +260,8 @@ def as_positive_int(name: str, x: Any) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# sequences.py: token trees, sequence rewards, log-prob arrays and masks
+# sequences.py, token_trees.py, token_kl_diagnostics.py: token trees, sequence rewards,
+# log-prob arrays and masks
 # --------------------------------------------------------------------------------------
 
 

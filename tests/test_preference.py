@@ -28,7 +28,13 @@ from klpolicy.preference import (
     sample_preference_counts,
 )
 
-mp.mp.dps = 50
+
+@pytest.fixture(autouse=True)
+def _mp_precision():
+    """mpmath references at 50 digits, set per test so other modules' global dps is untouched."""
+    with mp.workdps(50):
+        yield
+
 
 CYCLE = np.array([[0.5, 0.9, 0.2], [0.1, 0.5, 0.7], [0.8, 0.3, 0.5]])  # intransitive
 
