@@ -3,9 +3,10 @@
 Tolerances on sampled trainers: the learning rate decays linearly to zero, so
 the last iterate averages the late gradient noise; with the batch sizes below
 the seed-to-seed spread of the final total-variation distance was measured at
-<= 2e-3 (reinforce, PPO, GRPO) and <= 1.2e-2 (DPO, sampled labels), and the
-tolerances are about five times that. Biased trainers are tested the other way
-too: they land measurably away from pi* (by more than ten times the tolerance).
+<= 2.5e-3 (reinforce, PPO, GRPO) and <= 1.2e-2 (DPO, sampled labels), and the
+tolerances are 2.5 to 7 times the largest measured value. Biased trainers are
+tested the other way too: they land measurably away from pi* (by four times the
+tolerance or more).
 """
 
 import re
@@ -129,10 +130,10 @@ def test_grpo_fixed_point_satisfies_its_equations():
 
 def test_grpo_training_lands_on_its_fixed_point():
     res = kt.fit_policy(
-        REF, R, BETA, method="grpo", group_size=8, n_groups=32, steps=200, seed=1, device="cpu"
+        REF, R, BETA, method="grpo", group_size=8, n_groups=32, steps=300, seed=1, device="cpu"
     )
     fixed = kt.grpo_fixed_point(REF, R, BETA, group_size=8)
-    assert tv(res.policy, fixed) < 0.01
+    assert tv(res.policy, fixed) < 0.008  # seeds 0-5 measured <= 2.3e-3
     assert tv(fixed, PI_STAR) > 0.07  # 0.0826: group normalisation + k3 move the optimum
     assert tv(res.policy, PI_STAR) > 0.07
 

@@ -62,7 +62,7 @@ from klpolicy.torch.policies import (
 __all__ = ["FitResult", "fit_policy", "fit_reference", "fit_sequence_policy"]
 
 METHODS = (*STEPS, "trust_region")
-_DEFAULT_LR = {"exact": 0.1, "reinforce": 0.05, "ppo": 0.02, "grpo": 0.02, "dpo": 0.05, "ipo": 0.05}
+_DEFAULT_LR = {"exact": 0.1, "reinforce": 0.05, "ppo": 0.02, "grpo": 0.05, "dpo": 0.05, "ipo": 0.05}
 
 
 @dataclass
