@@ -4,7 +4,8 @@ The problem ``max_pi E_pi[r] - beta KL(pi || pi_ref)`` has the closed-form
 maximiser ``pi* = pi_ref exp(r / beta) / Z``. The top-level namespace
 re-exports the numpy core; the submodules ``estimators``, ``sequences``,
 ``control``, ``preference``, ``best_of_n``, ``overoptimization``,
-``plotting``, ``testing`` and ``torch`` hold the rest. Importing klpolicy
+``diversity``, ``calibration``, ``retention``, ``plotting``, ``testing`` and
+``torch`` hold the rest. Importing klpolicy
 imports numpy and scipy only.
 
 >>> import klpolicy
@@ -12,6 +13,18 @@ imports numpy and scipy only.
 array([0.88, 0.12])
 """
 
+from . import (
+    best_of_n,
+    calibration,
+    control,
+    diversity,
+    estimators,
+    overoptimization,
+    preference,
+    retention,
+    sequences,
+)
+from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import (
     Frontier,
     beta_for_kl,
@@ -23,14 +36,30 @@ from .closed_form import (
     optimal_policy,
     soft_value,
 )
-from .divergences import kl_divergence, total_variation
+from .divergences import (
+    cross_entropy,
+    effective_support,
+    entropy,
+    kl_divergence,
+    total_variation,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Frontier",
     "__version__",
+    "best_of_n",
+    "best_of_n_kl",
+    "best_of_n_policy",
     "beta_for_kl",
+    "calibration",
+    "control",
+    "cross_entropy",
+    "diversity",
+    "effective_support",
+    "entropy",
+    "estimators",
     "expected_reward",
     "frontier",
     "kl_divergence",
@@ -38,6 +67,10 @@ __all__ = [
     "objective",
     "optimal_kl",
     "optimal_policy",
+    "overoptimization",
+    "preference",
+    "retention",
+    "sequences",
     "soft_value",
     "total_variation",
 ]

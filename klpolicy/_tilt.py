@@ -32,7 +32,7 @@ _BLOCK_BYTES = 1 << 18
 # Statistics take the fast path only when spread / beta >= this (see _fast_rows).
 _STATS_MIN_SPREAD = 2.0
 
-ALL = frozenset({"pi", "value", "kl", "mean"})
+ALL = frozenset({"pi", "u", "value", "kl", "mean"})
 
 
 class _Tilt(NamedTuple):
@@ -92,9 +92,9 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         best = support & (reward == c)
         rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
         best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
-        # log of the reference mass on the best set: log1p(-rest) unless that mass is
-        # small (below 1/2), where log(mass) keeps its digits (a mass of 1e-305 too)
-        greedy_log_mass = np.where(rest > 0.5, np.log(best_mass / total), np.log1p(-rest))
+        # log of the reference mass on the best set: log1p(-rest) is exact when the mass is
+        # near 1; log(mass) when it is small (even subnormal, where 1 - rest rounds to 0)
+        greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 
@@ -160,7 +160,7 @@ def _sweep(ref, reward, ib, want, pi_out, res):
         return scratch[name][:k]
 
     shift_above = _NO_SHIFT[dtype.itemsize]
-    need_z = "kl" in want
+    need_z = "kl" in want or "u" in want
     for start in range(0, rows, step):
         s = slice(start, min(start + step, rows))
         q, r, ibs = ref[s], reward[s], ib[s]
@@ -206,8 +206,11 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         mean = t.sum(axis=-1)
         if "mean" in res:
             res["mean"][s, 0] = mean
-    if "kl" in res:
+    if "kl" in res or "u" in res:
         np.subtract(z, log_z[:, None], out=z)  # u = log(pi / ref_n)
+    if "u" in res:
+        res["u"][s] = np.where(q > 0, z, -np.inf)
+    if "kl" in res:
         qn = buf("qn", k)
         np.multiply(q, (1 / total)[:, None], out=qn)
         # the careful path's non-negative summands: pi (u - 1) + ref_n, series for |u| < 0.2
@@ -300,12 +303,7 @@ def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None):
     """
     rows, n = ref.shape
     dtype = ref.dtype
-    if "u" in want:  # only the careful path returns log-ratios
-        if check is not None and not _valid_direct(ref, reward, check):
-            return None
-        t = _tilt_careful(ref, reward, beta, want)
-        return {k: getattr(t, k) for k in want}
-    res = {k: np.empty((rows, 1), dtype) for k in want if k != "pi"}
+    res = {k: np.empty((rows, n if k == "u" else 1), dtype) for k in want if k != "pi"}
     pi_out = np.empty((rows, n), dtype) if "pi" in want else None
     with np.errstate(all="ignore"):
         ib = (1 / beta[:, 0]).astype(dtype, copy=False)
@@ -324,15 +322,6 @@ def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None):
     return res
 
 
-def _valid_direct(ref, reward, check) -> bool:
-    sw = _Sweep(ref.shape[0], ref.dtype)
-    ref.min(axis=-1, out=sw.qmin)
-    ref.sum(axis=-1, out=sw.total)
-    reward.max(axis=-1, out=sw.rmax)
-    reward.min(axis=-1, out=sw.rmin)
-    return _valid(sw, (*check, ref))
-
-
 def tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL, check=None):
     """pi*_beta and the statistics in ``want`` for inputs with the probability axis last.
 
@@ -341,6 +330,9 @@ def tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL, check=None):
     fields are ``None``, or ``None`` when ``check`` finds an invalid value.
     """
     want = frozenset(want)
+    beta = np.asarray(beta)
+    if beta.ndim == 0:
+        beta = beta.reshape((1,) * ref.ndim)
     shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape[:-1] + (1,))
     n = shape[-1]
     ref2 = np.broadcast_to(ref, shape).reshape(-1, n)

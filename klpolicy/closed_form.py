@@ -192,7 +192,7 @@ def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
         rest = np.sum(np.where(best, 0, q), axis=-1) / total
         mass = np.sum(np.where(best, q, 0), axis=-1) / total
         with np.errstate(divide="ignore"):
-            out[start : start + step] = -np.where(rest > 0.5, np.log(mass), np.log1p(-rest))
+            out[start : start + step] = -np.where(rest < 0.5, np.log1p(-rest), np.log(mass))
     return out.reshape(shape[:-1])
 
 
