@@ -12,18 +12,18 @@ imports matplotlib.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+from numpy.typing import ArrayLike
 
-matplotlib.use(matplotlib.get_backend())  # keep the user's backend; Agg when headless
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from numpy.typing import ArrayLike  # noqa: E402
-
-from . import closed_form as _cf  # noqa: E402
-from . import _validation as V  # noqa: E402
+from . import _validation as V
+from . import closed_form as _cf
 
 __all__ = [
     "OKABE_ITO",
@@ -90,10 +90,32 @@ def _axes(ax):
     return ax
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _lecture(fn: _F) -> _F:
+    """Draw the whole figure under :func:`lecture_style` when the function makes its own Axes.
+
+    Text and twin axes read the rcParams when they are created, so the style
+    must be in force for the whole call, not just while the figure is made.
+    With a user's ``ax`` the user's style is left alone.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, ax: Any = None, **kwargs: Any) -> Any:
+        if ax is not None:
+            return fn(*args, ax=ax, **kwargs)
+        with matplotlib.rc_context(lecture_style()):
+            return fn(*args, ax=None, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
 def _style(i: int) -> dict[str, Any]:
     return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)]}
 
 
+@_lecture
 def beta_sweep(
     ref: ArrayLike = (0.5, 0.5),
     reward: ArrayLike = (1.0, 0.0),
@@ -167,6 +189,7 @@ def beta_sweep(
     return ax
 
 
+@_lecture
 def frontier(
     ref: ArrayLike,
     reward: ArrayLike,
@@ -236,6 +259,7 @@ def frontier(
     return ax
 
 
+@_lecture
 def kl_budget(
     d: ArrayLike,
     gold: ArrayLike,
@@ -309,6 +333,7 @@ def kl_budget(
     return ax
 
 
+@_lecture
 def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     r"""Per-position KL along a response: a bar chart for one sequence, a heatmap for a batch.
 
@@ -349,6 +374,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     ax = _axes(ax)
     if a.ndim == 1:
         ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        ax.set_axisbelow(True)
         ax.set_ylabel("KL at position t (nats)")
         ax.set_title(f"Where the KL sits (total {a.sum():.3g} nats)")
     elif a.ndim == 2:
@@ -356,12 +382,16 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
         ax.figure.colorbar(im, ax=ax, label="KL (nats)")
         ax.set_ylabel("sequence")
         ax.set_title("Per-token KL across a batch")
+        ax.grid(False)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         raise ValueError(f"`kl` must have shape (T,) or (B, T); got shape {a.shape}")
     ax.set_xlabel("position t")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
 
+@_lecture
 def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     r"""A KL controller's closed loop: KL against step, with beta on a second axis.
 
@@ -405,7 +435,9 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     kl = np.asarray(trace.kl, dtype=float)
     beta = np.asarray(trace.beta, dtype=float)
     if kl.shape != beta.shape:
-        raise ValueError(f"`trace.kl` and `trace.beta` must have one shape; got {kl.shape} and {beta.shape}")
+        raise ValueError(
+            f"`trace.kl` and `trace.beta` must have one shape; got {kl.shape} and {beta.shape}"
+        )
     target = getattr(trace, "target", None) if target is None else target
     ax = _axes(ax)
     steps = np.arange(kl.size)
@@ -420,11 +452,20 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     right.grid(False)
     ax.right_ax = right
     lines = ax.get_lines() + right.get_lines()
-    ax.legend(lines, [ln.get_label() for ln in lines], loc="best")
+    # below the plot: the two axes' curves cross, so no corner inside is reliably free
+    ax.legend(
+        lines,
+        [ln.get_label() for ln in lines],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=len(lines),
+        frameon=False,
+    )
     ax.set_title("KL controller, closed loop")
     return ax
 
 
+@_lecture
 def estimator_histograms(
     p: ArrayLike,
     q: ArrayLike,
@@ -489,7 +530,14 @@ def estimator_histograms(
     ax = _axes(ax)
     for i, name in enumerate(estimators):
         vals = getattr(est, name)(logp, logq)
-        ax.hist(vals, bins=bins, histtype="step", linewidth=2, label=f"{name} (mean {vals.mean():.3f})", **_style(i))
+        ax.hist(
+            vals,
+            bins=bins,
+            histtype="step",
+            linewidth=2,
+            label=f"{name} (mean {vals.mean():.3f})",
+            **_style(i),
+        )
     ax.axvline(float(kl_divergence(p_a, q_a)), color="black", linestyle=":", label="true KL")
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
@@ -498,12 +546,18 @@ def estimator_histograms(
     return ax
 
 
+@_lecture
 def fixed_points(
     ref: ArrayLike,
     reward: ArrayLike,
     *,
     betas: ArrayLike | None = None,
-    combos: Sequence[tuple[str, str]] = (("k1", "reward"), ("k2", "loss"), ("k3", "loss"), ("k1", "loss")),
+    combos: Sequence[tuple[str, str]] = (
+        ("k1", "reward"),
+        ("k2", "loss"),
+        ("k3", "loss"),
+        ("k1", "loss"),
+    ),
     ax=None,
 ):
     r"""Where on-policy training converges for each estimator placement, against beta.
@@ -551,8 +605,18 @@ def fixed_points(
     exact = _cf.frontier(ref, reward, grid).expected_reward
     ax.plot(grid, exact, label="π*_β (exact)", color="black", linewidth=3.5, alpha=0.35)
     for i, (e, place) in enumerate(combos):
-        vals = [float(np.dot(est.fixed_point(ref, reward, b, estimator=e, placement=place), r)) for b in grid]
-        ax.plot(grid, vals, label=f"{e} in the {place}", marker=_MARKERS[i % 7], markevery=max(1, grid.size // 8), **_style(i))
+        vals = [
+            float(np.dot(est.fixed_point(ref, reward, b, estimator=e, placement=place), r))
+            for b in grid
+        ]
+        ax.plot(
+            grid,
+            vals,
+            label=f"{e} in the {place}",
+            marker=_MARKERS[i % 7],
+            markevery=max(1, grid.size // 8),
+            **_style(i),
+        )
     ax.set_xscale("log")
     ax.set_xlabel("β (log scale)")
     ax.set_ylabel("E[r] at convergence")
