@@ -12,6 +12,8 @@ imports numpy and scipy only.
 array([0.88, 0.12])
 """
 
+from . import best_of_n, control, overoptimization, sequences
+from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import (
     Frontier,
     beta_for_kl,
@@ -30,7 +32,11 @@ __version__ = "0.1.0"
 __all__ = [
     "Frontier",
     "__version__",
+    "best_of_n",
+    "best_of_n_kl",
+    "best_of_n_policy",
     "beta_for_kl",
+    "control",
     "expected_reward",
     "frontier",
     "kl_divergence",
@@ -38,6 +44,8 @@ __all__ = [
     "objective",
     "optimal_kl",
     "optimal_policy",
+    "overoptimization",
+    "sequences",
     "soft_value",
     "total_variation",
 ]

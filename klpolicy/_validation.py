@@ -468,3 +468,53 @@ def as_unit_interval(name: str, x: Any) -> float:
     if not (0 <= v < 1):
         raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
     return v
+
+
+# --- best_of_n / overoptimization ---------------------------------------------------------
+
+
+def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
+    """An integer >= 1 or an array of them, returned as exact float64 values (<= 2**53).
+
+    Used for best-of-n sample counts. Floats are accepted only when they hold an
+    integer value (``4.0``); bools, NaN, infinities and fractional values are
+    refused, naming the first bad entry.
+    """
+    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
+        ) from exc
+    if arr.ndim == 0:
+        v = as_positive_int(name, x)
+        if v > 2**53:
+            raise ValueError(f"`{name}` must be at most 2**53 to be held exactly; got {x!r}")
+        return np.asarray(float(v))
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got dtype {arr.dtype}"
+        )
+    is_int = np.issubdtype(arr.dtype, np.integer)
+    with np.errstate(invalid="ignore"):
+        bad = (arr < 1) if is_int else (~np.isfinite(arr) | (arr < 1) | (arr != np.round(arr)))
+    if bad.any():
+        idx = _first(bad)
+        shown = str(int(arr[idx])) if is_int else _fmt_value(arr[idx])
+        raise ValueError(
+            f"`{name}` must be an integer >= 1; found {shown} at index {_fmt_index(idx)}"
+        )
+    big = arr > 2**53
+    if big.any():
+        idx = _first(big)
+        raise ValueError(
+            f"`{name}` must be at most 2**53 to be held exactly; found {arr[idx]!r} at "
+            f"index {_fmt_index(idx)}"
+        )
+    return arr.astype(np.float64)

@@ -136,8 +136,10 @@ def _tilt(ref: NDArray, reward: NDArray, beta: NDArray) -> _Tilt:
         # beta = 0: all mass on the best rewards inside the support, split as ref
         best = support & (reward == c)
         rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
-        greedy_log_mass = np.log1p(-rest)  # log of the reference mass on the best set
         best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
+        # log of the reference mass on the best set: log1p(-rest) is exact when the mass is
+        # near 1; log(mass) when it is small (even subnormal, where 1 - rest rounds to 0)
+        greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 

@@ -325,3 +325,13 @@ def test_kl_divergence_properties():
     np.testing.assert_allclose(kp.kl_divergence(p.T, q.T, axis=0), kl, rtol=1e-15)
     # Pinsker: TV <= sqrt(KL / 2)
     assert np.all(kp.total_variation(p, q) <= np.sqrt(kl / 2))
+
+
+def test_max_kl_with_a_subnormal_best_mass():
+    # -log(2.2e-309): 1 - rest rounds to 0 in floats, so the mass itself must be used
+    assert kp.max_kl([0, 0, 1, 2.2e-309], [0, 0, 0, 1]) == pytest.approx(
+        -np.log(2.2e-309), rel=1e-12
+    )
+    assert kp.optimal_kl([0, 0, 1, 2.2e-309], [0, 0, 0, 1], 0.0) == pytest.approx(
+        710.7103363747958, rel=1e-12
+    )
