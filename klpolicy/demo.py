@@ -30,6 +30,7 @@ __all__ = [
     "available_figures",
     "controller_problem",
     "frontier_problem",
+    "overoptimization_problem",
     "token_problem",
     "worked_example",
     "write_figures",
@@ -217,12 +218,59 @@ def _controller(ax) -> None:
     ax.set_title(f"Adaptive KL controller (horizon {c['horizon']:g}, lag {c['lag']:g})")
 
 
+def overoptimization_problem() -> dict[str, Any]:
+    """The over-optimisation figure's sweep: a proxy that over-rates rare outcomes, optimised exactly.
+
+    Returns
+    -------
+    dict
+        ``curve`` (:class:`klpolicy.overoptimization.OptimizationCurve` of a
+        beta sweep on ``make_problem("rare_errors", size=5000, seed=1)``),
+        ``proxy_gain`` (proxy reward minus its reference mean) and ``fit``
+        (Gao et al.'s RL form fitted to the gold gain).
+
+    Examples
+    --------
+    >>> from klpolicy.demo import overoptimization_problem
+    >>> out = overoptimization_problem()
+    >>> bool(out["curve"].gold_gain.max() > out["curve"].gold_gain[-1])  # gold peaks, then falls
+    True
+    """
+    from . import overoptimization as oo
+
+    prob = oo.make_problem("rare_errors", size=5000, seed=1)
+    curve = oo.closed_form_sweep(prob.ref, prob.proxy, prob.gold, np.geomspace(1e2, 1e-2, 100))
+    proxy_gain = curve.proxy_reward - float(np.dot(prob.ref, prob.proxy))
+    return {
+        "curve": curve,
+        "proxy_gain": proxy_gain,
+        "fit": oo.fit_gao_rl(curve.d, curve.gold_gain),
+    }
+
+
+def _kl_budget(ax) -> None:
+    from . import plotting
+
+    o = overoptimization_problem()
+    c, fit = o["curve"], o["fit"]
+
+    def gao(d):
+        return d * (fit.a - fit.b * np.log(d))
+
+    plotting.kl_budget(
+        c.d, c.gold_gain, o["proxy_gain"], fits={"Gao et al. fit: d(a - b log d)": gao}, ax=ax
+    )
+    ax.set_ylabel("reward gained over the reference")
+    ax.set_title("Over-optimisation: the proxy over-rates rare outcomes")
+
+
 #: Figure name -> (drawing function, klpolicy modules it needs).
 FIGURES: dict[str, tuple[Callable[[Any], None], tuple[str, ...]]] = {
     "beta_sweep": (_beta_sweep, ()),
     "frontier": (_frontier, ()),
     "token_kl": (_token_kl, ("sequences",)),
     "controller_trace": (_controller, ("control",)),
+    "kl_budget": (_kl_budget, ("overoptimization",)),
 }
 
 
