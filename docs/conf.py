@@ -26,7 +26,9 @@ sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
-os.environ.setdefault("MPLBACKEND", "Agg")
+# kernels draw inline whatever the environment says (MPLBACKEND=Agg would hide every figure);
+# this process writes files and switches itself to Agg in klpolicy.demo.write_figures
+os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
 
 import klpolicy  # noqa: E402
 
