@@ -83,10 +83,10 @@ def lecture_style() -> dict[str, Any]:
 
 
 def _axes(ax):
+    """``ax``, or a new lecture-size Axes (call under :func:`lecture_style`, as ``_lecture`` does)."""
     if ax is not None:
         return ax
-    with matplotlib.rc_context(lecture_style()):
-        _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
     return ax
 
 
@@ -106,7 +106,13 @@ def _lecture(fn: _F) -> _F:
         if ax is not None:
             return fn(*args, ax=ax, **kwargs)
         with matplotlib.rc_context(lecture_style()):
-            return fn(*args, ax=None, **kwargs)
+            out = fn(*args, ax=None, **kwargs)
+            # The first figure of a session may load the backend, which can switch on
+            # interactive mode (Jupyter's inline backend does); leaving the context would
+            # switch it off again and later figures would not show.
+            interactive = matplotlib.is_interactive()
+        matplotlib.interactive(interactive)
+        return out
 
     return wrapper  # type: ignore[return-value]
 

@@ -246,3 +246,22 @@ def test_demo_token_problem_concentrates_kl_at_the_ends():
 
     total = klpolicy.kl_divergence(joint(policy).ravel(), joint(ref).ravel())
     assert float(kl.sum()) == pytest.approx(float(total), rel=1e-12)
+
+
+def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
+    """Jupyter's inline backend turns interactive mode on when it loads with the first figure;
+    the lecture style's context must not turn it off again (later figures would not show)."""
+    real_subplots = plt.subplots
+
+    def loading_backend(*args, **kwargs):
+        matplotlib.interactive(True)
+        return real_subplots(*args, **kwargs)
+
+    was = matplotlib.is_interactive()
+    try:
+        matplotlib.interactive(False)
+        monkeypatch.setattr(plt, "subplots", loading_backend)
+        plotting.token_kl([0.1, 0.2])
+        assert matplotlib.is_interactive()
+    finally:
+        matplotlib.interactive(was)
