@@ -4,7 +4,8 @@ The problem ``max_pi E_pi[r] - beta KL(pi || pi_ref)`` has the closed-form
 maximiser ``pi* = pi_ref exp(r / beta) / Z``. The top-level namespace
 re-exports the numpy core; the submodules ``estimators``, ``sequences``,
 ``control``, ``preference``, ``best_of_n``, ``overoptimization``,
-``plotting``, ``testing`` and ``torch`` hold the rest. Importing klpolicy
+``diversity``, ``calibration``, ``retention``, ``plotting``, ``testing`` and
+``torch`` hold the rest. Importing klpolicy
 imports numpy and scipy only.
 
 >>> import klpolicy
@@ -12,7 +13,17 @@ imports numpy and scipy only.
 array([0.88, 0.12])
 """
 
-from . import best_of_n, control, overoptimization, sequences
+from . import (
+    best_of_n,
+    calibration,
+    control,
+    diversity,
+    estimators,
+    overoptimization,
+    preference,
+    retention,
+    sequences,
+)
 from .best_of_n import best_of_n_kl, best_of_n_policy
 from .closed_form import (
     Frontier,
@@ -25,7 +36,13 @@ from .closed_form import (
     optimal_policy,
     soft_value,
 )
-from .divergences import kl_divergence, total_variation
+from .divergences import (
+    cross_entropy,
+    effective_support,
+    entropy,
+    kl_divergence,
+    total_variation,
+)
 
 __version__ = "0.1.0"
 
@@ -36,7 +53,13 @@ __all__ = [
     "best_of_n_kl",
     "best_of_n_policy",
     "beta_for_kl",
+    "calibration",
     "control",
+    "cross_entropy",
+    "diversity",
+    "effective_support",
+    "entropy",
+    "estimators",
     "expected_reward",
     "frontier",
     "kl_divergence",
@@ -45,6 +68,8 @@ __all__ = [
     "optimal_kl",
     "optimal_policy",
     "overoptimization",
+    "preference",
+    "retention",
     "sequences",
     "soft_value",
     "total_variation",

@@ -260,7 +260,8 @@ def as_positive_int(name: str, x: Any) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# sequences.py: token trees, sequence rewards, log-prob arrays and masks
+# sequences.py, token_trees.py, token_kl_diagnostics.py: token trees, sequence rewards,
+# log-prob arrays and masks
 # --------------------------------------------------------------------------------------
 
 
@@ -518,3 +519,244 @@ def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
             f"index {_fmt_index(idx)}"
         )
     return arr.astype(np.float64)
+
+
+# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+
+
+def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
+    """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
+    try:
+        g = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a real number or array; got {x!r}") from None
+    if g.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {g.shape}")
+    bad = np.isnan(g) | (g < 0)
+    if bad.any():
+        if g.ndim == 0:
+            raise ValueError(f"`{name}` must be non-negative; found {_fmt_value(g)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
+        )
+    return g
+
+
+# ---------------------------------------------------------------------------
+# klpolicy.estimators: log-probabilities, estimator names, placements
+# ---------------------------------------------------------------------------
+
+ESTIMATORS = ("k1", "k2", "k3", "abs")
+PLACEMENTS = ("reward", "loss")
+
+
+def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings, or a ValueError listing the valid ones."""
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {valid}; got {value!r}")
+    return value
+
+
+def as_log_probs(name: str, x: ArrayLike, *, allow_neg_inf: bool) -> NDArray[np.floating]:
+    """Validate an array of log-probabilities (or log-densities): no NaN, no +inf.
+
+    ``-inf`` (probability zero) is refused unless ``allow_neg_inf``. Values above
+    zero are allowed: log-densities of continuous distributions can be positive.
+    """
+    arr = as_float_array(name, x)
+    nan = np.isnan(arr)
+    if nan.any():
+        where = "" if arr.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        raise ValueError(f"`{name}` must not contain NaN; found nan{where}")
+    bad = (arr == np.inf) if allow_neg_inf else np.isinf(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            val, where = arr[()], ""
+        else:
+            idx = _first(bad)
+            val, where = arr[idx], f" at index {_fmt_index(idx)}"
+        what = "must not be +inf" if allow_neg_inf else "must be finite"
+        raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
+    return arr
+
+
+def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
+    """Full log-probability vectors along ``axis`` (``-inf`` allowed) whose rows sum to one.
+
+    Returned with ``axis`` moved last; the tolerance on ``|logsumexp|`` is the
+    one :func:`row_sum_tolerance` gives for the row sums.
+    """
+    arr = as_log_probs(name, x, allow_neg_inf=True)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = normalise_axis(axis, arr.ndim, name)
+    arr = np.moveaxis(arr, ax, -1)
+    with np.errstate(divide="ignore", over="ignore"):
+        m = np.max(arr, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        lse = np.log(np.sum(np.exp(arr - m), axis=-1)) + m[..., 0]
+    tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+    bad = ~(np.abs(lse) <= tol)
+    if np.ndim(bad) == 0:
+        if bad:
+            raise ValueError(
+                f"`{name}` must be normalised along axis {axis} (logsumexp 0); "
+                f"its logsumexp is {_fmt_value(lse)} (tolerance {tol:.2g})"
+            )
+    elif bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be normalised along axis {axis} (logsumexp 0); row "
+            f"{_fmt_index(idx)} has logsumexp {_fmt_value(lse[idx])} (tolerance {tol:.2g})"
+        )
+    return arr
+
+
+def as_optional_clip(name: str, x: Any) -> float | None:
+    """``None`` (no clipping) or a positive number (``inf`` allowed)."""
+    if x is None:
+        return None
+    return as_positive_scalar(name, x, allow_inf=True)
+
+
+# ---------------------------------------------------------------------------
+# preference.py: log-probabilities, preference matrices, pair laws
+# ---------------------------------------------------------------------------
+
+
+def as_finite_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
+    """A real array (scalars allowed) with no NaN and no infinities, e.g. log-probabilities."""
+    arr = as_float_array(name, x)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            raise ValueError(f"`{name}` must be finite; got {_fmt_value(arr)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return arr
+
+
+def as_closed_interval(name: str, x: Any, hi: float = 1.0) -> float:
+    """A single real number in ``[0, hi]`` (e.g. a label-smoothing probability, hi = 0.5)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}") from None
+    if not 0.0 <= v <= hi:  # also refuses NaN
+        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}")
+    return v
+
+
+def as_preference_matrix(
+    name: str, x: ArrayLike, n: int, *, against: str = "ref"
+) -> NDArray[np.float64]:
+    """A preference matrix ``P`` of shape ``(n, n)``: entries in [0, 1] and ``P + P.T = 1``.
+
+    ``P[i, j]`` is the probability that outcome ``i`` is preferred to outcome
+    ``j``; the diagonal must therefore be 1/2. The tolerance on
+    ``P[i, j] + P[j, i] = 1`` is :func:`row_sum_tolerance` of float64 for two terms.
+    """
+    arr = as_float_array(name, x).astype(np.float64, copy=False)
+    if arr.shape != (n, n):
+        raise ValueError(
+            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `{against}`; "
+            f"got shape {arr.shape}"
+        )
+    nan = np.isnan(arr)
+    if nan.any():
+        idx = _fmt_index(_first(nan))
+        raise ValueError(f"`{name}` must not contain NaN; found nan at index {idx}")
+    out = (arr < 0) | (arr > 1)
+    if out.any():
+        idx = _first(out)
+        raise ValueError(
+            f"`{name}` entries must lie in [0, 1]; found {_fmt_value(arr[idx])} at index "
+            f"{_fmt_index(idx)}"
+        )
+    tol = row_sum_tolerance(np.dtype(np.float64), 2)
+    s = arr + arr.T
+    bad = np.abs(s - 1.0) > tol
+    if bad.any():
+        i, j = _first(bad)
+        raise ValueError(
+            f"`{name}` must satisfy P[i, j] + P[j, i] = 1 (tolerance {tol:.2g}); "
+            f"found P[{i}, {j}] + P[{j}, {i}] = {_fmt_value(s[i, j])}"
+        )
+    return arr
+
+
+def as_pair_law(mu: ArrayLike | None, ref: NDArray, *, name: str = "mu") -> NDArray[np.float64]:
+    """The law of the ordered pair shown to the labeller, as an ``(n, n)`` matrix summing to one.
+
+    ``None`` means ``ref x ref``; a vector ``m`` of size ``n`` means ``m x m``;
+    a matrix is taken as the joint law itself. Every pair with positive mass
+    must lie inside the support of ``ref`` (``ref`` is 1-D and validated).
+    """
+    n = ref.shape[-1]
+    if mu is None:
+        joint = np.outer(ref, ref)
+    else:
+        arr = as_float_array(name, mu)
+        if arr.ndim == 1:
+            m = as_probabilities(name, arr)
+            if m.shape[-1] != n:
+                raise ValueError(
+                    f"`{name}` must have the same size as `ref` along the probability axis; "
+                    f"got {m.shape[-1]} and {n}"
+                )
+            joint = np.outer(m, m)
+        elif arr.ndim == 2:
+            if arr.shape != (n, n):
+                raise ValueError(
+                    f"`{name}` as a joint law of pairs must have shape ({n}, {n}); "
+                    f"got shape {arr.shape}"
+                )
+            as_probabilities(name, arr.reshape(-1))
+            joint = arr.astype(np.float64, copy=False)
+        else:
+            raise ValueError(
+                f"`{name}` must be a vector of size {n} or an ({n}, {n}) matrix; "
+                f"got shape {arr.shape}"
+            )
+    off = (joint > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
+    if off.any():
+        i, j = _first(off)
+        k = i if ref[i] == 0 else j
+        raise ValueError(
+            f"`{name}` puts mass {_fmt_value(joint[i, j])} on the pair ({i}, {j}) but `ref` is 0 "
+            f"at outcome {k}; log(pi/ref) is undefined there"
+        )
+    return joint.astype(np.float64, copy=False)
+
+
+def as_pair_counts(name: str, x: ArrayLike, ref: NDArray) -> NDArray[np.float64]:
+    """Counts ``C[i, j]`` of "i chosen over j": finite, >= 0, ``(n, n)``, on ref's support."""
+    n = ref.shape[-1]
+    arr = as_float_array(name, x).astype(np.float64, copy=False)
+    if arr.shape != (n, n):
+        raise ValueError(
+            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `ref`; "
+            f"got shape {arr.shape}"
+        )
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite and non-negative; found {_fmt_value(arr[idx])} at index "
+            f"{_fmt_index(idx)}"
+        )
+    if arr.sum() == 0:
+        raise ValueError(f"`{name}` must contain at least one comparison; all counts are 0")
+    off = (arr > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
+    if off.any():
+        i, j = _first(off)
+        k = i if ref[i] == 0 else j
+        raise ValueError(
+            f"`{name}` has comparisons of the pair ({i}, {j}) but `ref` is 0 at outcome {k}; "
+            "log(pi/ref) is undefined there"
+        )
+    return arr

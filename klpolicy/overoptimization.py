@@ -27,7 +27,7 @@ import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
-from .best_of_n import _expected_reward, _kl, _law, _levels
+from ._best_of_n_law import _expected_reward, _kl, _law, _levels
 from .closed_form import _prepare, _tilt
 
 __all__ = [

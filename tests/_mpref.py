@@ -15,10 +15,21 @@ when a probability differs from 1 by 1e-148 (reference entries of 1e-300).
 
 from __future__ import annotations
 
+import functools
+
 import mpmath as mp
 import numpy as np
 
-mp.mp.dps = 400
+DPS = 400  # every reference below runs inside mp.workdps(DPS): other tests may lower mp.mp.dps
+
+
+def _precise(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with mp.workdps(DPS):
+            return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _norm(x):
@@ -27,6 +38,7 @@ def _norm(x):
     return [v / s for v in xs]
 
 
+@_precise
 def optimal_policy(ref, reward, beta):
     ref_n = _norm(ref)
     r = [mp.mpf(float(v)) for v in reward]
@@ -40,6 +52,7 @@ def optimal_policy(ref, reward, beta):
     return out
 
 
+@_precise
 def soft_value(ref, reward, beta):
     ref_n = _norm(ref)
     r = [mp.mpf(float(v)) for v in reward]
@@ -49,6 +62,7 @@ def soft_value(ref, reward, beta):
     return c + b * mp.log(s)
 
 
+@_precise
 def kl(p, q):
     pn, qn = _norm(p), _norm(q)
     total = mp.mpf(0)
@@ -60,6 +74,7 @@ def kl(p, q):
     return total
 
 
+@_precise
 def optimal_kl(ref, reward, beta):
     pi = optimal_policy(ref, reward, beta)
     ref_n = _norm(ref)

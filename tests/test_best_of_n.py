@@ -1,4 +1,4 @@
-"""Tests for klpolicy.best_of_n: exact law, KL, bound, ties, Monte Carlo, frontier, bad input."""
+"""Tests for klpolicy.best_of_n: exact law, KL, bound, ties, Monte Carlo, re-exports, bad input."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import klpolicy
+import klpolicy.best_of_n
+import klpolicy.best_of_n_frontier
 from klpolicy.best_of_n import (
-    best_of_n_curve,
     best_of_n_expected_reward,
-    best_of_n_for_kl,
     best_of_n_kl,
     best_of_n_kl_bound,
     best_of_n_policy,
-    best_of_n_vs_optimal,
     best_of_n_win_rate,
 )
+from klpolicy.best_of_n_frontier import best_of_n_curve
+
+from ._best_of_n_problems import normalise, problems
 
 # ---------------------------------------------------------------- reference implementations
 
@@ -211,24 +213,9 @@ def test_bound_values():
     assert best_of_n_kl_bound(1) == 0.0
 
 
-problems = st.integers(1, 8).flatmap(
-    lambda v: st.tuples(
-        st.lists(st.one_of(st.just(0.0), st.floats(1e-12, 1.0)), min_size=v, max_size=v).filter(
-            lambda x: sum(x) > 0.1
-        ),
-        st.lists(st.integers(-3, 3), min_size=v, max_size=v),
-    )
-)
-
-
-def _normalise(ws):
-    ref = np.array(ws)
-    return ref / ref.sum()
-
-
 @given(problems, st.integers(1, 300))
 def test_bound_holds_and_kl_monotone(prob, n):
-    ref, reward = _normalise(prob[0]), np.array(prob[1], float)
+    ref, reward = normalise(prob[0]), np.array(prob[1], float)
     c = best_of_n_curve(ref, reward, [n, n + 1])
     assert np.all(c.kl <= c.kl_bound + 1e-14)
     assert c.kl[0] <= c.kl[1] + 1e-14  # KL non-decreasing in n
@@ -265,7 +252,7 @@ def test_bound_strict_with_ties():
 
 @given(problems, st.integers(1, 50), st.randoms(use_true_random=False))
 def test_permutation_equivariance_and_tied_split(prob, n, rnd):
-    ref, reward = _normalise(prob[0]), np.array(prob[1], float)
+    ref, reward = normalise(prob[0]), np.array(prob[1], float)
     perm = list(range(len(ref)))
     rnd.shuffle(perm)
     pi = best_of_n_policy(ref, reward, n)
@@ -311,6 +298,19 @@ def test_top_level_reexport_matches():
     np.testing.assert_array_equal(f([0.5, 0.5], [1.0, 0.0], 2), [0.75, 0.25])
 
 
+def test_frontier_names_stay_importable_from_best_of_n():
+    # the curve/budget/comparison helpers moved to klpolicy.best_of_n_frontier
+    before = {
+        "BestOfNComparison", "BestOfNCurve", "best_of_n_curve", "best_of_n_expected_reward",
+        "best_of_n_for_kl", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_policy",
+        "best_of_n_vs_optimal", "best_of_n_win_rate",
+    }  # fmt: skip
+    assert set(klpolicy.best_of_n.__all__) == before
+    assert set(klpolicy.best_of_n_frontier.__all__) < before
+    for name in klpolicy.best_of_n_frontier.__all__:
+        assert getattr(klpolicy.best_of_n, name) is getattr(klpolicy.best_of_n_frontier, name)
+
+
 # ---------------------------------------------------------------- Monte Carlo
 
 
@@ -336,80 +336,6 @@ def test_monte_carlo_agreement():
     wins = (reward[kept] > reward[other]) + 0.5 * (reward[kept] == reward[other])
     wr = best_of_n_win_rate(ref, reward, n)
     assert abs(wins.mean() - wr) < 5 * np.sqrt(0.25 / trials)
-
-
-# ---------------------------------------------------------------- n for a budget, frontier
-
-
-@given(problems, st.floats(0.0, 0.99))
-def test_for_kl_is_largest_n_within_budget(prob, frac):
-    ref, reward = _normalise(prob[0]), np.array(prob[1], float)
-    sup = float(klpolicy.max_kl(ref, reward))
-    if sup < 1e-6:
-        return
-    budget = frac * sup
-    n = int(best_of_n_for_kl(ref, reward, budget))
-    assert best_of_n_kl(ref, reward, n) <= budget
-    assert best_of_n_kl(ref, reward, n + 1) > budget
-
-
-def test_for_kl_values_and_batch():
-    ref, r = [0.25, 0.25, 0.25, 0.25], [0.0, 1.0, 2.0, 3.0]
-    assert best_of_n_for_kl(ref, r, 0.0) == 1
-    assert best_of_n_for_kl(ref, r, 0.5) == 3  # KL(3) = 0.4194..., KL(4) = 0.5903...
-    out = best_of_n_for_kl(ref, r, [0.0, 0.5, 1.0])
-    assert out.shape == (3,) and out.dtype == np.int64
-    np.testing.assert_array_equal(out, [1, 3, 7])
-    # a budget close to the supremum needs a large n, found exactly
-    n = int(best_of_n_for_kl([1e-6, 1 - 1e-6], [1.0, 0.0], 13.0))
-    assert best_of_n_kl([1e-6, 1 - 1e-6], [1.0, 0.0], n) <= 13.0
-    assert best_of_n_kl([1e-6, 1 - 1e-6], [1.0, 0.0], n + 1) > 13.0
-
-
-def test_curve_shapes_and_batch_for_kl():
-    rng = np.random.default_rng(5)
-    ref = rng.dirichlet(np.ones(7), size=3)
-    reward = rng.integers(0, 4, size=(3, 7)).astype(float)
-    grid = np.array([[1, 2], [8, 64]])
-    c = best_of_n_curve(ref, reward, grid)
-    assert c.kl.shape == (2, 2, 3) and c.n.shape == (2, 2, 3)
-    for i in range(2):
-        for j in range(2):
-            for row in range(3):
-                n = int(grid[i, j])
-                assert c.kl[i, j, row] == pytest.approx(
-                    best_of_n_kl(ref[row], reward[row], n), rel=1e-14, abs=1e-300
-                )
-                assert c.win_rate[i, j, row] == pytest.approx(
-                    best_of_n_win_rate(ref[row], reward[row], n), rel=1e-14
-                )
-    budgets = 0.5 * np.asarray(klpolicy.max_kl(ref, reward))
-    out = best_of_n_for_kl(ref, reward, budgets)
-    assert out.shape == (3,)
-    for row in range(3):
-        assert out[row] == best_of_n_for_kl(ref[row], reward[row], budgets[row])
-
-
-@given(problems, st.integers(1, 200))
-def test_best_of_n_on_or_below_frontier(prob, n):
-    ref, reward = _normalise(prob[0]), np.array(prob[1], float)
-    c = best_of_n_vs_optimal(ref, reward, [n])
-    scale = 1e-9 * (1 + np.abs(reward).max())
-    assert c.best_of_n_reward[0] <= c.optimal_reward[0] + scale
-    if c.kl[0] > 0:
-        assert klpolicy.optimal_kl(ref, reward, c.beta[0]) == pytest.approx(c.kl[0], rel=1e-9)
-
-
-def test_comparison_values():
-    ref, r = [0.25, 0.25, 0.25, 0.25], [0.0, 1.0, 2.0, 3.0]
-    c = best_of_n_vs_optimal(ref, r, [1, 2, 4, 16])
-    assert c.beta[0] == np.inf and c.optimal_reward[0] == 1.5
-    assert np.all(c.optimal_reward[1:] > c.best_of_n_reward[1:])
-    np.testing.assert_allclose(
-        c.best_of_n_reward,
-        [best_of_n_expected_reward(ref, r, n) for n in (1, 2, 4, 16)],
-        rtol=1e-15,
-    )
 
 
 # ---------------------------------------------------------------- bad input
@@ -441,7 +367,6 @@ BAD = [
     (best_of_n_kl_bound, ([1, 2, 0],), "`n` must be an integer >= 1; found 0 at index (2,)"),
     (best_of_n_kl_bound, ([[1, 2.5]],), "`n` must be an integer >= 1; found 2.5 at index (0, 1)"),
     (best_of_n_kl_bound, ([],), "`n` must not be empty; got shape (0,)"),
-    (best_of_n_curve, (REF, REW, [1, -2]), "`ns` must be an integer >= 1; found -2 at index (1,)"),
     (best_of_n_policy, ([0.5, 0.6], REW, 2), "`ref` must sum to 1 along axis -1; it sums to 1.1"),
     (
         best_of_n_policy,
@@ -453,37 +378,6 @@ BAD = [
         best_of_n_policy,
         (REF, [1.0, 0.0, 2.0], 2),
         "`reward` must have the same size as `ref` along the probability axis; got 3 and 2",
-    ),
-    (
-        best_of_n_for_kl,
-        (REF, REW, -0.1),
-        "`kl` must be a finite non-negative number of nats; got -0.1",
-    ),
-    (
-        best_of_n_for_kl,
-        (REF, REW, np.nan),
-        "`kl` must be a finite non-negative number of nats; got nan",
-    ),
-    (
-        best_of_n_for_kl,
-        (REF, REW, 0.7),
-        "`kl` = 0.7 is at or above the supremum of the best-of-n KL, 0.693147 nats (-log of the "
-        "reference mass on the best reward): every n stays within it",
-    ),
-    (
-        best_of_n_for_kl,
-        (REF, [1.0, 1.0], 0.0),
-        "`kl` = 0 is at or above the supremum of the best-of-n KL, 0 nats",
-    ),
-    (
-        best_of_n_for_kl,
-        ([[0.5, 0.5], [0.9, 0.1]], REW, 1.0),
-        "`kl` = 1 is at or above the supremum of the best-of-n KL for row (0,), 0.693147 nats",
-    ),
-    (
-        best_of_n_for_kl,
-        ([1e-15, 1 - 1e-15], REW, 34.536),
-        "`kl` = 34.536 needs more than 2**53 draws; best_of_n_for_kl cannot represent that n",
     ),
 ]
 

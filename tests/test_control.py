@@ -83,7 +83,8 @@ def test_adaptive_step_is_bounded_and_signed(kl, n, horizon, target):
     c = AdaptiveKLController(0.3, target, horizon)
     c.update(kl, n)
     rel = c.value / 0.3 - 1
-    assert abs(rel) <= 0.2 * n / horizon * (1 + 1e-12)
+    # value / 0.3 - 1 carries an absolute rounding error of a few ulp of 1
+    assert abs(rel) <= 0.2 * n / horizon * (1 + 1e-12) + 4 * np.finfo(float).eps
     assert np.sign(rel) == np.sign(kl / target - 1) or rel == 0
 
 
