@@ -34,7 +34,7 @@ import klpolicy  # noqa: E402
 
 project = "klpolicy"
 author = "klpolicy developers"
-copyright = "klpolicy developers, BSD-3-Clause"  # noqa: A001
+copyright = "klpolicy developers, BSD-3-Clause"
 release = version = klpolicy.__version__
 
 extensions = [
@@ -71,6 +71,13 @@ nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 nb_merge_streams = True
 
 
+_TORCH = re.compile(
+    r"^\s*(import torch\b|from torch\b|import klpolicy\.torch|from klpolicy\.torch\b"
+    r"|from klpolicy import .*\btorch\b)",
+    re.M,
+)
+
+
 def _copy_tutorials() -> list[str]:
     """Mirror ../tutorials/*.md into docs/tutorials/; return the copies that need torch."""
     src, dst = ROOT / "tutorials", DOCS / "tutorials"
@@ -85,7 +92,7 @@ def _copy_tutorials() -> list[str]:
         copy = dst / name
         if not copy.exists() or copy.read_text(encoding="utf-8") != text:
             shutil.copyfile(path, copy)  # only when changed: keeps Sphinx's cache valid
-        if re.search(r"^\s*(import torch|from torch|import klpolicy\.torch|from klpolicy(\.torch)? import torch)", text, re.M):
+        if _TORCH.search(text):
             needs_torch.append(f"tutorials/{name}")
     return needs_torch
 
