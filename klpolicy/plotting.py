@@ -323,12 +323,14 @@ def kl_budget(
         raise ValueError(f"`gold` must have the shape of `d`; got {g_a.shape} and {d_a.shape}")
     ax = _axes(ax)
     pre = f"{label} " if label else ""
-    ax.plot(d_a, g_a, marker="o", label=f"{pre}gold reward", **_style(0))
+    # dense sweeps: markers evenly spaced along the drawn curve, not one per point
+    every = None if d_a.size <= 25 else 0.04
+    ax.plot(d_a, g_a, marker="o", markevery=every, label=f"{pre}gold reward", **_style(0))
     if proxy is not None:
         p_a = V.as_rewards("proxy", proxy)
         if p_a.shape != d_a.shape:
             raise ValueError(f"`proxy` must have the shape of `d`; got {p_a.shape} and {d_a.shape}")
-        ax.plot(d_a, p_a, marker="^", label=f"{pre}proxy reward", **_style(1))
+        ax.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
     for i, (name, fn) in enumerate((fits or {}).items()):
         xs = np.linspace(max(d_a.min(), 1e-6), d_a.max(), 200)
         ax.plot(xs, fn(xs), label=name, color=_COLOURS[(i + 2) % 7], linestyle=":")
@@ -548,7 +550,8 @@ def estimator_histograms(
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
     ax.set_title("KL estimators: per-sample spread")
-    ax.legend(loc="best")
+    # below the plot: tall spikes can fill any corner inside
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     return ax
 
 
