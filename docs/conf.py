@@ -98,10 +98,12 @@ def _copy_tutorials() -> list[str]:
 
 
 _torch_tutorials = _copy_tutorials()
-# Without torch, tutorials that need it are shown unexecuted (CI installs torch and runs them).
-nb_execution_excludepatterns = (
-    [] if importlib.util.find_spec("torch") is not None else list(_torch_tutorials)
+# Without torch (or with KLPOLICY_DOCS_SKIP_TORCH=1), tutorials that need it are shown
+# unexecuted; CI installs torch and runs them.
+_skip_torch = (
+    importlib.util.find_spec("torch") is None or os.environ.get("KLPOLICY_DOCS_SKIP_TORCH") == "1"
 )
+nb_execution_excludepatterns = list(_torch_tutorials) if _skip_torch else []
 
 
 def _write_figures() -> None:
