@@ -1,0 +1,112 @@
+"""Speed of klpolicy.torch, as ratios against baselines measured in the same run.
+
+1. The tensor closed form ``klpolicy.torch.optimal_policy`` against a bare
+   ``torch.softmax(log(ref) + r / beta)`` on the same tensors (the cost of the
+   limits, the support mask and the validation), and against the numpy core.
+2. Training steps per second of ``fit_policy`` / ``fit_sequence_policy``.
+3. CPU against GPU for both, when a GPU is present.
+
+Run: ``python benchmarks/torch_bench.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import klpolicy
+import klpolicy.torch as kt
+
+
+def _best_of(fn, repeat: int) -> float:
+    """Best wall time of ``repeat`` calls (after one warm-up), synchronising CUDA."""
+    fn()
+    best = float("inf")
+    for _ in range(repeat):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def closed_form(device: str, batch: int, vocab: int, dtype, repeat: int) -> dict[str, float]:
+    gen = torch.Generator().manual_seed(0)
+    ref = torch.softmax(torch.randn(batch, vocab, generator=gen, dtype=dtype), -1).to(device)
+    reward = torch.randn(batch, vocab, generator=gen, dtype=dtype).to(device)
+    beta = 0.5
+    t_twin = _best_of(lambda: kt.optimal_policy(ref, reward, beta), repeat)
+    t_softmax = _best_of(lambda: torch.softmax(torch.log(ref) + reward / beta, -1), repeat)
+    out = {"twin_s": t_twin, "softmax_s": t_softmax}
+    if device == "cpu":
+        ref_np, rew_np = ref.numpy(), reward.numpy()
+        out["numpy_s"] = _best_of(lambda: klpolicy.optimal_policy(ref_np, rew_np, beta), repeat)
+    return out
+
+
+def training(device: str, steps: int) -> dict[str, float]:
+    ref, reward = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
+    out = {}
+    for method in ("exact", "reinforce", "ppo", "grpo", "dpo"):
+        out[method] = kt.fit_policy(
+            ref, reward, 0.5, method=method, steps=steps, device=device
+        ).steps_per_second
+    rng = np.random.default_rng(0)
+    conds = [rng.dirichlet(np.ones(4), size=(4,) * t) for t in range(3)]
+    rew = rng.normal(size=(4, 4, 4))
+    model = kt.AutoregressivePolicy(4, 3, device=device)
+    out["gru reinforce (V=4, T=3)"] = kt.fit_sequence_policy(
+        conds, rew, 0.5, method="reinforce", policy=model, steps=steps, device=device
+    ).steps_per_second
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for CI")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch, vocab = (64, 4096) if args.quick else (512, 32768)
+    repeat = 3 if args.quick else 10
+    steps = 50 if args.quick else 300
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}; devices: {', '.join(devices)}; CPU threads {threads}")
+
+    results = {}
+    for dev in devices:
+        for dtype in (torch.float32, torch.float64):
+            r = closed_form(dev, batch, vocab, dtype, repeat)
+            results[(dev, dtype)] = r
+            line = (
+                f"closed form {dev:4s} {str(dtype)[6:]:7s} ({batch}x{vocab}): "
+                f"twin {r['twin_s'] * 1e3:8.2f} ms, bare softmax {r['softmax_s'] * 1e3:8.2f} ms, "
+                f"ratio twin/softmax {r['twin_s'] / r['softmax_s']:5.2f}"
+            )
+            if "numpy_s" in r:
+                line += f", numpy core/twin {r['numpy_s'] / r['twin_s']:5.2f}"
+            print(line)
+    if "cuda" in devices:
+        for dtype in (torch.float32, torch.float64):
+            ratio = results[("cpu", dtype)]["twin_s"] / results[("cuda", dtype)]["twin_s"]
+            print(f"closed form {str(dtype)[6:]}: GPU speed-up over CPU {ratio:6.1f}x")
+
+    speeds = {dev: training(dev, steps) for dev in devices}
+    for name in speeds["cpu"]:
+        line = f"training {name:28s}: cpu {speeds['cpu'][name]:8.1f} steps/s"
+        if "cuda" in speeds:
+            gpu = speeds["cuda"][name]
+            line += f", cuda {gpu:8.1f} steps/s, ratio cuda/cpu {gpu / speeds['cpu'][name]:5.2f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

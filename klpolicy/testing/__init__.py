@@ -1,0 +1,53 @@
+"""Test other people's KL-regularised-policy code against klpolicy's exact answers.
+
+Install with ``pip install klpolicy[testing]`` (it needs hypothesis).
+
+* :mod:`klpolicy.testing.strategies`: hypothesis strategies for problems of
+  the field (distributions, rewards, betas, problems, token trees, preference
+  pairs, log-ratios).
+* ``check_*`` suites: plain functions that run a property battery on someone
+  else's function and either return ``None`` or raise ``AssertionError``
+  naming the smallest falsifying input and what is wrong.
+* :mod:`klpolicy.testing.pytest_plugin`: pytest fixtures and a marker.
+
+>>> import numpy as np
+>>> from scipy.special import rel_entr
+>>> from klpolicy.testing import check_kl_divergence
+>>> check_kl_divergence(lambda p, q: rel_entr(p, q).sum())  # passes: returns None
+"""
+
+import importlib
+from typing import Any
+
+_CHECKS = (
+    "check_dpo_loss",
+    "check_kl_controller",
+    "check_kl_divergence",
+    "check_kl_estimator",
+    "check_optimal_policy",
+    "check_soft_value",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
+    if name in _CHECKS:
+        return getattr(importlib.import_module(".checks", __name__), name)
+    if name in ("strategies", "checks"):
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_CHECKS, "strategies", "checks"])
+
+
+__all__ = [
+    "check_dpo_loss",
+    "check_kl_controller",
+    "check_kl_divergence",
+    "check_kl_estimator",
+    "check_optimal_policy",
+    "check_soft_value",
+    "strategies",
+]
