@@ -115,10 +115,16 @@ def _write_figures() -> None:
 _write_figures()
 
 
+#: Pages of the front toctree that others write; each is linked only once it exists.
+OPTIONAL_PAGES = ("testing", "performance")
+
+
 def _drop_missing_pages(app, docname, source):
-    """The performance page is written separately; link it only once it exists."""
-    if docname == "index" and not (DOCS / "performance.md").exists():
-        source[0] = re.sub(r"^performance\n", "", source[0], flags=re.M)
+    if docname != "index":
+        return
+    for page in OPTIONAL_PAGES:
+        if not (DOCS / f"{page}.md").exists():
+            source[0] = re.sub(rf"^{page}\n", "", source[0], flags=re.M)
 
 
 _NUMPYDOC_SECTIONS = {

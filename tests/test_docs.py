@@ -101,20 +101,22 @@ def test_every_top_level_name_is_in_the_api_reference():
 
 def test_autosummary_entries_exist():
     """Every name an API page lists resolves to an object (no stale entries)."""
+    token = re.compile(r"^\.\. currentmodule:: (\S+)|\.\. autosummary::\n((?:   .*\n|\n)+)", re.M)
     for page in sorted(API.glob("*.md")):
-        text = page.read_text(encoding="utf-8")
-        current = re.search(r"^\.\. currentmodule:: (\S+)", text, re.M)
-        for block in re.findall(r"\.\. autosummary::\n((?:   .*\n|\n)+)", text):
-            for line in block.splitlines():
+        current = "klpolicy"
+        for match in token.finditer(page.read_text(encoding="utf-8")):
+            if match.group(1):
+                current = match.group(1)
+                continue
+            for line in match.group(2).splitlines():
                 entry = line.strip()
                 if not entry or entry.startswith(":"):
                     continue
                 path = entry.lstrip("~")
-                base = current.group(1) if current else "klpolicy"
-                full = path if path.startswith("klpolicy.") else f"{base}.{path}"
+                full = path if path.startswith("klpolicy.") else f"{current}.{path}"
                 modname, _, attr = full.rpartition(".")
                 mod = _import(modname)
-                assert hasattr(mod, attr), f"{page.name}: {entry} does not exist"
+                assert hasattr(mod, attr), f"{page.name}: {full} does not exist"
 
 
 def test_api_index_lists_every_page():
@@ -191,3 +193,11 @@ def test_sphinx_build_passes_with_warnings_as_errors(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-4000:]
     assert (tmp_path / "api" / "closed_form.html").exists()
+
+
+def test_every_top_level_page_is_in_the_front_toctree():
+    text = (DOCS / "index.md").read_text(encoding="utf-8")
+    toctree = re.search(r"```\{toctree\}\n(.*?)```", text, re.S).group(1)
+    entries = {ln.strip() for ln in toctree.splitlines() if ln.strip() and not ln.startswith(":")}
+    pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
+    assert pages <= entries, f"add {sorted(pages - entries)} to the toctree of docs/index.md"
