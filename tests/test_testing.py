@@ -685,7 +685,8 @@ def test_pytest_plugin_fixture_marker_and_options(tmp_path):
             """
         )
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # load the plugin explicitly, whether or not klpolicy's pytest11 entry point is installed
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     proc = subprocess.run(
         [
             sys.executable,
