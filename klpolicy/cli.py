@@ -6,7 +6,13 @@ Examples
 policy, its log-ratio to the reference, the KL, the expected reward and the
 soft value. Several ``--beta`` values give one column each; ``--kl TARGET``
 solves for the beta that spends that KL; ``--json`` prints machine-readable
-output. ``klpolicy demo`` prints the worked example of the KL penalty.
+output. ``klpolicy demo`` prints the worked example of the KL penalty;
+``klpolicy demo --out DIR`` also writes the headline figures as PNG files.
+``klpolicy plot FIGURE ... -o FILE`` draws one figure of
+:mod:`klpolicy.plotting` from inputs given on the command line, e.g.
+``klpolicy plot beta-sweep --ref 0.5 0.5 --reward 1 0 -o sweep.png``
+(``klpolicy plot -h`` lists the figures). matplotlib is imported only by these
+two.
 
 Bad input prints one line, ``klpolicy: error: ...``, and exits with status 2.
 """
@@ -14,6 +20,7 @@ Bad input prints one line, ``klpolicy: error: ...``, and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -22,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import __version__
-from .closed_form import beta_for_kl, max_kl, optimal_kl, optimal_policy, soft_value
+from .closed_form import beta_for_kl, optimal_kl, optimal_policy, soft_value
 
 __all__ = ["main", "solve_table"]
 
@@ -135,26 +142,122 @@ def _cmd_solve(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    ref, reward = [0.5, 0.5], [1.0, 0.0]
-    print("The KL penalty's worked example")
-    print("===============================")
-    print("Two responses, each of reference probability 0.5; rewards 1 and 0.")
-    print("The optimal policy pi* = ref * exp(r / beta) / Z puts on the better response:\n")
-    for b in (0.5, 2.0):
-        p = float(optimal_policy(ref, reward, b)[0])
-        print(f"  beta = {b:<4g}: {p:.4f}  (= e^{1 / b:g} / (e^{1 / b:g} + 1))")
-    print("\nbeta acts as a temperature:")
-    for b in (0.0, 0.1, 0.5, 2.0, 10.0, math.inf):
-        p = float(optimal_policy(ref, reward, b)[0])
-        print(
-            f"  beta = {_beta_label(b):>4}: pi*(better) = {p:.4f}   KL = {float(optimal_kl(ref, reward, b)):.4f} nats"
-        )
-    print(
-        f"\nThe largest reachable KL (greedy, beta -> 0) is log 2 = {float(max_kl(ref, reward)):.4f} nats."
+    from .demo import worked_example, write_figures
+
+    if args.out is not None:
+        _need_matplotlib("klpolicy demo --out")
+    worked_example()
+    if args.out is not None:
+        paths = write_figures(args.out)
+        print(f"\nWrote {len(paths)} figures:")
+        for path in paths:
+            print(f"  {path}")
+    return 0
+
+
+def _need_matplotlib(what: str) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError(
+            f"{what} needs matplotlib; install it with `pip install 'klpolicy[plot]'`"
+        ) from None
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")  # files only: never open a window
+
+
+def _plot_beta_sweep(a: argparse.Namespace, ax):
+    from . import plotting
+
+    lo, hi = a.beta_range
+    return plotting.beta_sweep(
+        a.ref, a.reward, betas=np.geomspace(lo, hi, 400), mark=a.mark or (), ax=ax
     )
-    b = float(beta_for_kl(ref, reward, 0.1))
-    print(f"A KL budget of 0.1 nats is spent at beta = {b:.6f}.\n")
-    _print_table(solve_table(ref, reward, [0.5, 2.0]))
+
+
+def _plot_frontier(a: argparse.Namespace, ax):
+    from . import plotting
+
+    if a.best_of_n and importlib.util.find_spec("klpolicy.best_of_n") is None:
+        raise ValueError("`--best-of-n` needs klpolicy.best_of_n, which this installation lacks")
+    lo, hi = a.beta_range
+    return plotting.frontier(
+        a.ref, a.reward, betas=np.geomspace(lo, hi, 300), best_of_n=a.best_of_n, ax=ax
+    )
+
+
+def _plot_token_kl(a: argparse.Namespace, ax):
+    from . import plotting
+
+    kl = np.asarray(a.kl, dtype=float)
+    if a.rows is not None:
+        if a.rows < 1 or kl.size % a.rows:
+            raise ValueError(
+                f"`--rows` = {a.rows} must be positive and divide the {kl.size} `--kl` values"
+            )
+        kl = kl.reshape(a.rows, -1)
+    return plotting.token_kl(kl, ax=ax)
+
+
+def _plot_controller_trace(a: argparse.Namespace, ax):
+    from . import control, plotting
+
+    if a.controller == "fixed":
+        ctl = control.FixedKLController(a.init_beta)
+    elif a.controller == "adaptive":
+        ctl = control.AdaptiveKLController(a.init_beta, target=a.target, horizon=a.horizon)
+    elif a.controller == "dead-zone":
+        ctl = control.DeadZoneKLController(a.init_beta, target=a.target)
+    else:
+        ctl = control.LagrangianKLController(a.init_beta, target=a.target, lr=a.lr)
+    trace = control.simulate(ctl, a.ref, a.reward, steps=a.steps, lag=a.lag)
+    return plotting.controller_trace(trace, target=a.target, ax=ax)
+
+
+def _plot_kl_budget(a: argparse.Namespace, ax):
+    from . import plotting
+
+    return plotting.kl_budget(a.d, a.gold, a.proxy, ax=ax)
+
+
+def _plot_estimator_histograms(a: argparse.Namespace, ax):
+    from . import plotting
+
+    return plotting.estimator_histograms(a.p, a.q, n=a.n, rng=a.seed, ax=ax)
+
+
+def _plot_fixed_points(a: argparse.Namespace, ax):
+    from . import plotting
+
+    lo, hi = a.beta_range
+    return plotting.fixed_points(a.ref, a.reward, betas=np.geomspace(lo, hi, 40), ax=ax)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    _need_matplotlib("klpolicy plot")
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from .plotting import _axes, lecture_style
+
+    for module in args.needs:
+        if importlib.util.find_spec(f"klpolicy.{module}") is None:
+            raise ValueError(
+                f"`klpolicy plot {args.figure}` needs klpolicy.{module}, "
+                "which this installation lacks"
+            )
+    try:
+        with matplotlib.rc_context(lecture_style()):
+            ax = _axes(None)
+            args.draw(args, ax)
+            if args.title is not None:
+                ax.set_title(args.title)
+            ax.figure.savefig(args.output, dpi=args.dpi)
+    except OSError as exc:
+        raise ValueError(f"cannot write `-o` {args.output!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close("all")
+    print(args.output)
     return 0
 
 
@@ -185,9 +288,93 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kl", type=float, help="solve for the beta that spends this KL (nats)")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=_cmd_solve)
-    d = sub.add_parser("demo", help="print the worked example")
+    d = sub.add_parser("demo", help="print the worked example; with --out, write the figures")
+    d.add_argument("--out", metavar="DIR", help="write the headline figures as PNG into DIR")
     d.set_defaults(func=_cmd_demo)
+    _add_plot_parser(sub)
     return p
+
+
+def _add_plot_parser(sub) -> None:
+    pl = sub.add_parser("plot", help="draw one figure into a file (needs matplotlib)")
+    figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+
+    def fig(name: str, draw, help: str, needs: tuple[str, ...] = ()):
+        f = figs.add_parser(name, help=help)
+        f.add_argument("-o", "--output", required=True, metavar="FILE", help="image file")
+        f.add_argument("--title", help="replace the figure's title")
+        f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")
+        f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
+        return f
+
+    def problem(f, ref="--ref", reward="--reward") -> None:
+        f.add_argument(ref, type=float, nargs="+", required=True, help="reference probabilities")
+        f.add_argument(reward, type=float, nargs="+", required=True, help="rewards")
+
+    def beta_range(f, lo: float, hi: float) -> None:
+        f.add_argument(
+            "--beta-range",
+            type=float,
+            nargs=2,
+            default=(lo, hi),
+            metavar=("LO", "HI"),
+            help=f"beta grid, log-spaced (default {lo:g} {hi:g})",
+        )
+
+    f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)")
+    problem(f)
+    beta_range(f, 1e-2, 1e2)
+    f.add_argument("--mark", type=float, nargs="*", default=[0.5, 2.0], help="betas to mark")
+
+    f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
+    problem(f)
+    beta_range(f, 1e-3, 1e3)
+    f.add_argument(
+        "--best-of-n", type=int, nargs="*", default=None, metavar="N", help="best-of-n points"
+    )
+
+    f = fig("token-kl", _plot_token_kl, "KL at each position (heatmap with --rows)")
+    f.add_argument("--kl", type=float, nargs="+", required=True, help="per-position KL (nats)")
+    f.add_argument("--rows", type=int, help="reshape the values into ROWS sequences (heatmap)")
+
+    f = fig("controller-trace", _plot_controller_trace, "a KL controller's closed loop")
+    problem(f)
+    f.add_argument(
+        "--controller",
+        choices=("adaptive", "dead-zone", "fixed", "lagrangian"),
+        default="adaptive",
+    )
+    f.add_argument("--init-beta", type=float, default=1.0, help="initial coefficient")
+    f.add_argument("--target", type=float, default=0.1, help="KL target (nats)")
+    f.add_argument("--horizon", type=float, default=10.0, help="adaptive controller's horizon")
+    f.add_argument("--lr", type=float, default=1.0, help="Lagrangian controller's step size")
+    f.add_argument("--steps", type=int, default=100)
+    f.add_argument("--lag", type=float, default=0.0, help="policy lag in [0, 1)")
+
+    f = fig("kl-budget", _plot_kl_budget, "gold (and proxy) reward against sqrt(KL)")
+    f.add_argument("--d", type=float, nargs="+", required=True, help="sqrt(KL) of each point")
+    f.add_argument("--gold", type=float, nargs="+", required=True, help="gold reward")
+    f.add_argument("--proxy", type=float, nargs="+", help="proxy reward")
+
+    f = fig(
+        "estimator-histograms",
+        _plot_estimator_histograms,
+        "k1/k2/k3 per-sample spread",
+        ("estimators",),
+    )
+    f.add_argument("--p", type=float, nargs="+", required=True, help="sampling distribution")
+    f.add_argument("--q", type=float, nargs="+", required=True, help="reference distribution")
+    f.add_argument("--n", type=int, default=20000, help="samples")
+    f.add_argument("--seed", type=int, default=0)
+
+    f = fig(
+        "fixed-points",
+        _plot_fixed_points,
+        "E[r] where each estimator placement converges",
+        ("estimators",),
+    )
+    problem(f)
+    beta_range(f, 0.05, 20.0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,15 +7,15 @@ attribute and ``.update(current, n_steps)``), so that they can be dropped into
 a trainer or into :func:`klpolicy.control.simulate`, which closes the loop on
 an analytic problem whose optimum is known exactly.
 
-===========================  ==============================================================
-:class:`FixedKLController`      constant :math:`\beta`
-:class:`AdaptiveKLController`   Ziegler et al. (2019): clipped proportional rule on
-                                :math:`\log\beta`, as in lm-human-preferences and TRL
-:class:`DeadZoneKLController`   Schulman et al. (2017), PPO paper section 4: halve or double
-                                :math:`\beta` outside a band (RLlib's variant is an option)
-:class:`LagrangianKLController` projected dual ascent on :math:`\beta` for
-                                :math:`\max \mathbb{E}[r]` s.t. :math:`\mathrm{KL}\le` target
-===========================  ==============================================================
+===============================  =============================================================
+:class:`FixedKLController`       constant :math:`\beta`
+:class:`AdaptiveKLController`    Ziegler et al. (2019): clipped proportional rule on
+                                 :math:`\log\beta`, as in lm-human-preferences and TRL
+:class:`DeadZoneKLController`    Schulman et al. (2017), PPO paper section 4: halve or double
+                                 :math:`\beta` outside a band (RLlib's variant is an option)
+:class:`LagrangianKLController`  projected dual ascent on :math:`\beta` for
+                                 :math:`\max \mathbb{E}[r]` s.t. :math:`\mathrm{KL}\le` target
+===============================  =============================================================
 
 A KL target is either *per sequence* (the sum of per-token log-ratios of a
 response, what TRL's PPO trainer feeds to its controller) or *per token*

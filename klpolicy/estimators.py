@@ -1,4 +1,4 @@
-r"""Sample-based KL estimators k1, k2, k3 and |log r|: values, exact moments and bias.
+r"""Sample-based KL estimators k1, k2, k3 and ``|log r|``: values, exact moments and bias.
 
 RLHF code rarely has the full next-token distributions at hand when it needs
 :math:`\mathrm{KL}(\pi\|\pi_{ref})`; it has the log-probabilities of the

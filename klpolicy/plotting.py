@@ -12,14 +12,14 @@ imports matplotlib.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import matplotlib
-
-matplotlib.use(matplotlib.get_backend())  # keep the user's backend; Agg when headless
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 from numpy.typing import ArrayLike
 
 from . import _validation as V
@@ -83,17 +83,45 @@ def lecture_style() -> dict[str, Any]:
 
 
 def _axes(ax):
+    """``ax``, or a new lecture-size Axes (call under :func:`lecture_style`, as ``_lecture`` does)."""
     if ax is not None:
         return ax
-    with matplotlib.rc_context(lecture_style()):
-        _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+    _, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
     return ax
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _lecture(fn: _F) -> _F:
+    """Draw the whole figure under :func:`lecture_style` when the function makes its own Axes.
+
+    Text and twin axes read the rcParams when they are created, so the style
+    must be in force for the whole call, not just while the figure is made.
+    With a user's ``ax`` the user's style is left alone.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, ax: Any = None, **kwargs: Any) -> Any:
+        if ax is not None:
+            return fn(*args, ax=ax, **kwargs)
+        with matplotlib.rc_context(lecture_style()):
+            out = fn(*args, ax=None, **kwargs)
+            # The first figure of a session may load the backend, which can switch on
+            # interactive mode (Jupyter's inline backend does); leaving the context would
+            # switch it off again and later figures would not show.
+            interactive = matplotlib.is_interactive()
+        matplotlib.interactive(interactive)
+        return out
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _style(i: int) -> dict[str, Any]:
     return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)]}
 
 
+@_lecture
 def beta_sweep(
     ref: ArrayLike = (0.5, 0.5),
     reward: ArrayLike = (1.0, 0.0),
@@ -167,6 +195,7 @@ def beta_sweep(
     return ax
 
 
+@_lecture
 def frontier(
     ref: ArrayLike,
     reward: ArrayLike,
@@ -236,6 +265,7 @@ def frontier(
     return ax
 
 
+@_lecture
 def kl_budget(
     d: ArrayLike,
     gold: ArrayLike,
@@ -293,12 +323,14 @@ def kl_budget(
         raise ValueError(f"`gold` must have the shape of `d`; got {g_a.shape} and {d_a.shape}")
     ax = _axes(ax)
     pre = f"{label} " if label else ""
-    ax.plot(d_a, g_a, marker="o", label=f"{pre}gold reward", **_style(0))
+    # dense sweeps: markers evenly spaced along the drawn curve, not one per point
+    every = None if d_a.size <= 25 else 0.04
+    ax.plot(d_a, g_a, marker="o", markevery=every, label=f"{pre}gold reward", **_style(0))
     if proxy is not None:
         p_a = V.as_rewards("proxy", proxy)
         if p_a.shape != d_a.shape:
             raise ValueError(f"`proxy` must have the shape of `d`; got {p_a.shape} and {d_a.shape}")
-        ax.plot(d_a, p_a, marker="^", label=f"{pre}proxy reward", **_style(1))
+        ax.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
     for i, (name, fn) in enumerate((fits or {}).items()):
         xs = np.linspace(max(d_a.min(), 1e-6), d_a.max(), 200)
         ax.plot(xs, fn(xs), label=name, color=_COLOURS[(i + 2) % 7], linestyle=":")
@@ -309,6 +341,7 @@ def kl_budget(
     return ax
 
 
+@_lecture
 def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     r"""Per-position KL along a response: a bar chart for one sequence, a heatmap for a batch.
 
@@ -349,6 +382,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     ax = _axes(ax)
     if a.ndim == 1:
         ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        ax.set_axisbelow(True)
         ax.set_ylabel("KL at position t (nats)")
         ax.set_title(f"Where the KL sits (total {a.sum():.3g} nats)")
     elif a.ndim == 2:
@@ -356,12 +390,16 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
         ax.figure.colorbar(im, ax=ax, label="KL (nats)")
         ax.set_ylabel("sequence")
         ax.set_title("Per-token KL across a batch")
+        ax.grid(False)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         raise ValueError(f"`kl` must have shape (T,) or (B, T); got shape {a.shape}")
     ax.set_xlabel("position t")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
 
+@_lecture
 def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     r"""A KL controller's closed loop: KL against step, with beta on a second axis.
 
@@ -422,11 +460,20 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     right.grid(False)
     ax.right_ax = right
     lines = ax.get_lines() + right.get_lines()
-    ax.legend(lines, [ln.get_label() for ln in lines], loc="best")
+    # below the plot: the two axes' curves cross, so no corner inside is reliably free
+    ax.legend(
+        lines,
+        [ln.get_label() for ln in lines],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=len(lines),
+        frameon=False,
+    )
     ax.set_title("KL controller, closed loop")
     return ax
 
 
+@_lecture
 def estimator_histograms(
     p: ArrayLike,
     q: ArrayLike,
@@ -503,10 +550,12 @@ def estimator_histograms(
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
     ax.set_title("KL estimators: per-sample spread")
-    ax.legend(loc="best")
+    # below the plot: tall spikes can fill any corner inside
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     return ax
 
 
+@_lecture
 def fixed_points(
     ref: ArrayLike,
     reward: ArrayLike,

@@ -1,0 +1,161 @@
+"""Sphinx configuration of the klpolicy documentation.
+
+Build with warnings as errors from the repository root::
+
+    python -m sphinx -W -b html docs docs/_build/html
+
+The tutorials live in ``tutorials/`` (jupytext MyST notebooks, no outputs) and
+are copied into ``docs/tutorials/`` here, then executed by myst-nb. The
+headline figures of ``klpolicy demo`` are written into ``docs/_figures/``.
+Both copies are build products (gitignored).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+# notebook kernels are subprocesses: let them import this checkout's klpolicy
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
+# kernels draw inline whatever the environment says (MPLBACKEND=Agg would hide every figure);
+# this process writes files and switches itself to Agg in klpolicy.demo.write_figures
+os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+
+import klpolicy  # noqa: E402
+
+project = "klpolicy"
+author = "klpolicy developers"
+copyright = "klpolicy developers, BSD-3-Clause"
+release = version = klpolicy.__version__
+
+extensions = [
+    "myst_nb",
+    "numpydoc",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.mathjax",
+]
+
+exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
+templates_path = ["_templates"]
+html_theme = "alabaster"
+html_static_path = []
+html_theme_options = {"description": "Exact KL-regularised policies", "page_width": "1100px"}
+
+# ---------------------------------------------------------------- API reference
+autosummary_generate = True
+autosummary_imported_members = False
+autodoc_typehints = "none"  # numpydoc's Parameters sections say the types
+autodoc_default_options = {"member-order": "bysource"}
+numpydoc_show_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# ---------------------------------------------------------------- MyST and notebooks
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]
+
+nb_execution_mode = os.environ.get("KLPOLICY_NB_EXECUTION", "cache")
+nb_execution_timeout = 180
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+nb_merge_streams = True
+
+
+_TORCH = re.compile(
+    r"^\s*(import torch\b|from torch\b|import klpolicy\.torch|from klpolicy\.torch\b"
+    r"|from klpolicy import .*\btorch\b)",
+    re.M,
+)
+
+
+def _copy_tutorials() -> list[str]:
+    """Mirror ../tutorials/*.md into docs/tutorials/; return the copies that need torch."""
+    src, dst = ROOT / "tutorials", DOCS / "tutorials"
+    dst.mkdir(exist_ok=True)
+    wanted = {p.name: p for p in sorted(src.glob("[0-9]*.md"))}
+    for old in dst.glob("[0-9]*.md"):
+        if old.name not in wanted:
+            old.unlink()
+    needs_torch = []
+    for name, path in wanted.items():
+        text = path.read_text(encoding="utf-8")
+        copy = dst / name
+        if not copy.exists() or copy.read_text(encoding="utf-8") != text:
+            shutil.copyfile(path, copy)  # only when changed: keeps Sphinx's cache valid
+        if _TORCH.search(text):
+            needs_torch.append(f"tutorials/{name}")
+    return needs_torch
+
+
+_torch_tutorials = _copy_tutorials()
+# Without torch (or with KLPOLICY_DOCS_SKIP_TORCH=1), tutorials that need it are shown
+# unexecuted; CI installs torch and runs them.
+_skip_torch = (
+    importlib.util.find_spec("torch") is None or os.environ.get("KLPOLICY_DOCS_SKIP_TORCH") == "1"
+)
+nb_execution_excludepatterns = list(_torch_tutorials) if _skip_torch else []
+
+
+def _write_figures() -> None:
+    from klpolicy.demo import write_figures
+
+    write_figures(DOCS / "_figures")
+
+
+_write_figures()
+
+
+#: Pages of the front toctree that others write; each is linked only once it exists.
+OPTIONAL_PAGES = ("testing", "performance")
+
+
+def _drop_missing_pages(app, docname, source):
+    if docname != "index":
+        return
+    for page in OPTIONAL_PAGES:
+        if not (DOCS / f"{page}.md").exists():
+            source[0] = re.sub(rf"^{page}\n", "", source[0], flags=re.M)
+
+
+_NUMPYDOC_SECTIONS = {
+    "parameters", "returns", "yields", "receives", "raises", "warns", "other parameters",
+    "attributes", "methods", "see also", "notes", "warnings", "references", "examples",
+}  # fmt: skip
+
+
+def _module_headings_to_rubrics(app, what, name, obj, options, lines):
+    """Free-form headings in module docstrings become rubrics.
+
+    As sections they would register labels ("Numerical method"), and two
+    modules with the same heading would then clash under ``-W``.
+    """
+    if what != "module":
+        return
+    i = 0
+    while i + 1 < len(lines):
+        title, under = lines[i].strip(), lines[i + 1].strip()
+        if (
+            title
+            and len(under) >= len(title)
+            and set(under) <= set("-=~^")
+            and title.lower() not in _NUMPYDOC_SECTIONS
+            and (i == 0 or not lines[i - 1].strip())
+        ):
+            lines[i : i + 2] = [f".. rubric:: {title}", ""]
+        i += 1
+
+
+def setup(app):
+    app.connect("source-read", _drop_missing_pages)
+    # before numpydoc (priority 500) reads the docstring
+    app.connect("autodoc-process-docstring", _module_headings_to_rubrics, priority=100)
