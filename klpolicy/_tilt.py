@@ -49,6 +49,35 @@ class _Tilt(NamedTuple):
     var: NDArray | None = None  # E_pi*[((r - mean) / beta)^2] = Var_pi*(r) / beta^2, keepdims
 
 
+def _mode_log_ratio(
+    q: NDArray, r: NDArray, ib: NDArray, total: NDArray, pi: NDArray, fill: float = -np.inf
+) -> NDArray:
+    """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
+
+    With ``k`` the most likely outcome of ``pi*`` and ``d = (r - r_k) / beta``,
+    ``u = d - log(sum(ref * exp(d)) / sum(ref))``, and the log is taken as
+    ``log1p(sum(ref * expm1(d)) / sum(ref))``. The mode's own log-ratio ``-log1p(S)``
+    is then exact even when it is 1e-34 (a reference of 1 - 1e-33 whose tiny
+    alternative gains weight), where ``z - log Z`` with ``z`` centred on the best
+    reward carries a rounding of eps * |z| that, squared, would swamp such a KL.
+    ``q``, ``r``, ``pi``: (rows, n); ``ib`` (1/beta) and ``total``: (rows,) or (rows, 1).
+    Entries off the support get ``fill``.
+    """
+    ib = np.reshape(ib, (-1, 1))
+    total = np.reshape(total, (-1, 1))
+    rows = np.arange(q.shape[0])
+    rk = r[rows, np.argmax(pi, axis=-1)][:, None]
+    sup = q > 0
+    with np.errstate(all="ignore"):
+        d = (r - rk) * ib
+        # q * expm1(d), with exp(log q + d) where exp(d) alone would overflow (subnormal q)
+        term = np.where(d < 700, q * np.expm1(d), np.exp(np.log(q) + d))
+        s = np.sum(np.where(sup, term, 0), axis=-1, keepdims=True) / total
+        direct = np.log(np.sum(np.where(sup, q * np.exp(d), 0), axis=-1, keepdims=True) / total)
+        log_zk = np.where(s > -0.5, np.log1p(s), direct)
+        return np.where(sup, d - log_zk, fill).astype(q.dtype, copy=False)
+
+
 def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
     """pi*_beta and its statistics by the log-space method (probability axis last).
 
@@ -97,6 +126,16 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
+
+        if "u" in want or "kl" in want:
+            shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
+            u = _mode_log_ratio(
+                np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
+                np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
+                np.broadcast_to(1 / beta_s, shape[:-1] + (1,)).reshape(-1, 1),
+                np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
+                np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
+            ).reshape(shape)
 
         zero = beta == 0
         inf = np.isinf(beta)
@@ -207,7 +246,8 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         if "mean" in res:
             res["mean"][s, 0] = mean
     if "kl" in res or "u" in res:
-        np.subtract(z, log_z[:, None], out=z)  # u = log(pi / ref_n)
+        # u = log(pi / ref_n), mode-centred; 0 off the support keeps the KL summands finite
+        z[...] = _mode_log_ratio(q, r, ib, total, pi, fill=0.0)
     if "u" in res:
         res["u"][s] = np.where(q > 0, z, -np.inf)
     if "kl" in res:

@@ -706,6 +706,9 @@ def beta_for_kl(
     lo = np.full_like(s, -np.inf)
     hi = np.full_like(s, np.inf)
     g, slope = np.zeros_like(s), np.zeros_like(s)
+    # expansion step while a row is not bracketed yet; it doubles at each expansion so that
+    # plateaus of the KL (rewards tied to 1e-290) are crossed in tens of steps, not hundreds
+    width = np.full_like(s, 2.0)
     live = np.nonzero(active[:, 0])[0]
     g[live], slope[live] = g_and_slope(s, live)
     for _ in range(max_iter):
@@ -718,16 +721,26 @@ def beta_for_kl(
             newton = s - g / slope
         bracketed = np.isfinite(lo) & np.isfinite(hi)
         ok = np.isfinite(newton) & (newton > lo) & (newton < hi)
-        # unbracketed side: expand geometrically in beta
-        expand = np.where(g > 0, s + 2.0, s - 2.0)
+        # unbracketed side: expand geometrically in beta, with a growing stride
+        expand = np.where(g > 0, s + width, s - width)
         with np.errstate(invalid="ignore"):
             mid = 0.5 * (lo + hi)
         step = np.where(ok, newton, np.where(bracketed, mid, expand))
         # clamp Newton's step when not yet bracketed so it cannot jump absurdly far
         step = np.where(~bracketed & ok, np.clip(newton, s - 8.0, s + 8.0), step)
+        width = np.where(~done & ~bracketed & ~ok, 2 * width, width)
         s = np.where(done, s, step)
         live = np.nonzero(~done[:, 0])[0]
         g[live], slope[live] = g_and_slope(s, live)
+    else:
+        done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
+        if not done.all():
+            bad = int(np.argwhere(~done[:, 0])[0][0])
+            raise RuntimeError(
+                f"beta_for_kl did not converge in {max_iter} iterations (first unconverged row "
+                f"{bad}, relative KL error {float(np.expm1(abs(g[bad, 0]))):.3g}); "
+                "raise `max_iter` or report the problem"
+            )
     s = s.reshape(lo_shape)
     beta = np.where(at_zero, np.inf, np.where(at_max, 0.0, np.exp(s)))
     return beta[..., 0][()]

@@ -95,6 +95,10 @@ CASES = {
     "tiny_ref_best": ([1e-300, 1.0 - 1e-300], [700.0, 0.0]),
     "zeros": ([0.0, 0.25, 0.0, 0.75], [5.0, 1.0, -3.0, 0.2]),
     "negative_mean": ([0.7, 0.3], [-0.3, 0.7]),
+    # the mode keeps ~all the mass and its log-ratio is ~1e-34: found by tutorial 09's
+    # property (KL falls with beta) when u was centred on the best reward
+    "tiny_alternative": ([1.0, 1e-33], [2.0, 3.0]),
+    "tiny_alternatives_both_sides": ([1e-25, 1.0, 1e-25], [3.0, 2.0, -1.0]),
     "many": (
         list(np.random.default_rng(7).dirichlet(np.full(12, 0.3))),
         list(np.random.default_rng(8).normal(size=12) * 3),
@@ -276,6 +280,15 @@ def test_invariant_to_constant_reward_shift(prob, shift):
     )
 
 
+def test_kl_falls_with_beta_when_a_tiny_alternative_gains_weight():
+    ref, r = [1.0, 1e-33], [2.0, 3.0]
+    b = 1.333521432163324
+    assert kp.optimal_kl(ref, r, 2 * b) < kp.optimal_kl(ref, r, b)
+    assert kp.optimal_kl(ref, r, 2 * b) == pytest.approx(
+        float(R.optimal_kl(ref, r, 2 * b)), rel=1e-12
+    )
+
+
 @given(problems(), st.floats(1.01, 10.0))
 def test_kl_and_reward_decrease_in_beta(prob, factor):
     ref, r, beta = prob
@@ -335,3 +348,18 @@ def test_max_kl_with_a_subnormal_best_mass():
     assert kp.optimal_kl([0, 0, 1, 2.2e-309], [0, 0, 0, 1], 0.0) == pytest.approx(
         710.7103363747958, rel=1e-12
     )
+
+
+def test_beta_for_kl_crosses_a_plateau_of_the_kl():
+    # rewards 1e-290 apart: the KL rises to log(3/2) at beta ~ 1, stays flat down to
+    # beta ~ 1e-289, then rises again; the target sits on the second rise
+    ref, r = np.full(3, 1 / 3), np.array([1e-290, 0.0, -1.0])
+    target = 0.5 * kp.max_kl(ref, r)
+    beta = kp.beta_for_kl(ref, r, target)
+    assert 1e-292 < beta < 1e-289
+    assert kp.optimal_kl(ref, r, beta) == pytest.approx(target, rel=1e-12)
+
+
+def test_beta_for_kl_that_cannot_converge_says_so():
+    with pytest.raises(RuntimeError, match=r"beta_for_kl did not converge in 2 iterations"):
+        kp.beta_for_kl(np.full(3, 1 / 3), [1e-290, 0.0, -1.0], 0.5, max_iter=2)
