@@ -67,15 +67,28 @@ def _mode_log_ratio(
     total = np.reshape(total, (-1, 1))
     rows = np.arange(q.shape[0])
     rk = r[rows, np.argmax(pi, axis=-1)][:, None]
-    sup = q > 0
+    off = q <= 0
+    any_off = bool(off.any())
     with np.errstate(all="ignore"):
-        d = (r - rk) * ib
-        # q * expm1(d), with exp(log q + d) where exp(d) alone would overflow (subnormal q)
-        term = np.where(d < 700, q * np.expm1(d), np.exp(np.log(q) + d))
-        s = np.sum(np.where(sup, term, 0), axis=-1, keepdims=True) / total
-        direct = np.log(np.sum(np.where(sup, q * np.exp(d), 0), axis=-1, keepdims=True) / total)
-        log_zk = np.where(s > -0.5, np.log1p(s), direct)
-        return np.where(sup, d - log_zk, fill).astype(q.dtype, copy=False)
+        d = np.subtract(r, rk, dtype=q.dtype)
+        d *= ib
+        if any_off:
+            d[off] = 0.0  # off the support: no weight, and no overflow below
+        term = np.expm1(d)
+        term *= q
+        big = d >= 700  # exp(d) alone would overflow: a subnormal reference entry
+        if big.any():
+            term[big] = np.exp(np.log(q[big]) + d[big])
+        s = term.sum(axis=-1, keepdims=True) / total
+        log_zk = np.log1p(s)
+        far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
+        if far.size:
+            w = q[far] * np.exp(d[far])
+            log_zk[far] = np.log(w.sum(axis=-1, keepdims=True) / total[far])
+        d -= log_zk
+        if any_off:
+            d[off] = fill
+        return d
 
 
 def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
@@ -246,10 +259,7 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         if "mean" in res:
             res["mean"][s, 0] = mean
     if "kl" in res or "u" in res:
-        # u = log(pi / ref_n), mode-centred; 0 off the support keeps the KL summands finite
-        z[...] = _mode_log_ratio(q, r, ib, total, pi, fill=0.0)
-    if "u" in res:
-        res["u"][s] = np.where(q > 0, z, -np.inf)
+        np.subtract(z, log_z[:, None], out=z)  # u = log(pi / ref_n)
     if "kl" in res:
         qn = buf("qn", k)
         np.multiply(q, (1 / total)[:, None], out=qn)
@@ -263,11 +273,26 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         # |u| < 0.2 only removes the cancellation in pi (u - 1) + ref_n, worth at most
         # eps * ref_n * 3 per summand. Rows whose KL dwarfs that (relative 64 eps) skip it.
         zmax = np.maximum(np.abs((rmin - c) * ib), np.abs((rmax - c) * ib))
-        need = np.nonzero(kl * 64 < 4 + zmax + np.abs(log_z))[0]
+        scale = 4 + zmax + np.abs(log_z)
+        need = np.nonzero(kl * 64 < scale)[0]
+        # The rounding of u itself, eps * scale per entry, moves the KL by about
+        # eps * scale * sqrt(2 KL) (first order) and (eps * scale)^2 (second order): where
+        # that is not below 1e-14 KL, u is recomputed relative to the row's mode, whose own
+        # log-ratio is then exact (a reference of 1 - 1e-33 gives KLs of 1e-34).
+        recentre = kl < 1e-4 * scale * scale
         for i in need:
+            if recentre[i]:
+                z[i] = _mode_log_ratio(
+                    q[i : i + 1], r[i : i + 1], ib[i : i + 1], total[i : i + 1], pi[i : i + 1], 0.0
+                )[0]
+                np.subtract(z[i], 1, out=t[i])
+                np.multiply(t[i], pi[i], out=t[i])
+                np.add(t[i], qn[i], out=t[i])
             _series_where_small(t[i], qn[i], z[i], buf("m", 1)[0])
             kl[i] = t[i].sum()
         res["kl"][s, 0] = kl
+    if "u" in res:
+        res["u"][s] = np.where(q > 0, z, -np.inf)
     if "var" in res:
         np.subtract(r, mean[:, None], out=t)
         np.multiply(t, ib[:, None], out=t)

@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -363,3 +363,23 @@ def test_beta_for_kl_crosses_a_plateau_of_the_kl():
 def test_beta_for_kl_that_cannot_converge_says_so():
     with pytest.raises(RuntimeError, match=r"beta_for_kl did not converge in 2 iterations"):
         kp.beta_for_kl(np.full(3, 1 / 3), [1e-290, 0.0, -1.0], 0.5, max_iter=2)
+
+
+@st.composite
+def lopsided_problems(draw):
+    """A dominant outcome and tiny alternatives: the KL of pi* can be 1e-40."""
+    v = draw(st.integers(2, 5))
+    tiny = draw(st.lists(st.floats(1e-40, 1e-12), min_size=v - 1, max_size=v - 1))
+    ref = np.array([1.0 - sum(tiny), *tiny])
+    r = np.array(draw(st.lists(st.floats(-5, 5, allow_subnormal=False), min_size=v, max_size=v)))
+    return ref, r, draw(st.floats(0.05, 50.0))
+
+
+@settings(max_examples=40)
+@given(lopsided_problems())
+def test_optimal_kl_of_a_lopsided_reference_against_mpmath(prob):
+    ref, r, beta = prob
+    want = float(R.optimal_kl(ref, r, beta))
+    got = kp.optimal_kl(ref, r, beta)
+    assert abs(got - want) <= 1e-11 * want + 1e-300, (got, want)
+    assert kp.optimal_kl(ref, r, 2 * beta) <= got * (1 + 1e-11) + 1e-300
