@@ -50,7 +50,7 @@ class _Tilt(NamedTuple):
 
 
 def _mode_log_ratio(
-    q: NDArray, r: NDArray, ib: NDArray, total: NDArray, pi: NDArray, fill: float = -np.inf
+    q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: NDArray, fill: float = -np.inf
 ) -> NDArray:
     """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
 
@@ -60,10 +60,11 @@ def _mode_log_ratio(
     is then exact even when it is 1e-34 (a reference of 1 - 1e-33 whose tiny
     alternative gains weight), where ``z - log Z`` with ``z`` centred on the best
     reward carries a rounding of eps * |z| that, squared, would swamp such a KL.
-    ``q``, ``r``, ``pi``: (rows, n); ``ib`` (1/beta) and ``total``: (rows,) or (rows, 1).
+    ``q``, ``r``, ``pi``: (rows, n); ``beta`` and ``total``: (rows,) or (rows, 1). The
+    division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
     Entries off the support get ``fill``.
     """
-    ib = np.reshape(ib, (-1, 1))
+    beta = np.reshape(beta, (-1, 1))
     total = np.reshape(total, (-1, 1))
     rows = np.arange(q.shape[0])
     rk = r[rows, np.argmax(pi, axis=-1)][:, None]
@@ -71,7 +72,7 @@ def _mode_log_ratio(
     any_off = bool(off.any())
     with np.errstate(all="ignore"):
         d = np.subtract(r, rk, dtype=q.dtype)
-        d *= ib
+        d /= beta
         if any_off:
             d[off] = 0.0  # off the support: no weight, and no overflow below
         term = np.expm1(d)
@@ -145,7 +146,7 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
             u = _mode_log_ratio(
                 np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
-                np.broadcast_to(1 / beta_s, shape[:-1] + (1,)).reshape(-1, 1),
+                np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
             ).reshape(shape)
@@ -283,7 +284,12 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         for i in need:
             if recentre[i]:
                 z[i] = _mode_log_ratio(
-                    q[i : i + 1], r[i : i + 1], ib[i : i + 1], total[i : i + 1], pi[i : i + 1], 0.0
+                    q[i : i + 1],
+                    r[i : i + 1],
+                    1 / ib[i : i + 1],
+                    total[i : i + 1],
+                    pi[i : i + 1],
+                    0.0,
                 )[0]
                 np.subtract(z[i], 1, out=t[i])
                 np.multiply(t[i], pi[i], out=t[i])

@@ -383,3 +383,10 @@ def test_optimal_kl_of_a_lopsided_reference_against_mpmath(prob):
     got = kp.optimal_kl(ref, r, beta)
     assert abs(got - want) <= 1e-11 * want + 1e-300, (got, want)
     assert kp.optimal_kl(ref, r, 2 * beta) <= got * (1 + 1e-11) + 1e-300
+
+
+def test_optimal_kl_at_a_subnormal_beta_is_finite():
+    # 1/beta overflows for beta = 1e-310: the mode-centred log-ratio divides by beta instead
+    ref, r = np.full(3, 1 / 3), np.array([0.0, -1.0, -3e-308])
+    kl = kp.optimal_kl(ref, r, 1e-310)
+    assert np.isfinite(kl) and 0 < kl <= kp.max_kl(ref, r) * (1 + 1e-12)
