@@ -283,11 +283,15 @@ def test_missing_matplotlib_is_one_line_and_exit_2(capsys, monkeypatch, tmp_path
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("klpolicy.estimators") is not None, reason="estimators installed"
-)
-def test_plot_needs_estimators(capsys):
+def test_plot_needs_estimators(capsys, monkeypatch):
     pytest.importorskip("matplotlib")
+    # simulate an installation without klpolicy.estimators
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "klpolicy.estimators" else real(name, *a),
+    )
     code, _, err = run(
         capsys, "plot", "fixed-points", "--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "x.png"
     )
