@@ -302,9 +302,6 @@ def test_plot_needs_estimators(capsys, monkeypatch):
     )
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("klpolicy.estimators") is None, reason="needs klpolicy.estimators"
-)
 @pytest.mark.parametrize(
     "argv",
     [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -17,9 +16,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import klpolicy  # noqa: E402
 from klpolicy import plotting  # noqa: E402
-
-HAS_ESTIMATORS = importlib.util.find_spec("klpolicy.estimators") is not None
-HAS_BON = importlib.util.find_spec("klpolicy.best_of_n") is not None
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +78,6 @@ def test_frontier_curve_is_klpolicy_frontier():
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), f.expected_reward)
 
 
-@pytest.mark.skipif(not HAS_BON, reason="klpolicy.best_of_n not installed")
 def test_frontier_best_of_n_points_are_exact_and_below_the_curve():
     from klpolicy import best_of_n as bon
 
@@ -172,7 +167,6 @@ def test_controller_trace_bad_trace(trace, message):
         plotting.controller_trace(trace)
 
 
-@pytest.mark.skipif(not HAS_ESTIMATORS, reason="klpolicy.estimators not installed")
 def test_estimator_histograms_true_kl_line():
     p, q = [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]
     ax = plotting.estimator_histograms(p, q, n=500, rng=1)
@@ -183,7 +177,6 @@ def test_estimator_histograms_true_kl_line():
     assert [lab.split()[0] for lab in labels] == ["k1", "k2", "k3", "true"]
 
 
-@pytest.mark.skipif(not HAS_ESTIMATORS, reason="klpolicy.estimators not installed")
 def test_fixed_points_exact_curve_and_k1_in_reward_coincide():
     ref, r = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
     betas = [0.5, 1.0, 2.0]
