@@ -227,11 +227,11 @@ def _as_measure(measure: Any) -> bool:
 
 
 def _common(steps, n_steps, lag, kl_samples, length, settle_tol):
-    steps = V.as_positive_int("steps", steps)
+    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     n_steps = V.as_positive_int("n_steps", n_steps)
     lag = V.as_unit_interval("lag", lag)
     if kl_samples is not None:
-        kl_samples = V.as_positive_int("kl_samples", kl_samples)
+        kl_samples = V.as_positive_int("kl_samples", kl_samples, hi=V.MAX_LOOP_COUNT)
     length = V.as_positive_scalar("length", length)
     settle_tol = V.as_positive_scalar("settle_tol", settle_tol)
     return steps, n_steps, lag, kl_samples, length, settle_tol

@@ -364,7 +364,7 @@ def gradient_flow(
     """
     name = V.as_choice("estimator", estimator, V.ESTIMATORS)
     place = V.as_choice("placement", placement, V.PLACEMENTS)
-    steps = V.as_positive_int("steps", steps)
+    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     every = V.as_positive_int("record_every", record_every)
     lr = V.as_positive_scalar("lr", lr)
     ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)

@@ -47,20 +47,52 @@ def _fmt_value(v: Any) -> str:
     return f"{v:.6g}"
 
 
+def _fmt_sum(v: Any, tol: float) -> str:
+    """A row sum with the digits it needs: 1.0000000200000001 rather than a rounded 1."""
+    v = float(v)
+    short = _fmt_value(v)
+    if not np.isfinite(v) or abs(float(short) - 1.0) > tol:
+        return short
+    return repr(v)
+
+
 def _first(mask: NDArray[np.bool_]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
+def describe(x: Any) -> str:
+    """A short, bounded ``repr`` of a bad value for an error message (numpy scalars unwrapped)."""
+    if isinstance(x, np.generic):
+        x = x.item()
+    r = repr(x)
+    return r if len(r) <= 60 else f"{type(x).__name__} {r[:57]}..."
+
+
 def as_float_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
-    """Convert ``x`` to a real floating array, refusing complex, object and empty input."""
+    """Convert ``x`` to a real floating array, refusing complex, object and empty input.
+
+    Refused with a message naming ``name``: ``None``, strings, bools, complex
+    numbers, objects, ragged nested lists and empty arrays.
+    """
+    if x is None or isinstance(x, (str, bytes)):
+        raise ValueError(f"`{name}` must be an array of real numbers; got {describe(x)}")
     try:
         arr = np.asarray(x)
-    except Exception as exc:  # ragged lists and the like
-        raise ValueError(f"`{name}` must be an array of real numbers; got {x!r}") from exc
+    except Exception:  # ragged lists and the like
+        raise ValueError(
+            f"`{name}` must be a rectangular array of real numbers; got a ragged or "
+            f"malformed sequence {describe(x)}"
+        ) from None
     if arr.dtype == np.bool_ or not (
         np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
     ):
-        raise ValueError(f"`{name}` must be an array of real numbers; got dtype {arr.dtype}")
+        what = {"b": "bools", "c": "complex numbers", "U": "strings", "S": "bytes"}.get(
+            arr.dtype.kind, "objects" if arr.dtype.kind == "O" else ""
+        )
+        raise ValueError(
+            f"`{name}` must be an array of real numbers; got dtype {arr.dtype}"
+            + (f" ({what})" if what else "")
+        )
     if arr.size == 0:
         raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
     if not np.issubdtype(arr.dtype, np.floating):
@@ -120,14 +152,14 @@ def as_probabilities(
         if np.ndim(bad) == 0:
             if bad:
                 raise ValueError(
-                    f"`{name}` must sum to 1 along axis {axis}; it sums to {_fmt_value(sums)}"
+                    f"`{name}` must sum to 1 along axis {axis}; it sums to {_fmt_sum(sums, tol)}"
                     f" (tolerance {tol:.2g}); klpolicy never renormalises silently"
                 )
         elif bad.any():
             idx = _first(bad)
             raise ValueError(
                 f"`{name}` must sum to 1 along axis {axis}; row {_fmt_index(idx)} sums to "
-                f"{_fmt_value(sums[idx])} (tolerance {tol:.2g}); klpolicy never renormalises silently"
+                f"{_fmt_sum(sums[idx], tol)} (tolerance {tol:.2g}); klpolicy never renormalises silently"
             )
     return np.moveaxis(arr, ax, -1)
 
@@ -218,13 +250,14 @@ def as_beta(
 def check_beta_values(
     name: str, beta: ArrayLike, *, allow_zero: bool = True
 ) -> NDArray[np.float64]:
-    """Return ``beta`` as a float64 array after checking: not empty, no NaN, >= 0 (or > 0)."""
-    try:
-        b = np.asarray(beta, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"`{name}` must be a real number or array; got {beta!r}") from exc
-    if b.size == 0:
-        raise ValueError(f"`{name}` must not be empty; got shape {b.shape}")
+    """Return ``beta`` as a float64 array after checking: not empty, no NaN, >= 0 (or > 0).
+
+    ``inf`` is allowed (the reference limit). Bools, complex numbers, strings,
+    ``None`` and ragged lists are refused by :func:`as_float_array`.
+    """
+    if isinstance(beta, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be a real number or array; got {describe(beta)}")
+    b = as_float_array(name, beta).astype(np.float64, copy=False)
     nan = np.isnan(b)
     if nan.any():
         where = "" if b.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
@@ -238,32 +271,149 @@ def check_beta_values(
     return b
 
 
-def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
-    """A single positive real number (e.g. a KL target or a coefficient)."""
+# --------------------------------------------------------------------------------------
+# Generic checkers: one real number in an interval, a count, a KL budget, a flag
+# --------------------------------------------------------------------------------------
+
+#: Largest count accepted where a count sets a loop length or an allocation (steps,
+#: rounds, sample sizes): larger values would run for days or exhaust memory.
+MAX_LOOP_COUNT = 10**8
+#: Largest count accepted where a count enters a closed form only (best-of-n's n):
+#: every integer up to 2**53 is held exactly by a float64.
+MAX_EXACT_COUNT = 2**53
+
+_WORDS = {
+    ("(", 0.0, np.inf, ")"): "a positive finite number",
+    ("(", 0.0, np.inf, "]"): "a positive number",
+    ("[", 0.0, np.inf, ")"): "a non-negative finite number",
+    ("[", 0.0, np.inf, "]"): "a non-negative number (inf allowed)",
+    ("(", -np.inf, np.inf, ")"): "a finite real number",
+    ("(", 1.0, np.inf, ")"): "a finite number > 1",
+}
+
+
+def _parse_interval(interval: str) -> tuple[str, float, float, str]:
+    left, right = interval[0], interval[-1]
+    lo, hi = (float(t) for t in interval[1:-1].split(","))
+    if left not in "([" or right not in ")]":
+        raise AssertionError(f"bad interval spec {interval!r}")  # programming error
+    return left, lo, hi, right
+
+
+def _interval_words(interval: str) -> str:
+    key = _parse_interval(interval)
+    return _WORDS.get(key, f"a number in {interval}")
+
+
+def as_scalar(name: str, x: Any, interval: str = "(-inf, inf)", *, what: str = "") -> float:
+    """One real number inside ``interval`` (e.g. ``"(0, inf]"``), or a ValueError naming ``name``.
+
+    The interval is written as in mathematics: ``"[0, 1)"`` includes 0 and
+    excludes 1; an infinite end is allowed only when its bracket is closed
+    (``"(0, inf]"`` takes ``inf``, ``"(0, inf)"`` does not). NaN, bools,
+    complex numbers, strings, ``None`` and arrays of more than one element are
+    refused. 0-d arrays and numpy scalars are accepted. ``what`` adds a few
+    words on what the number means to the message.
+    """
+    left, lo, hi, right = _parse_interval(interval)
+    words = _interval_words(interval) + (f" ({what})" if what else "")
+    if isinstance(x, (bool, np.bool_)) or x is None or isinstance(x, (str, bytes, complex)):
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
+    if isinstance(x, np.ndarray) or hasattr(x, "__array__"):
+        arr = np.asarray(x)
+        if arr.ndim != 0 or arr.dtype.kind not in "iuf":
+            raise ValueError(
+                f"`{name}` must be {words}, a single number; got "
+                + (f"an array of shape {arr.shape}" if arr.ndim else f"dtype {arr.dtype}")
+            )
+        x = arr.item()
+    if not isinstance(x, numbers.Real):
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
     try:
         v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a positive number; got {x!r}") from None
-    if np.isnan(v) or v <= 0 or (np.isinf(v) and not allow_inf):
-        raise ValueError(
-            f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}"
-        )
+    except (OverflowError, TypeError, ValueError):
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}") from None
+    ok = (v > lo if left == "(" else v >= lo) and (v < hi if right == ")" else v <= hi)
+    if not ok:  # also NaN
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
     return v
 
 
-def as_positive_int(name: str, x: Any) -> int:
-    """A single integer >= 1, refusing floats with a fractional part and bools."""
-    if isinstance(x, bool):
-        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+def as_count(name: str, x: Any, *, lo: int = 1, hi: int = MAX_LOOP_COUNT) -> int:
+    """One integer in ``[lo, hi]``; integral floats (``4.0``) are accepted, bools are not.
+
+    ``hi`` bounds counts that set a loop length or an allocation
+    (:data:`MAX_LOOP_COUNT`) so that ``2**63`` is refused at once instead of
+    running forever; counts that only enter a closed form use :data:`MAX_EXACT_COUNT`.
+    """
+    words = f"an integer >= {lo}"
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
     if isinstance(x, numbers.Integral):
         v = int(x)
-    elif isinstance(x, numbers.Real) and float(x).is_integer():
-        v = int(x)
     else:
-        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
-    if v < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+        f = float(x)
+        if not (np.isfinite(f) and f.is_integer()):
+            raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
+        v = int(f)
+    if v < lo:
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
+    if v > hi:
+        why = "(a loop length or an allocation that large would not finish)"
+        if hi == MAX_EXACT_COUNT:
+            raise ValueError(f"`{name}` must be at most 2**53 to be held exactly; got {v}")
+        raise ValueError(f"`{name}` must be at most {hi:,} {why}; got {v}")
     return v
+
+
+def as_kl_budget(name: str, x: Any, *, allow_inf: bool = False) -> NDArray[np.float64]:
+    """A KL budget in nats: a scalar or a non-empty array of numbers ``>= 0``, no NaN.
+
+    One meaning everywhere: a budget is a finite non-negative number of nats
+    (0 means "stay at the reference"). ``allow_inf=True`` only where an
+    infinite budget has a documented meaning: functions that return the best
+    value *within* a budget (:func:`klpolicy.sequences.reward_ceiling`,
+    :func:`klpolicy.retention.worst_case_drop`) clip a budget above the
+    largest reachable KL to it, so ``inf`` there is the unconstrained (greedy)
+    limit. Functions that return the coefficient that *spends* a budget
+    (:func:`klpolicy.beta_for_kl`, :func:`klpolicy.best_of_n.best_of_n_for_kl`)
+    refuse ``inf``.
+    """
+    words = ("a non-negative" if allow_inf else "a finite non-negative") + " number of nats"
+    if isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be {words}; got {describe(x)}")
+    arr = as_float_array(name, x).astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(arr) | (arr < 0)
+    if not allow_inf:
+        bad |= np.isinf(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            raise ValueError(f"`{name}` must be {words}; got {_fmt_value(arr)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be {words}; got {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return arr
+
+
+def as_bool(name: str, x: Any) -> bool:
+    """A flag: ``True`` or ``False`` (numpy bools too), nothing else."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    raise ValueError(f"`{name}` must be True or False; got {describe(x)}")
+
+
+def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
+    """A single positive real number (e.g. a coefficient); ``inf`` only with ``allow_inf``."""
+    return as_scalar(name, x, "(0, inf]" if allow_inf else "(0, inf)")
+
+
+def as_positive_int(name: str, x: Any, *, hi: int = MAX_EXACT_COUNT) -> int:
+    """A single integer >= 1 and <= ``hi``, refusing floats with a fractional part and bools."""
+    return as_count(name, x, lo=1, hi=hi)
 
 
 # --------------------------------------------------------------------------------------
@@ -366,59 +516,6 @@ def as_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_]:
     return m
 
 
-def as_logprobs(
-    name: str, x: ArrayLike, keep: NDArray[np.bool_], *, sampled: bool
-) -> NDArray[np.floating]:
-    """Log-probabilities of shape (batch, T) or (batch, T, V), checked where ``keep`` is True.
-
-    No NaN, no ``+inf``, no value above ``sqrt(eps)``; with ``sampled`` no
-    ``-inf`` either (a sampled token had positive probability). Full-vocabulary
-    rows (3-D input) must have a log-sum-exp of zero within :func:`row_sum_tolerance`.
-    Masked positions are not inspected: padding may hold anything.
-    """
-    arr = as_float_array(name, x)
-    full = arr.ndim == 3
-    k = keep[..., None] if full else keep
-    k = np.broadcast_to(k, arr.shape)
-    tol = float(np.sqrt(np.finfo(arr.dtype).eps))
-    nan = np.isnan(arr) & k
-    if nan.any():
-        raise ValueError(
-            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
-        )
-    with np.errstate(invalid="ignore"):
-        high = (arr > tol) & k
-    if high.any():
-        idx = _first(high)
-        raise ValueError(
-            f"`{name}` must hold log-probabilities (<= 0); found {_fmt_value(arr[idx])} "
-            f"at index {_fmt_index(idx)}"
-        )
-    if sampled:
-        ninf = np.isneginf(arr) & k
-        if ninf.any():
-            raise ValueError(
-                f"`{name}` must be finite at sampled tokens (they had positive probability); "
-                f"found -inf at index {_fmt_index(_first(ninf))}"
-            )
-    if full:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a = np.where(k, arr, 0.0)
-            mx = np.max(a, axis=-1, keepdims=True)
-            mx = np.where(np.isfinite(mx), mx, 0.0)
-            lse = (mx + np.log(np.sum(np.exp(a - mx), axis=-1, keepdims=True)))[..., 0]
-        rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
-        bad = (np.abs(lse) > rtol) & keep
-        if bad.any():
-            idx = _first(bad)
-            raise ValueError(
-                f"`{name}` must be normalised along the vocabulary axis (log-sum-exp 0); row "
-                f"{_fmt_index(idx)} has log-sum-exp {_fmt_value(lse[idx])} (tolerance {rtol:.2g}); "
-                "klpolicy never renormalises silently"
-            )
-    return arr
-
-
 # --------------------------------------------------------------------------------------
 # control.py: KL-coefficient controllers and their simulation
 # --------------------------------------------------------------------------------------
@@ -426,56 +523,22 @@ def as_logprobs(
 
 def as_nonnegative_scalar(name: str, x: Any) -> float:
     """A single finite real number >= 0 (e.g. a fixed KL coefficient)."""
-    if isinstance(x, bool):
-        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}") from None
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
-    return v
+    return as_scalar(name, x, "[0, inf)")
 
 
 def as_factor(name: str, x: Any) -> float:
     """A single finite real number strictly above 1 (a dead-zone band or a multiplier)."""
-    if isinstance(x, bool):
-        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}") from None
-    if not np.isfinite(v) or v <= 1:
-        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
-    return v
+    return as_scalar(name, x, "(1, inf)")
 
 
 def as_kl_measurement(name: str, x: Any) -> float:
     """A measured (possibly estimated, hence possibly negative) KL: any finite real number."""
-    if isinstance(x, bool):
-        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {x!r}")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"`{name}` must be a finite real number (a KL in nats); got {x!r}"
-        ) from None
-    if not np.isfinite(v):
-        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {v!r}")
-    return v
+    return as_scalar(name, x, "(-inf, inf)", what="a KL in nats")
 
 
 def as_unit_interval(name: str, x: Any) -> float:
     """A single real number in [0, 1) (e.g. the lag of a first-order filter)."""
-    if isinstance(x, bool):
-        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}") from None
-    if not (0 <= v < 1):
-        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
-    return v
+    return as_scalar(name, x, "[0, 1)")
 
 
 # --- best_of_n / overoptimization ---------------------------------------------------------
@@ -497,10 +560,7 @@ def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
             f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
         ) from exc
     if arr.ndim == 0:
-        v = as_positive_int(name, x)
-        if v > 2**53:
-            raise ValueError(f"`{name}` must be at most 2**53 to be held exactly; got {x!r}")
-        return np.asarray(float(v))
+        return np.asarray(float(as_count(name, x, lo=1, hi=MAX_EXACT_COUNT)))
     if arr.size == 0:
         raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
     if arr.dtype == np.bool_ or not (
@@ -533,21 +593,7 @@ def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
 
 def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
     """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
-    try:
-        g = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a real number or array; got {x!r}") from None
-    if g.size == 0:
-        raise ValueError(f"`{name}` must not be empty; got shape {g.shape}")
-    bad = np.isnan(g) | (g < 0)
-    if bad.any():
-        if g.ndim == 0:
-            raise ValueError(f"`{name}` must be non-negative; found {_fmt_value(g)}")
-        idx = _first(bad)
-        raise ValueError(
-            f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
-        )
-    return g
+    return check_beta_values(name, x, allow_zero=True)
 
 
 # ---------------------------------------------------------------------------
@@ -562,30 +608,82 @@ def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     """One of a fixed set of strings, or a ValueError listing the valid ones."""
     if not isinstance(value, str) or value not in choices:
         valid = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"`{name}` must be one of {valid}; got {value!r}")
+        raise ValueError(f"`{name}` must be one of {valid}; got {describe(value)}")
     return value
 
 
-def as_log_probs(name: str, x: ArrayLike, *, allow_neg_inf: bool) -> NDArray[np.floating]:
-    """Validate an array of log-probabilities (or log-densities): no NaN, no +inf.
+def as_log_probs(
+    name: str,
+    x: ArrayLike,
+    *,
+    allow_neg_inf: bool,
+    keep: NDArray[np.bool_] | None = None,
+    at_most_zero: bool = False,
+) -> NDArray[np.floating]:
+    """Validate an array of log-probabilities (or log-densities): no NaN, no ``+inf``.
 
-    ``-inf`` (probability zero) is refused unless ``allow_neg_inf``. Values above
-    zero are allowed: log-densities of continuous distributions can be positive.
+    The one log-probability checker of klpolicy (per-sample estimators, logits,
+    per-token diagnostics). ``-inf`` (probability zero) is refused unless
+    ``allow_neg_inf`` (a sampled token had positive probability). By default
+    values above zero are allowed: log-densities of continuous distributions
+    can be positive; ``at_most_zero`` refuses values above ``sqrt(eps)``
+    (log-probabilities of a discrete distribution).
+
+    With ``keep`` (a ``(batch, T)`` mask) the array has shape ``(batch, T)`` or
+    ``(batch, T, V)``, only kept positions are inspected (padding may hold
+    anything), and full-vocabulary rows (3-D input) must have a log-sum-exp of
+    zero within :func:`row_sum_tolerance`.
     """
     arr = as_float_array(name, x)
-    nan = np.isnan(arr)
+    if keep is None:
+        k = np.ones(arr.shape, dtype=bool)
+        full = False
+    else:
+        full = arr.ndim == 3
+        k = np.broadcast_to(keep[..., None] if full else keep, arr.shape)
+    nan = np.isnan(arr) & k
     if nan.any():
         where = "" if arr.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
         raise ValueError(f"`{name}` must not contain NaN; found nan{where}")
-    bad = (arr == np.inf) if allow_neg_inf else np.isinf(arr)
+    if at_most_zero:
+        tol = float(np.sqrt(np.finfo(arr.dtype).eps))
+        with np.errstate(invalid="ignore"):
+            high = (arr > tol) & k
+        if high.any():
+            idx = _first(high)
+            raise ValueError(
+                f"`{name}` must hold log-probabilities (<= 0); found {_fmt_value(arr[idx])} "
+                f"at index {_fmt_index(idx)}"
+            )
+    bad = ((arr == np.inf) if allow_neg_inf else np.isinf(arr)) & k
     if bad.any():
         if arr.ndim == 0:
             val, where = arr[()], ""
         else:
             idx = _first(bad)
             val, where = arr[idx], f" at index {_fmt_index(idx)}"
+        if keep is not None and not allow_neg_inf and val < 0:
+            raise ValueError(
+                f"`{name}` must be finite at sampled tokens (they had positive probability); "
+                f"found -inf{where}"
+            )
         what = "must not be +inf" if allow_neg_inf else "must be finite"
         raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
+    if full:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a = np.where(k, arr, 0.0)
+            mx = np.max(a, axis=-1, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, 0.0)
+            lse = (mx + np.log(np.sum(np.exp(a - mx), axis=-1, keepdims=True)))[..., 0]
+        rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+        bad = (np.abs(lse) > rtol) & keep
+        if bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`{name}` must be normalised along the vocabulary axis (log-sum-exp 0); row "
+                f"{_fmt_index(idx)} has log-sum-exp {_fmt_value(lse[idx])} (tolerance {rtol:.2g}); "
+                "klpolicy never renormalises silently"
+            )
     return arr
 
 
@@ -649,13 +747,7 @@ def as_finite_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
 
 def as_closed_interval(name: str, x: Any, hi: float = 1.0) -> float:
     """A single real number in ``[0, hi]`` (e.g. a label-smoothing probability, hi = 0.5)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}") from None
-    if not 0.0 <= v <= hi:  # also refuses NaN
-        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}")
-    return v
+    return as_scalar(name, x, f"[0, {hi:g}]")
 
 
 def as_preference_matrix(

@@ -170,15 +170,7 @@ def best_of_n_for_kl(
     (3, True)
     """
     ref_a, rew_a, _ = _setup(ref, reward, axis)
-    target = np.asarray(kl, dtype=np.float64) if not isinstance(kl, str) else None
-    if target is None or target.size == 0:
-        raise ValueError(f"`kl` must be a finite non-negative number of nats; got {kl!r}")
-    bad = np.isnan(target) | (target < 0) | np.isinf(target)
-    if bad.any():
-        raise ValueError(
-            "`kl` must be a finite non-negative number of nats; "
-            f"got {V._fmt_value(target[bad].flat[0])}"
-        )
+    target = V.as_kl_budget("kl", kl)
     batch = ref_a.shape[:-1]
     try:
         batch = np.broadcast_shapes(batch, target.shape)

@@ -68,7 +68,7 @@ def _weights(weights: ArrayLike | None, m: int) -> NDArray[np.float64]:
 
 
 def _bins(bins) -> int:
-    return V.as_positive_int("bins", bins)
+    return V.as_positive_int("bins", bins, hi=V.MAX_LOOP_COUNT)
 
 
 def _qa(pi, truth, weights):

@@ -641,12 +641,7 @@ def beta_for_kl(
     """
     ref_a, rew_a = _prepare(ref, reward, axis)
     batch = ref_a.shape[:-1]
-    target = np.asarray(kl, dtype=np.float64)
-    if np.isnan(target).any():
-        raise ValueError("`kl` must not be NaN")
-    if (target < 0).any() or np.isinf(target).any():
-        bad = target[(target < 0) | np.isinf(target)].flat[0]
-        raise ValueError(f"`kl` must be a finite non-negative number of nats; got {bad:g}")
+    target = V.as_kl_budget("kl", kl)
     try:
         batch = np.broadcast_shapes(batch, target.shape)
     except ValueError:

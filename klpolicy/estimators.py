@@ -549,7 +549,7 @@ def sample_estimates(
     ((4,), True)
     """
     name, pa, qa, c, lc = _setup(p, q, estimator, axis, clip, log_ratio_clip)
-    n = V.as_positive_int("n", n)
+    n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         rng = np.random.default_rng(int(rng))
     if not isinstance(rng, np.random.Generator):

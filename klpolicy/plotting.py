@@ -528,7 +528,7 @@ def estimator_histograms(
     from . import estimators as est
     from .divergences import kl_divergence
 
-    n = V.as_positive_int("n", n)
+    n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     gen = np.random.default_rng(rng)
     p_a = V.as_probabilities("p", p)
     q_a = V.as_probabilities("q", q)

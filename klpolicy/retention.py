@@ -83,7 +83,8 @@ def worst_case_drop(ref: ArrayLike, score: ArrayLike, kl: ArrayLike) -> NDArray[
     kl : array_like
         KL budgets in nats, ``>= 0``, any shape; budgets above the largest
         useful one (``max_kl(ref, -score)``) give the greedy worst case
-        :math:`\mathbb{E}_{ref}[s] - \min_{supp} s`.
+        :math:`\mathbb{E}_{ref}[s] - \min_{supp} s`; ``np.inf`` (no budget)
+        gives it too.
 
     Returns
     -------
@@ -121,10 +122,7 @@ def worst_case_drop(ref: ArrayLike, score: ArrayLike, kl: ArrayLike) -> NDArray[
     array([0.      , 0.219795, 0.5     ])
     """
     ref_a, s = _one_problem(ref, score, "score")
-    k = V.as_float_array("kl", kl).astype(np.float64)
-    bad = np.isnan(k) | (k < 0)
-    if bad.any():
-        raise ValueError(f"`kl` must be a non-negative number of nats; got {k[bad].flat[0]:g}")
+    k = V.as_kl_budget("kl", kl, allow_inf=True)
     return _worst_drop(ref_a, s, k.reshape(-1)).reshape(k.shape)
 
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from . import _validation as V
 from .closed_form import _prepare, _tilt, beta_for_kl
 
 __all__ = ["Ceiling", "reward_ceiling"]
@@ -96,10 +97,7 @@ def reward_ceiling(ref: ArrayLike, reward: ArrayLike, kl: ArrayLike, *, axis: in
     (1.0, 2.0)
     """
     ref_a, rew_a = _prepare(ref, reward, axis)
-    budget = np.asarray(kl, dtype=np.float64)
-    if np.isnan(budget).any() or (budget < 0).any():
-        bad = budget[np.isnan(budget) | (budget < 0)].flat[0]
-        raise ValueError(f"`kl` must be a non-negative number of nats; got {bad:g}")
+    budget = V.as_kl_budget("kl", kl, allow_inf=True)
     batch = np.broadcast_shapes(ref_a.shape[:-1], budget.shape)
     ref_b = np.broadcast_to(ref_a, batch + ref_a.shape[-1:]).astype(np.float64)
     rew_b = np.broadcast_to(rew_a, batch + rew_a.shape[-1:]).astype(np.float64)

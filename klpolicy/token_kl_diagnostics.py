@@ -320,8 +320,8 @@ def token_kl_profile(
     B, T = lp_raw.shape[:2]
     keep = np.ones((B, T), bool) if mask is None else V.as_mask(mask, (B, T))
     full = lp_raw.ndim == 3
-    lp = V.as_logprobs("policy_logprobs", lp_raw, keep, sampled=not full)
-    lq = V.as_logprobs("ref_logprobs", lq_raw, keep, sampled=False)
+    lp = V.as_log_probs("policy_logprobs", lp_raw, keep=keep, allow_neg_inf=full, at_most_zero=True)
+    lq = V.as_log_probs("ref_logprobs", lq_raw, keep=keep, allow_neg_inf=True, at_most_zero=True)
     if first_k is None:
         first_k = max(1, math.ceil(T / 10))
     elif isinstance(first_k, bool) or not isinstance(first_k, int) or not 1 <= first_k <= T:

@@ -236,7 +236,7 @@ def sample(conditionals: Any, n: int, rng: Any = None) -> NDArray[np.int64]:
            [1, 0]])
     """
     levels = _tree("conditionals", conditionals)
-    n = V.as_positive_int("n", n)
+    n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     gen = np.random.default_rng(rng)
     seqs = np.zeros((n, len(levels)), dtype=np.int64)
     for t, c in enumerate(levels):

@@ -67,9 +67,7 @@ def trust_region_beta(
     """
     p, a = _prepare(pi_old, advantage, axis)
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
-    d = np.asarray(delta, dtype=np.float64)
-    if np.isnan(d).any() or (d < 0).any() or np.isinf(d).any():
-        raise ValueError(f"`delta` must be a finite non-negative number of nats; got {delta!r}")
+    d = V.as_kl_budget("delta", delta)
     return beta_for_kl(p, a, np.minimum(d, kmax))
 
 
@@ -202,7 +200,7 @@ def ppo_clip_step(
     p_old, adv = _prepare(pi_old, advantage, axis)
     eps = V.as_positive_scalar("clip", clip)
     step = V.as_positive_scalar("lr", lr)
-    n = V.as_positive_int("epochs", epochs)
+    n = V.as_positive_int("epochs", epochs, hi=V.MAX_LOOP_COUNT)
     p_old = p_old.astype(np.float64) / p_old.sum(-1, keepdims=True)
     with np.errstate(divide="ignore"):
         theta = np.where(p_old > 0, np.log(p_old), -np.inf)

@@ -359,11 +359,11 @@ BAD = [
     ),
     (
         lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=[[1.0, np.nan]]),
-        "`beta` must be non-negative; found nan at index (0, 1)",
+        "`beta` must not be NaN; found nan at index (0, 1)",
     ),
     (
         lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta="big"),
-        "`beta` must be a real number or array; got 'big'",
+        "`beta` must be an array of real numbers; got 'big'",
     ),
     (
         lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=[]),

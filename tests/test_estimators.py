@@ -604,7 +604,7 @@ BAD = [
     ),
     (lambda: E.k3(0.0, 0.0, clip=-1.0), "`clip` must be a positive number; got -1.0"),
     (lambda: E.k3(0.0, 0.0, log_ratio_clip=0), "`log_ratio_clip` must be a positive number; got 0"),
-    (lambda: E.k1("a", 0.0), "`logp` must be an array of real numbers; got dtype <U1"),
+    (lambda: E.k1("a", 0.0), "`logp` must be an array of real numbers; got 'a'"),
     (
         lambda: E.full_kl(np.log([0.5, 0.6]), np.log(Q)),
         "`logp_all` must be normalised along axis -1 (logsumexp 0); its logsumexp is 0.0953102",

@@ -107,13 +107,13 @@ BAD = [
         kp.optimal_policy,
         (["a", "b"], R, 1.0),
         {},
-        "`ref` must be an array of real numbers; got dtype <U1",
+        "`ref` must be an array of real numbers; got dtype <U1 (strings)",
     ),
     (
         kp.optimal_policy,
         ([True, False], R, 1.0),
         {},
-        "`ref` must be an array of real numbers; got dtype bool",
+        "`ref` must be an array of real numbers; got dtype bool (bools)",
     ),
     (kp.soft_value, (H, R, -2), {}, "`beta` must be non-negative; found -2"),
     (

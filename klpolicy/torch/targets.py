@@ -102,7 +102,7 @@ def grpo_expected_update(
         sigma = np.sqrt(max(p @ (r - mu) ** 2, 0.0))
         g = p * (r - mu) / (sigma + eps)
     else:
-        G = V.as_positive_int("group_size", group_size)
+        G = V.as_positive_int("group_size", group_size, hi=V.MAX_LOOP_COUNT)
         if G < 2:
             raise ValueError(f"`group_size` must be at least 2; got {G}")
         n = _compositions(G, p.size)

@@ -135,7 +135,7 @@ def _options(method, kw) -> dict:
     if o["labels"] not in ("sampled", "expected"):
         raise ValueError(f"`labels` must be 'sampled' or 'expected'; got {o['labels']!r}")
     for name in ("batch_size", "epochs", "group_size", "n_groups"):
-        o[name] = V.as_positive_int(name, o[name])
+        o[name] = V.as_positive_int(name, o[name], hi=V.MAX_LOOP_COUNT)
     if o["batch_size"] < 2:
         raise ValueError(f"`batch_size` must be at least 2; got {o['batch_size']}")
     if o["group_size"] < 2:
@@ -147,7 +147,7 @@ def _options(method, kw) -> dict:
 
 
 def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, progress, o, set_joint):
-    steps = V.as_positive_int("steps", steps)
+    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     if schedule not in ("linear", "constant"):
         raise ValueError(f"`schedule` must be 'linear' or 'constant'; got {schedule!r}")
     device = pb.ref.device
@@ -478,14 +478,14 @@ def fit_reference(
     model = AutoregressivePolicy(vocab, length, hidden=hidden, seed=seed, device=dev, dtype=dtype)
     weights = joint.reshape(1, -1)
     if n_samples is not None:
-        n = V.as_positive_int("n_samples", n_samples)
+        n = V.as_positive_int("n_samples", n_samples, hi=V.MAX_LOOP_COUNT)
         counts = np.random.default_rng(seed).multinomial(n, weights[0] / weights[0].sum())
         weights = (counts / n)[None, :]
     w = torch.as_tensor(weights, dtype=dtype, device=dev)
     q = torch.as_tensor(joint.reshape(1, -1), dtype=dtype, device=dev)
     opt = torch.optim.Adam(model.parameters(), lr=V.as_positive_scalar("lr", lr))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
-    steps = V.as_positive_int("steps", steps)
+    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     rows = []
     start = time.perf_counter()
     for i in range(steps):
