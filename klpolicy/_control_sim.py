@@ -588,12 +588,14 @@ def stability_region(
     top = float(_tilt(ref_a[None], rew_a[None], np.zeros((1, 1))).kl[0, 0])
     if not tgt < top:
         raise ValueError(f"`target` must be below the greedy policy's KL {top:.6g}; got {target!r}")
-    lag_a = np.atleast_1d(np.asarray(lags, dtype=np.float64))
-    hor_a = np.atleast_1d(np.asarray(horizons, dtype=np.float64))
+    lag_a = np.atleast_1d(V.as_float_array("lags", lags).astype(np.float64))
+    hor_a = np.atleast_1d(V.as_float_array("horizons", horizons).astype(np.float64))
     if lag_a.ndim != 1 or hor_a.ndim != 1:
         raise ValueError("`lags` and `horizons` must be 1-D")
     for x in lag_a:
         V.as_unit_interval("lags", float(x))
+    for x in hor_a:
+        V.as_positive_scalar("horizons", float(x))
     steps, n_steps, _, _, _, settle_tol = _common(steps, n_steps, 0.0, None, 1.0, settle_tol)
     ctrls = [AdaptiveKLController(init_kl_coef, tgt, float(h)) for _ in lag_a for h in hor_a]
     eta = kl_elasticity(ref_a, rew_a, float(beta_for_kl(ref_a, rew_a, tgt)))

@@ -85,9 +85,7 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
     (0.5, 0.718282)
     """
     name = V.as_choice("estimator", estimator, V.ESTIMATORS)
-    m = np.asarray(mu, dtype=np.float64)
-    if not np.isfinite(m).all():
-        raise ValueError(f"`mu` must be finite; got {mu!r}")
+    m = V.as_finite_array("mu", mu).astype(np.float64, copy=False)
     m2 = m * m
     if name == "k1":
         mean, var = 0.5 * m2, m2
@@ -166,7 +164,11 @@ def schulman_table(
     array([[20.   ,  1.418,  1.417],
            [ 2.   ,  1.732,  1.695]])
     """
-    m = np.atleast_1d(np.asarray(mus, dtype=np.float64))
+    m = np.atleast_1d(V.as_finite_array("mus", mus).astype(np.float64, copy=False))
+    if isinstance(estimators, str) or not isinstance(estimators, (tuple, list)):
+        raise ValueError(
+            f"`estimators` must be a tuple of estimator names; got {V.describe(estimators)}"
+        )
     if m.ndim != 1 or not np.isfinite(m).all() or (m == 0).any():
         raise ValueError(f"`mus` must be a 1-D array of finite non-zero numbers; got {mus!r}")
     names = tuple(V.as_choice("estimator", e, V.ESTIMATORS) for e in estimators)

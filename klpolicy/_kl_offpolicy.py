@@ -90,6 +90,7 @@ def off_policy_moments(
     0.021256
     """
     name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    weighted = V.as_bool("weighted", weighted)
     pa, qa = _pair(p, q, axis)
     ma = V.as_probabilities("mu", mu, axis)
     pa, ma = V.broadcast_pair("p", pa, "mu", ma)

@@ -63,27 +63,34 @@ __all__ = [
 ]
 
 
-def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int):
-    """Validate (ref, reward) and return them broadcast, probability axis last, one dtype."""
-    ref_a = V.as_probabilities("ref", ref, axis)
-    rew_a = V.as_rewards("reward", reward, axis)
-    ref_a, rew_a = V.broadcast_pair("ref", ref_a, "reward", rew_a)
+def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int, names=("ref", "reward")):
+    """Validate (ref, reward) and return them broadcast, probability axis last, one dtype.
+
+    ``names`` are the caller's names for the two arguments (e.g. ``("pi_old",
+    "advantage")``), used in every error message.
+    """
+    ref_a = V.as_probabilities(names[0], ref, axis)
+    rew_a = V.as_rewards(names[1], reward, axis)
+    ref_a, rew_a = V.broadcast_pair(names[0], ref_a, names[1], rew_a)
     dtype = V.result_dtype(ref_a, rew_a)
     return ref_a.astype(dtype, copy=False), rew_a.astype(dtype, copy=False)
 
 
-def _setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
+def _setup(
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int, names=("ref", "reward", "beta")
+):
     """Validate a full problem; return (ref, reward, beta, axis_neg), probability axis last.
 
     ``ref`` and ``reward`` are broadcast to the common shape (including any
     leading batch axes ``beta`` brings), ``beta`` to that shape with size 1
     last. ``axis_neg`` is the negative position of the probability axis in the
-    caller's layout, for :func:`_restore`.
+    caller's layout, for :func:`_restore`. ``names`` are the caller's names
+    for the three arguments, used in every error message.
     """
-    ref_a, rew_a = _prepare(ref, reward, axis)
+    ref_a, rew_a = _prepare(ref, reward, axis, names[:2])
     ndim = ref_a.ndim
     ax = V.normalise_axis(axis, ndim)
-    b = V.as_beta(beta, ndim, ax)
+    b = V.as_beta(beta, ndim, ax, name=names[2])
     shape = np.broadcast_shapes(ref_a.shape, b.shape)
     ref_a = np.broadcast_to(ref_a, shape)
     rew_a = np.broadcast_to(rew_a, shape)
@@ -102,7 +109,10 @@ def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
     to detect NaN, infinities, negative entries and rows that do not sum to one
     with the validators' tolerance, reading every block once while it is in cache.
     """
-    ref_a, rew_a = np.asarray(ref), np.asarray(reward)
+    try:
+        ref_a, rew_a = np.asarray(ref), np.asarray(reward)
+    except ValueError:  # ragged: _setup words the error
+        return None
     floats = (np.float32, np.float64)
     if ref_a.dtype not in floats or rew_a.dtype not in floats:
         return None
@@ -642,6 +652,8 @@ def beta_for_kl(
     ref_a, rew_a = _prepare(ref, reward, axis)
     batch = ref_a.shape[:-1]
     target = V.as_kl_budget("kl", kl)
+    rtol = V.as_scalar("rtol", rtol, "(0, 1)")
+    max_iter = V.as_count("max_iter", max_iter, hi=V.MAX_LOOP_COUNT)
     try:
         batch = np.broadcast_shapes(batch, target.shape)
     except ValueError:

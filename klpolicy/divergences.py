@@ -39,7 +39,10 @@ def _fast_pair(p: ArrayLike, q: ArrayLike, axis: int):
     the validators test with elementwise masks (NaN propagates into the
     minimum, infinities into the sum).
     """
-    pa, qa = np.asarray(p), np.asarray(q)
+    try:
+        pa, qa = np.asarray(p), np.asarray(q)
+    except ValueError:  # ragged: the validators word the error
+        return None
     floats = (np.float32, np.float64)
     if pa.dtype not in floats or qa.dtype not in floats or pa.ndim == 0 or qa.ndim == 0:
         return None

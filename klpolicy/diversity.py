@@ -197,19 +197,9 @@ def max_entropy_objective(
     p = V.as_probabilities("pi", pi, axis)
     r = V.as_rewards("reward", reward, axis)
     p, r = V.broadcast_pair("pi", p, "reward", r)
-    b = _finite_beta(beta)
+    b = V.as_scalar("beta", beta, "[0, inf)")
     h = _entropy_last(p)
     return (np.sum(p * r, axis=-1, dtype=np.float64) + b * h).astype(V.result_dtype(p, r))[()]
-
-
-def _finite_beta(beta) -> float:
-    try:
-        b = float(beta)
-    except (TypeError, ValueError):
-        raise ValueError(f"`beta` must be a finite non-negative number; got {beta!r}") from None
-    if not np.isfinite(b) or b < 0:
-        raise ValueError(f"`beta` must be a finite non-negative number; got {beta!r}")
-    return b
 
 
 def _optimal_entropy_last(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
@@ -632,7 +622,7 @@ def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> Bes
     ref_a, rew_a = _prepare(ref, reward, -1)
     if ref_a.ndim != 1:
         raise ValueError(f"`ref` must be 1-D (one problem); got shape {np.shape(ref)}")
-    nn = V.as_positive_int_array("n", ns)
+    nn = V.as_positive_int_array("ns", ns)
     flat = nn.reshape(-1)
     pis = np.stack([best_of_n_policy(ref_a, rew_a, int(k)) for k in flat])
     kls = np.array([float(best_of_n_kl(ref_a, rew_a, int(k))) for k in flat])

@@ -19,7 +19,6 @@ forms. Everything is exact: no sampling noise enters the curves.
 
 from __future__ import annotations
 
-import numbers
 from typing import NamedTuple
 
 import numpy as np
@@ -118,10 +117,8 @@ def make_problem(
     >>> prob.ref.shape, round(float(prob.ref.sum()), 12)
     ((5,), 1.0)
     """
-    if kind not in KINDS:
-        raise ValueError(f"`kind` must be one of {KINDS}; got {kind!r}")
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 2:
-        raise ValueError(f"`size` must be an integer >= 2; got {size!r}")
+    V.as_choice("kind", kind, KINDS)
+    size = V.as_count("size", size, lo=2, hi=V.MAX_LOOP_COUNT)
     sigma = V.as_positive_scalar("error", error)
     if rng is None:
         rng = np.random.default_rng(seed)
@@ -163,7 +160,7 @@ class OptimizationCurve(NamedTuple):
 
 
 def _problem(ref: ArrayLike, proxy: ArrayLike, gold: ArrayLike):
-    ref_a, prox = _prepare(ref, proxy, -1)
+    ref_a, prox = _prepare(ref, proxy, -1, ("ref", "proxy"))
     gold_a = V.as_rewards("gold", gold, -1)
     if ref_a.ndim != 1:
         raise ValueError(f"`ref` must be one-dimensional here; got shape {ref_a.shape}")
@@ -222,9 +219,7 @@ def closed_form_sweep(
     array([-0.25,  0.  ])
     """
     ref_a, prox, gold_a = _problem(ref, proxy, gold)
-    grid = np.asarray(betas, dtype=np.float64).ravel()
-    if grid.size == 0:
-        raise ValueError("`betas` must not be empty; got shape (0,)")
+    grid = V.check_beta_values("betas", betas).ravel()
     b = V.as_beta(grid.reshape(-1, 1), 2, 1, name="betas")
     t = _tilt(
         np.broadcast_to(ref_a, (grid.size, ref_a.size)),
@@ -327,8 +322,8 @@ class GaoFit(NamedTuple):
 
 
 def _fit_data(d: ArrayLike, gain: ArrayLike):
-    d_a = np.asarray(d, dtype=np.float64).ravel()
-    g_a = np.asarray(gain, dtype=np.float64).ravel()
+    d_a = V.as_float_array("d", d).astype(np.float64).ravel()
+    g_a = V.as_float_array("gain", gain).astype(np.float64).ravel()
     if d_a.shape != g_a.shape:
         raise ValueError(f"`d` and `gain` must have the same size; got {d_a.size} and {g_a.size}")
     for name, arr in (("d", d_a), ("gain", g_a)):

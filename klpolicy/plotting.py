@@ -175,7 +175,11 @@ def beta_sweep(
     >>> ax.get_xscale()
     'log'
     """
-    grid = np.geomspace(1e-2, 1e2, 400) if betas is None else np.asarray(betas, dtype=float)
+    grid = (
+        np.geomspace(1e-2, 1e2, 400)
+        if betas is None
+        else V.check_beta_values("betas", betas).reshape(-1)
+    )
     pi = _cf.optimal_policy(ref, reward, grid[:, None])
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
@@ -245,14 +249,18 @@ def frontier(
     >>> ax.get_xlabel()
     'KL(π || π_ref) (nats)'
     """
-    grid = np.geomspace(1e-3, 1e3, 300) if betas is None else np.asarray(betas, dtype=float)
+    grid = (
+        np.geomspace(1e-3, 1e3, 300)
+        if betas is None
+        else V.check_beta_values("betas", betas).reshape(-1)
+    )
     f = _cf.frontier(ref, reward, grid)
     ax = _axes(ax)
     ax.plot(f.kl, f.expected_reward, label="π*_β (KL-regularised optimum)", **_style(0))
-    if best_of_n:
+    if best_of_n is not None:
         from . import best_of_n as bon
 
-        ns = list(best_of_n)
+        ns = [int(n) for n in V.as_positive_int_array("best_of_n", best_of_n).reshape(-1)]
         kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
         er = [float(np.dot(bon.best_of_n_policy(ref, reward, n), reward)) for n in ns]
         ax.plot(kl, er, marker="s", linestyle="none", color=_COLOURS[1], label="best-of-n")
@@ -446,6 +454,8 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
         raise ValueError(
             f"`trace.kl` and `trace.beta` must have one shape; got {kl.shape} and {beta.shape}"
         )
+    if target is not None:
+        target = V.as_scalar("target", target, what="a KL in nats")
     target = getattr(trace, "target", None) if target is None else target
     ax = _axes(ax)
     steps = np.arange(kl.size)
@@ -529,6 +539,7 @@ def estimator_histograms(
     from .divergences import kl_divergence
 
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
+    bins = V.as_positive_int("bins", bins, hi=10**6)
     gen = np.random.default_rng(rng)
     p_a = V.as_probabilities("p", p)
     q_a = V.as_probabilities("q", q)
@@ -608,10 +619,14 @@ def fixed_points(
     """
     from . import estimators as est
 
-    grid = np.geomspace(0.05, 20, 40) if betas is None else np.asarray(betas, dtype=float)
+    grid = (
+        np.geomspace(0.05, 20, 40)
+        if betas is None
+        else V.check_beta_values("betas", betas).reshape(-1)
+    )
+    exact = _cf.frontier(ref, reward, grid).expected_reward  # validates ref and reward
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
-    exact = _cf.frontier(ref, reward, grid).expected_reward
     ax.plot(grid, exact, label="π*_β (exact)", color="black", linewidth=3.5, alpha=0.35)
     for i, (e, place) in enumerate(combos):
         vals = [

@@ -424,7 +424,7 @@ def ipo_optimum(
     ref_a = _ref_1d(ref)
     t = V.as_positive_scalar("tau", tau)
     p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
-    if mu is None or np.ndim(mu) == 1:
+    if mu is None or V.as_float_array("mu", mu).ndim == 1:
         m = ref_a if mu is None else V.as_probabilities("mu", mu).astype(np.float64)
         if m.shape != ref_a.shape:
             raise ValueError(

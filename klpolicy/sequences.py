@@ -191,9 +191,10 @@ def soft_bellman(
     dtype = V.result_dtype(*ref, rew, *(tr or []))
     ref = [c.astype(dtype, copy=False) for c in ref]
     rew = rew.astype(dtype, copy=False)
-    if np.ndim(beta) != 0:
-        raise ValueError(f"`beta` must be a scalar for soft_bellman; got shape {np.shape(beta)}")
-    b = float(V.as_beta(beta, 1, 0)[0])
+    b_arr = V.check_beta_values("beta", beta)
+    if b_arr.ndim != 0:
+        raise ValueError(f"`beta` must be a scalar for soft_bellman; got shape {b_arr.shape}")
+    b = float(b_arr)
     values: list = [None] * (T + 1)
     policy: list = [None] * T
     qs: list = [None] * T
@@ -293,6 +294,7 @@ def token_kl_map(
     >>> maps[0].shape, maps[1].round(4)  # no KL at the root; log 2 below a_0 = 1
     ((), array([0.    , 0.6931]))
     """
+    weighted = V.as_bool("weighted", weighted)
     p, q = _pair_trees(policy_conditionals, ref_conditionals)
     maps = [np.asarray(_kl_last(a, b)) for a, b in zip(p, q, strict=True)]
     if not weighted:

@@ -287,7 +287,17 @@ def token_logprobs(conditionals: Any, sequences: ArrayLike) -> NDArray[np.floati
 
 
 def _as_sequences(sequences: ArrayLike, size: int, T: int) -> NDArray[np.int64]:
-    s = np.asarray(sequences)
+    if isinstance(sequences, (bool, np.bool_, str)) or sequences is None:
+        raise ValueError(
+            f"`sequences` must be an integer array of shape (n, T); got {V.describe(sequences)}"
+        )
+    try:
+        s = np.asarray(sequences)
+    except ValueError:
+        raise ValueError(
+            f"`sequences` must be an integer array of shape (n, T) with T = {T}; got a ragged "
+            f"sequence {V.describe(sequences)}"
+        ) from None
     if s.ndim != 2 or s.shape[1] != T or not np.issubdtype(s.dtype, np.integer):
         raise ValueError(
             f"`sequences` must be an integer array of shape (n, T) with T = {T}; "

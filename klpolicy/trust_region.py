@@ -65,7 +65,7 @@ def trust_region_beta(
     >>> round(float(trust_region_beta([0.5, 0.5], [1.0, 0.0], 0.3499)), 3)
     0.5
     """
-    p, a = _prepare(pi_old, advantage, axis)
+    p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
     d = V.as_kl_budget("delta", delta)
     return beta_for_kl(p, a, np.minimum(d, kmax))
@@ -197,7 +197,7 @@ def ppo_clip_step(
     >>> ppo_clip_step([0.5, 0.5], [1.0, -1.0], 0.2, lr=1.0, epochs=1).round(4)
     array([0.7311, 0.2689])
     """
-    p_old, adv = _prepare(pi_old, advantage, axis)
+    p_old, adv = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
     eps = V.as_positive_scalar("clip", clip)
     step = V.as_positive_scalar("lr", lr)
     n = V.as_positive_int("epochs", epochs, hi=V.MAX_LOOP_COUNT)

@@ -1,0 +1,1050 @@
+"""Every public callable refuses every class of bad input with an error naming the argument.
+
+The table below lists, for each public callable of klpolicy (the ``__all__`` of
+every public module), a small valid call and which of its arguments take which
+*kind* of input (a probability vector, a reward vector, a coefficient, a KL
+budget, a count, ...). Each kind knows its classes of bad input (NaN, +-inf,
+negative, wrong sums, empty, ragged, mismatched shapes, bool/complex/str/object/
+None, huge integers, subnormal and huge floats); the test replaces one argument
+at a time by each of them and requires a ``ValueError`` or ``TypeError`` whose
+message names that argument in backticks.
+
+A public callable that is not in the table fails :func:`test_every_public_callable_has_a_row`
+with a message telling its author to add a row: new functions are covered without
+editing the logic below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+MODULES = [
+    "klpolicy",
+    "klpolicy.sequences",
+    "klpolicy.estimators",
+    "klpolicy.control",
+    "klpolicy.best_of_n",
+    "klpolicy.overoptimization",
+    "klpolicy.preference",
+    "klpolicy.diversity",
+    "klpolicy.calibration",
+    "klpolicy.retention",
+    "klpolicy.trust_region",
+]
+try:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    MODULES.append("klpolicy.plotting")
+except ImportError:  # pragma: no cover - the plot extra is optional
+    pass
+try:
+    import torch  # noqa: F401
+
+    MODULES.append("klpolicy.torch")
+except ImportError:  # pragma: no cover - the torch extra is optional
+    pass
+
+# ----------------------------------------------------------------------------------------
+# Kinds of argument and their bad inputs
+# ----------------------------------------------------------------------------------------
+
+SUB = -5e-324  # the negative subnormal: negative, however small
+HUGE_INT = 2**63
+OBJ = object()
+TYPES = [("bool", True), ("complex", 1 + 1j), ("str", "abc"), ("object", OBJ), ("None", None)]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of argument: its bad values, computed from the valid one."""
+
+    name: str
+    bad: Any  # callable(valid value) -> list of (label, bad value)
+
+
+def _vec_types(v):
+    n = len(v)
+    return [
+        ("empty", []),
+        ("ragged", [v, v[:1]]),
+        ("bool-array", [True] + [False] * (n - 1)),
+        ("complex-array", [complex(x, 1) for x in v]),
+        ("str-array", ["a"] * n),
+        ("object-array", [OBJ] * n),
+    ]
+
+
+def _prob_bad(v):
+    v = list(v)
+    n = len(v)
+    return [
+        ("nan", [np.nan] + v[1:]),
+        ("inf", [np.inf] + v[1:]),
+        ("negative", [v[0] + 0.25, -0.25] + v[2:]),
+        ("negative-subnormal", [v[0], SUB] + v[2:]) if n > 1 else ("neg", [-1.0]),
+        ("wrong-sum", [x * 1.1 for x in v]),
+        ("huge", [1e308] * n),
+        ("mismatched", v + [0.0]),
+        *_vec_types(v),
+        *TYPES,
+    ]
+
+
+def _reward_bad(v):
+    v = list(v)
+    return [
+        ("nan", [np.nan] + v[1:]),
+        ("inf", [np.inf] + v[1:]),
+        ("-inf", v[:-1] + [-np.inf]),
+        ("overflow", [float("1e309")] + v[1:]),
+        ("mismatched", v + [0.0]),
+        *_vec_types(v),
+        *TYPES,
+    ]
+
+
+def _logp_bad(v):
+    v = list(v)
+    return [
+        ("nan", [np.nan] + v[1:]),
+        ("+inf", [np.inf] + v[1:]),
+        ("mismatched", v + [v[0], v[0]]),
+        *_vec_types(v),
+        *TYPES,
+    ]
+
+
+def _nonneg_coef_bad(v):  # beta-like: >= 0, inf allowed, scalar or array
+    return [
+        ("nan", np.nan),
+        ("negative", -1.0),
+        ("-inf", -np.inf),
+        ("negative-subnormal", SUB),
+        ("empty", []),
+        ("ragged", [[1.0], [1.0, 2.0]]),
+        ("nan-in-array", [1.0, np.nan]),
+        ("str-number", "0.5"),
+        *TYPES,
+    ]
+
+
+def _scalar_types():
+    return [("str-number", "0.5"), ("array", [1.0, 2.0]), *TYPES]
+
+
+def _positive_bad(v):  # a positive finite number
+    return [
+        ("zero", 0.0),
+        ("negative", -1.0),
+        ("negative-subnormal", SUB),
+        ("nan", np.nan),
+        ("inf", np.inf),
+        ("-inf", -np.inf),
+        *_scalar_types(),
+    ]
+
+
+def _nonneg_bad(v):  # a non-negative finite number
+    return [
+        ("negative", -1.0),
+        ("negative-subnormal", SUB),
+        ("nan", np.nan),
+        ("inf", np.inf),
+        *_scalar_types(),
+    ]
+
+
+def _positive_or_inf_bad(v):  # a positive number, inf allowed (no clipping)
+    return [(k, x) for k, x in _positive_bad(v) if k != "inf"]
+
+
+def _finite_scalar_bad(v):
+    return [("nan", np.nan), ("inf", np.inf), ("-inf", -np.inf), *_scalar_types()]
+
+
+def _grid_bad(lo, lo_open, hi=np.inf):
+    """A 1-D grid of numbers in an interval (no partner array to mismatch)."""
+
+    def bad(v):
+        v = list(v)
+        out = [
+            ("nan", [np.nan] + v[1:]),
+            ("inf", [np.inf] + v[1:]) if hi == np.inf else ("above", [hi] + v[1:]),
+            ("-inf", [-np.inf] + v[1:]),
+            *[(k, x) for k, x in _vec_types(v)],
+            *TYPES,
+        ]
+        if lo > -np.inf:
+            out.append(("below", [lo - 1.0] + v[1:]))
+            if lo_open:
+                out.append(("at-bound", [lo] + v[1:]))
+        return out
+
+    return bad
+
+
+def _unit_bad(v):  # a number in [0, 1) or [0, 1/2]
+    return [("negative", -0.1), ("above", 1.5), ("nan", np.nan), ("inf", np.inf), *_scalar_types()]
+
+
+def _factor_bad(v):  # a number > 1
+    return [("one", 1.0), ("below", 0.5), ("nan", np.nan), ("inf", np.inf), *_scalar_types()]
+
+
+def _kl_bad(v, allow_inf=False):
+    out = [
+        ("nan", np.nan),
+        ("negative", -0.1),
+        ("negative-subnormal", SUB),
+        ("-inf", -np.inf),
+        ("empty", []),
+        ("ragged", [[0.1], [0.1, 0.2]]),
+        ("str-number", "0.1"),
+        *TYPES,
+    ]
+    return out if allow_inf else out + [("inf", np.inf)]
+
+
+def _count_bad(v):
+    return [
+        ("zero", 0),
+        ("negative", -1),
+        ("fraction", 1.5),
+        ("nan", np.nan),
+        ("inf", np.inf),
+        ("huge-int", HUGE_INT),
+        ("huge-float", 1e300),
+        ("str-number", "3"),
+        ("array", [2, 3]),
+        *TYPES,
+    ]
+
+
+def _counts_bad(v):  # an integer >= 1 or an array of them
+    return [
+        ("zero", [0, 2]),
+        ("fraction", [1.5]),
+        ("nan", [np.nan]),
+        ("huge-int", [HUGE_INT]),
+        ("empty", []),
+        ("ragged", [[1], [1, 2]]),
+        ("str-number", "3"),
+        *TYPES,
+    ]
+
+
+def _choice_bad(v):
+    return [("unknown", "no-such-choice"), ("int", 3), ("None", None), ("bool", True)]
+
+
+def _flag_bad(v):
+    return [("str", "yes"), ("int", 2), ("None", None), ("float", 1.0)]
+
+
+def _tree_bad(v):
+    v0, v1 = v[0], v[1]
+    return [
+        ("nan", [[np.nan] + list(v0[1:])] + list(v[1:])),
+        ("negative", [[1.5, -0.5]] + list(v[1:])),
+        ("wrong-sum", [[0.6, 0.6]] + list(v[1:])),
+        ("ragged-level", [v0, [list(v1[0]), list(v1[0][:1])]]),
+        ("mismatched-level", [v0, [list(v1[0])]]),
+        ("empty", []),
+        ("complex", [[complex(x, 1) for x in v0]] + list(v[1:])),
+        ("str", "abc"),
+        ("None", None),
+        ("object", OBJ),
+    ]
+
+
+def _rowwise(bad):
+    """Apply a vector kind's bad cases to the first row of a matrix (2-D valid value)."""
+
+    def wrapped(v):
+        if not (isinstance(v, list) and v and isinstance(v[0], list)):
+            return bad(v)
+        out = []
+        whole = {"bool-array": bool, "complex-array": complex, "str-array": str}
+        for label, x in bad(v[0]):
+            if label in whole:  # a matrix of that dtype (one bad row would be cast)
+                out.append((label, [[whole[label](1) for _ in r] for r in v]))
+            elif label == "mismatched":
+                out.append((label, v + [v[0]]))
+            elif isinstance(x, list):
+                out.append((label, [x] + v[1:]))
+            else:
+                out.append((label, x))
+        return out
+
+    return wrapped
+
+
+def _prefs_bad(v):
+    n = len(v)
+    flip = [row[:] for row in v]
+    flip[0][1] = 0.9  # P[0, 1] + P[1, 0] = 1.2
+    return [
+        ("nan", [[np.nan] + v[0][1:]] + v[1:]),
+        ("above-one", [[0.5, 1.5] + v[0][2:]] + v[1:]),
+        ("negative", [[0.5, -0.5] + v[0][2:]] + v[1:]),
+        ("not-complementary", flip),
+        ("mismatched", [r[: n - 1] for r in v[: n - 1]]),
+        ("empty", []),
+        ("ragged", [v[0], v[1][:1]]),
+        ("complex", [[complex(x, 1) for x in r] for r in v]),
+        *TYPES,
+    ]
+
+
+def _opt(kind):
+    """The same kind for an optional argument: ``None`` (the default) is fine there."""
+    return Kind(kind.name + "?", lambda v: [(k, x) for k, x in kind.bad(v) if k != "None"])
+
+
+PROB = Kind("probabilities", _rowwise(_prob_bad))
+REWARD = Kind("finite reals", _rowwise(_reward_bad))
+LOGP = Kind("log-probabilities", _rowwise(_logp_bad))
+PREFS_KIND = Kind("preference matrix", _prefs_bad)
+COEF = Kind("coefficient >= 0", _nonneg_coef_bad)
+POS = Kind("positive number", _positive_bad)
+NONNEG = Kind("non-negative number", _nonneg_bad)
+POS_INF = Kind("positive number (inf allowed)", _positive_or_inf_bad)
+FINITE = Kind("finite number", _finite_scalar_bad)
+LOGITS = Kind("logits", _rowwise(lambda v: [(k, x) for k, x in _logp_bad(v) if k != "-inf"]))
+UNIT_GRID = Kind("grid in [0, 1)", _grid_bad(0.0, False, 1.0))
+POS_GRID = Kind("grid of positive numbers", _grid_bad(0.0, True))
+FINITE_GRID = Kind("grid of finite numbers", _grid_bad(-np.inf, False))
+UNIT = Kind("number in [0, 1)", _unit_bad)
+FACTOR = Kind("number > 1", _factor_bad)
+KL = Kind("KL budget", _kl_bad)
+KL_INF = Kind("KL budget (inf allowed)", lambda v: _kl_bad(v, allow_inf=True))
+COUNT = Kind("count", _count_bad)
+COUNTS = Kind("counts", _counts_bad)
+CHOICE = Kind("choice", _choice_bad)
+FLAG = Kind("flag", _flag_bad)
+TREE = Kind("token tree", _tree_bad)
+ARRAY_KINDS = {"probabilities", "finite reals", "log-probabilities"}
+AXIS = Kind("axis", lambda v: [("fraction", 0.5), ("out-of-range", 7), *TYPES[:3]])
+
+
+@dataclass
+class Row:
+    """One public callable: a valid call and the kind of each checked argument."""
+
+    qualname: str
+    kinds: dict[str, tuple[Kind, Any]] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)  # valid, not checked here
+
+    def call(self, **override):
+        fn = resolve(self.qualname)
+        kw = {**self.fixed, **{k: v for k, (_, v) in self.kinds.items()}, **override}
+        return fn(**kw)
+
+
+def resolve(qualname: str):
+    mod, _, name = qualname.rpartition(".")
+    return getattr(importlib.import_module(mod), name)
+
+
+def row(qualname: str, fixed: dict | None = None, **kinds: tuple[Kind, Any]) -> Row:
+    return Row(qualname, dict(kinds), dict(fixed or {}))
+
+
+# ----------------------------------------------------------------------------------------
+# The table: small valid base values
+# ----------------------------------------------------------------------------------------
+
+P = [0.5, 0.3, 0.2]
+Q = [0.2, 0.3, 0.5]
+R = [1.0, 0.0, -1.0]
+LP = [-0.5, -1.0]
+LQ = [-0.7, -0.2]
+T2 = [[0.5, 0.5], [[0.3, 0.7], [0.6, 0.4]]]
+T2B = [[0.4, 0.6], [[0.5, 0.5], [0.2, 0.8]]]
+SEQ_R = [[1.0, 0.0], [0.0, 1.0]]
+PREFS = [[0.5, 0.7, 0.6], [0.3, 0.5, 0.4], [0.4, 0.6, 0.5]]
+CNTS = [[0.0, 3.0, 2.0], [1.0, 0.0, 1.0], [2.0, 2.0, 0.0]]
+
+
+def _seq(name):
+    return f"klpolicy.sequences.{name}"
+
+
+def _core3(qualname, **extra):  # (ref, reward, beta) functions
+    return row(qualname, ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0), **extra)
+
+
+ROWS: list[Row] = [
+    # --- klpolicy --------------------------------------------------------------------------
+    row("klpolicy.best_of_n_kl", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    row("klpolicy.best_of_n_policy", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    row(
+        "klpolicy.beta_for_kl",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        kl=(KL, 0.1),
+        rtol=(POS, 1e-13),
+        max_iter=(COUNT, 200),
+    ),
+    row("klpolicy.cross_entropy", p=(PROB, P), q=(PROB, Q)),
+    row("klpolicy.kl_divergence", p=(PROB, P), q=(PROB, Q)),
+    row("klpolicy.total_variation", p=(PROB, P), q=(PROB, Q)),
+    row("klpolicy.effective_support", p=(PROB, P)),
+    row("klpolicy.entropy", p=(PROB, P)),
+    row("klpolicy.expected_reward", pi=(PROB, P), reward=(REWARD, R)),
+    row("klpolicy.frontier", ref=(PROB, P), reward=(REWARD, R), betas=(COEF, [0.5, 1.0])),
+    row("klpolicy.max_kl", ref=(PROB, P), reward=(REWARD, R)),
+    row("klpolicy.objective", pi=(PROB, Q), ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    _core3("klpolicy.optimal_kl"),
+    _core3("klpolicy.optimal_policy"),
+    _core3("klpolicy.soft_value"),
+    # --- sequences -------------------------------------------------------------------------
+    row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
+    row(_seq("joint"), conditionals=(TREE, T2)),
+    row(_seq("marginals"), conditionals=(TREE, T2)),
+    row(_seq("per_token_kl"), policy_conditionals=(TREE, T2), ref_conditionals=(TREE, T2B)),
+    row(_seq("reward_ceiling"), ref=(PROB, P), reward=(REWARD, R), kl=(KL_INF, 0.1)),
+    row(_seq("sample"), {"rng": 0}, conditionals=(TREE, T2), n=(COUNT, 4)),
+    row(
+        _seq("sampled_kl"),
+        {"rng": 0},
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        n=(COUNT, 4),
+        estimator=(CHOICE, "k1"),
+    ),
+    row(
+        _seq("sequence_kl_moments"),
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        estimator=(CHOICE, "k1"),
+    ),
+    row(
+        _seq("soft_bellman"), ref_conditionals=(TREE, T2), reward=(REWARD, SEQ_R), beta=(COEF, 1.0)
+    ),
+    row(
+        _seq("token_kl_map"),
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        weighted=(FLAG, False),
+    ),
+    row(
+        _seq("token_kl_profile"),
+        policy_logprobs=(LOGP, [[-0.5, -1.0]]),
+        ref_logprobs=(LOGP, [[-0.7, -0.2]]),
+        estimator=(CHOICE, "k1"),
+        first_k=(_opt(COUNT), 1),
+    ),
+    row(_seq("token_logprobs"), conditionals=(TREE, T2), sequences=(COUNTS, [[0, 1], [1, 0]])),
+    # --- estimators ------------------------------------------------------------------------
+    *[
+        row(
+            f"klpolicy.estimators.{k}",
+            logp=(LOGP, LP),
+            logq=(LOGP, LQ),
+            clip=(_opt(POS_INF), 10.0),
+            log_ratio_clip=(_opt(POS_INF), 10.0),
+        )
+        for k in ("k1", "k2", "k3", "abs_kl")
+    ],
+    *[
+        row(
+            f"klpolicy.estimators.{k}",
+            p=(PROB, P),
+            q=(PROB, Q),
+            estimator=(CHOICE, "k3"),
+            clip=(_opt(POS_INF), 10.0),
+            log_ratio_clip=(_opt(POS_INF), 10.0),
+        )
+        for k in ("bias", "moments")
+    ],
+    *[
+        row(
+            f"klpolicy.estimators.{k}",
+            logits=(LOGITS, [0.0, 0.1, 0.2]),
+            ref=(PROB, P),
+            reward=(REWARD, R),
+            beta=(COEF, 1.0),
+            estimator=(CHOICE, "k1"),
+            placement=(CHOICE, "reward"),
+        )
+        for k in ("expected_gradient",)
+    ],
+    row(
+        "klpolicy.estimators.objective_gradient",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+    ),
+    row(
+        "klpolicy.estimators.fixed_point",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k1"),
+        placement=(CHOICE, "reward"),
+    ),
+    row(
+        "klpolicy.estimators.full_kl",
+        logp_all=(LOGP, list(np.log(P))),
+        logq_all=(LOGP, list(np.log(Q))),
+    ),
+    row("klpolicy.estimators.gaussian_moments", mu=(FINITE_GRID, [0.1, 1.0]), estimator=(CHOICE, "k3")),
+    row(
+        "klpolicy.estimators.gradient_flow",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k1"),
+        placement=(CHOICE, "reward"),
+        steps=(COUNT, 3),
+        lr=(POS, 0.5),
+        logits=(_opt(LOGITS), [0.0, 0.0, 0.0]),
+        record_every=(COUNT, 1),
+    ),
+    *[
+        row(
+            f"klpolicy.estimators.{k}",
+            p=(PROB, P),
+            q=(PROB, Q),
+            mu=(PROB, [0.4, 0.3, 0.3]),
+            estimator=(CHOICE, "k3"),
+            weighted=(FLAG, True),
+        )
+        for k in ("off_policy_bias", "off_policy_moments")
+    ],
+    row(
+        "klpolicy.estimators.sample_estimates",
+        {"rng": 0},
+        p=(PROB, P),
+        q=(PROB, Q),
+        estimator=(CHOICE, "k3"),
+        n=(COUNT, 5),
+        clip=(_opt(POS_INF), 10.0),
+        log_ratio_clip=(_opt(POS_INF), 10.0),
+    ),
+    row("klpolicy.estimators.schulman_table", mus=(FINITE_GRID, [0.1, 1.0])),
+    # --- control ---------------------------------------------------------------------------
+    row(
+        "klpolicy.control.AdaptiveKLController",
+        init_kl_coef=(POS, 0.1),
+        target=(POS, 6.0),
+        horizon=(POS, 1000.0),
+        clip=(POS, 0.2),
+        per=(CHOICE, "sequence"),
+    ),
+    row(
+        "klpolicy.control.DeadZoneKLController",
+        init_kl_coef=(POS, 0.1),
+        target=(POS, 6.0),
+        band=(FACTOR, 1.5),
+        factor=(FACTOR, 2.0),
+        per=(CHOICE, "sequence"),
+    ),
+    row("klpolicy.control.FixedKLController", kl_coef=(NONNEG, 0.1)),
+    row(
+        "klpolicy.control.LagrangianKLController",
+        init_kl_coef=(NONNEG, 0.1),
+        target=(POS, 6.0),
+        lr=(POS, 0.1),
+        min_kl_coef=(NONNEG, 0.0),
+        per=(CHOICE, "sequence"),
+    ),
+    row(
+        "klpolicy.control.convert_kl_target",
+        target=(POS, 6.0),
+        length=(POS, 100.0),
+        to=(CHOICE, "token"),
+    ),
+    row("klpolicy.control.kl_elasticity", ref=(PROB, P), reward=(REWARD, R), beta=(POS, 1.0)),
+]
+
+
+def _controller():
+    from klpolicy.control import AdaptiveKLController
+
+    return AdaptiveKLController(0.5, 0.1, 10.0)
+
+
+_SIM = dict(
+    ref=(PROB, [0.5, 0.5]),
+    reward=(REWARD, [1.0, 0.0]),
+    steps=(COUNT, 3),
+    n_steps=(COUNT, 1),
+    lag=(UNIT, 0.0),
+    kl_samples=(_opt(COUNT), 4),
+    length=(POS, 1.0),
+    settle_tol=(POS, 0.05),
+    measure=(CHOICE, "before"),
+)
+ROWS += [
+    row("klpolicy.control.simulate", {"controller": _controller(), "rng": 0}, **_SIM),
+    row(
+        "klpolicy.control.compare_controllers",
+        {"controllers": {"a": _controller()}, "rng": 0},
+        **_SIM,
+    ),
+    row(
+        "klpolicy.control.stability_region",
+        ref=(PROB, [0.5, 0.5]),
+        reward=(REWARD, [1.0, 0.0]),
+        target=(POS, 0.1),
+        lags=(UNIT_GRID, [0.0, 0.5]),
+        horizons=(POS_GRID, [10.0]),
+        init_kl_coef=(POS, 0.5),
+        steps=(COUNT, 3),
+        n_steps=(COUNT, 1),
+        settle_tol=(POS, 0.05),
+        measure=(CHOICE, "before"),
+    ),
+]
+
+# --- best of n ----------------------------------------------------------------------------
+_B = "klpolicy.best_of_n."
+ROWS += [
+    row(_B + "best_of_n_curve", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
+    row(_B + "best_of_n_expected_reward", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    row(_B + "best_of_n_for_kl", ref=(PROB, P), reward=(REWARD, R), kl=(KL, 0.1)),
+    row(_B + "best_of_n_kl", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    row(_B + "best_of_n_kl_bound", n=(COUNTS, [1, 2])),
+    row(_B + "best_of_n_policy", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    row(_B + "best_of_n_vs_optimal", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
+    row(_B + "best_of_n_win_rate", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+]
+
+# --- over-optimisation --------------------------------------------------------------------
+_O = "klpolicy.overoptimization."
+ROWS += [
+    row(
+        _O + "best_of_n_sweep",
+        ref=(PROB, P),
+        proxy=(REWARD, R),
+        gold=(REWARD, [0.5, 0.0, -1.0]),
+        ns=(COUNTS, [1, 2]),
+    ),
+    row(
+        _O + "closed_form_sweep",
+        ref=(PROB, P),
+        proxy=(REWARD, R),
+        gold=(REWARD, [0.5, 0.0, -1.0]),
+        betas=(COEF, [0.5, 1.0]),
+    ),
+    row(_O + "fit_gao_bon", d=(REWARD, [0.5, 1.0, 1.5]), gain=(REWARD, [0.4, 0.6, 0.5])),
+    row(_O + "fit_gao_rl", d=(REWARD, [0.5, 1.0, 1.5]), gain=(REWARD, [0.4, 0.6, 0.5])),
+    row(
+        _O + "make_problem",
+        {"seed": 0},
+        kind=(CHOICE, "rare_errors"),
+        size=(COUNT, 20),
+        error=(POS, 1.0),
+    ),
+]
+
+
+def _curve():
+    from klpolicy.overoptimization import closed_form_sweep
+
+    return closed_form_sweep(P, R, [0.5, 0.0, -1.0], [0.5, 1.0, 2.0])
+
+
+ROWS.append(row(_O + "gold_peak", {"curve": _curve()}))
+
+# --- preference ---------------------------------------------------------------------------
+_PF = "klpolicy.preference."
+_PAIR = dict(
+    policy_chosen_logps=(LOGP, LP),
+    policy_rejected_logps=(LOGP, LQ),
+    ref_chosen_logps=(LOGP, [-0.6, -0.8]),
+    ref_rejected_logps=(LOGP, [-0.9, -0.4]),
+)
+ROWS += [
+    row(_PF + "bradley_terry", reward=(REWARD, R)),
+    *[
+        row(_PF + k, **_PAIR, beta=(POS, 0.1), label_smoothing=(UNIT, 0.0))
+        for k in ("dpo_loss", "dpo_loss_grad")
+    ],
+    *[row(_PF + k, **_PAIR, tau=(POS, 0.1)) for k in ("ipo_loss", "ipo_loss_grad")],
+    row(
+        _PF + "dpo_optimum",
+        ref=(PROB, P),
+        preferences=(PREFS_KIND, PREFS),
+        beta=(POS, 0.5),
+        mu=(_opt(PROB), P),
+        label_smoothing=(UNIT, 0.0),
+    ),
+    row(
+        _PF + "ipo_optimum",
+        ref=(PROB, P),
+        preferences=(PREFS_KIND, PREFS),
+        tau=(POS, 0.5),
+        mu=(_opt(PROB), P),
+    ),
+    row(
+        _PF + "empirical_dpo_loss",
+        policy=(PROB, Q),
+        ref=(PROB, P),
+        counts=(COUNTS, CNTS),
+        beta=(POS, 0.5),
+        label_smoothing=(UNIT, 0.0),
+    ),
+    row(
+        _PF + "fit_dpo",
+        ref=(PROB, P),
+        counts=(COUNTS, CNTS),
+        beta=(POS, 0.5),
+        steps=(COUNT, 3),
+        lr=(POS, 0.5),
+        init=(_opt(PROB), Q),
+        label_smoothing=(UNIT, 0.0),
+    ),
+    row(
+        _PF + "fit_dpo_online",
+        {"rng": 0},
+        ref=(PROB, P),
+        preferences=(PREFS_KIND, PREFS),
+        beta=(POS, 0.5),
+        rounds=(COUNT, 2),
+        pairs_per_round=(COUNT, 4),
+        steps_per_round=(COUNT, 2),
+        lr=(POS, 0.5),
+    ),
+    row(_PF + "implicit_reward", policy_logps=(LOGP, LP), ref_logps=(LOGP, LQ), beta=(POS, 0.5)),
+    row(
+        _PF + "population_dpo_loss",
+        policy=(PROB, Q),
+        ref=(PROB, P),
+        preferences=(PREFS_KIND, PREFS),
+        beta=(POS, 0.5),
+        mu=(_opt(PROB), P),
+        label_smoothing=(UNIT, 0.0),
+    ),
+    row(
+        _PF + "population_ipo_loss",
+        policy=(PROB, Q),
+        ref=(PROB, P),
+        preferences=(PREFS_KIND, PREFS),
+        tau=(POS, 0.5),
+        mu=(_opt(PROB), P),
+    ),
+    row(_PF + "reward_decomposition", ref=(PROB, P), reward=(REWARD, R), beta=(POS, 0.5)),
+    row(
+        _PF + "sample_preference_counts",
+        {"rng": 0},
+        preferences=(PREFS_KIND, PREFS),
+        mu=(PROB, P),
+        size=(COUNT, 10),
+    ),
+]
+
+# --- diversity, calibration, retention, trust region ----------------------------------------
+_D = "klpolicy.diversity."
+_C = "klpolicy.calibration."
+_RT = "klpolicy.retention."
+_TR = "klpolicy.trust_region."
+ROWS += [
+    row(_D + "best_of_n_diversity", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
+    row(_D + "diversity_curve", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, [0.5, 1.0])),
+    row(_D + "entropy_slope", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(_D + "expected_distinct", p=(PROB, P), k=(COUNTS, 3)),
+    row(_D + "expected_distinct_sequences", conditionals=(TREE, T2), k=(COUNTS, 3)),
+    row(_D + "kl_decomposition", pi=(PROB, Q), ref=(PROB, P)),
+    row(_D + "max_entropy_objective", pi=(PROB, Q), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(_D + "optimal_effective_support", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(_D + "optimal_entropy", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(_C + "brier_score", pi=(PROB, Q), truth=(PROB, P), weights=(_opt(PROB), [1.0])),
+    row(
+        _C + "expected_calibration_error",
+        pi=(PROB, Q),
+        truth=(PROB, P),
+        weights=(_opt(PROB), [1.0]),
+        bins=(COUNT, 10),
+    ),
+    row(
+        _C + "calibration_curve",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, [0.5, 1.0]),
+        truth=(_opt(PROB), P),
+        weights=(_opt(PROB), [1.0]),
+        bins=(COUNT, 10),
+    ),
+    row(
+        _C + "calibration_threshold",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        factor=(FACTOR, 1.5),
+        metric=(CHOICE, "brier"),
+        truth=(_opt(PROB), P),
+        weights=(_opt(PROB), [1.0]),
+        bins=(COUNT, 10),
+    ),
+    row(
+        _RT + "retention_curve",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        score=(REWARD, [0.0, 1.0, 0.5]),
+        beta=(COEF, [0.5, 1.0]),
+    ),
+    row(
+        _RT + "retention_slope", ref=(PROB, P), reward=(REWARD, R), score=(REWARD, [0.0, 1.0, 0.5])
+    ),
+    row(_RT + "worst_case_drop", ref=(PROB, P), score=(REWARD, [0.0, 1.0, 0.5]), kl=(KL_INF, 0.1)),
+    row(
+        _TR + "ppo_clip_step",
+        pi_old=(PROB, P),
+        advantage=(REWARD, R),
+        clip=(POS, 0.2),
+        lr=(POS, 1.0),
+        epochs=(COUNT, 2),
+    ),
+    row(_TR + "trust_region_beta", pi_old=(PROB, P), advantage=(REWARD, R), delta=(KL, 0.05)),
+    row(_TR + "trust_region_step", pi_old=(PROB, P), advantage=(REWARD, R), delta=(KL, 0.05)),
+]
+
+# --- plotting -----------------------------------------------------------------------------
+_PL = "klpolicy.plotting."
+
+
+def _trace():
+    from klpolicy.control import FixedKLController, simulate
+
+    return simulate(FixedKLController(0.5), [0.5, 0.5], [1.0, 0.0], steps=3)
+
+
+ROWS += [
+    row(_PL + "beta_sweep", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5, 1.0])),
+    row(_PL + "controller_trace", {"trace": _trace()}, target=(_opt(FINITE), 0.1)),
+    row(
+        _PL + "estimator_histograms",
+        {"rng": 0},
+        p=(PROB, P),
+        q=(PROB, Q),
+        n=(COUNT, 50),
+        bins=(COUNT, 5),
+    ),
+    row(_PL + "fixed_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5, 1.0])),
+    row(
+        _PL + "frontier",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        betas=(_opt(COEF), [0.5, 1.0]),
+        best_of_n=(_opt(COUNTS), [1, 2]),
+    ),
+    row(
+        _PL + "kl_budget",
+        d=(REWARD, [0.5, 1.0]),
+        gold=(REWARD, [0.2, 0.3]),
+        proxy=(_opt(REWARD), [0.3, 0.5]),
+    ),
+    row(_PL + "lecture_style"),
+    row(_PL + "token_kl", kl=(REWARD, [0.1, 0.2, 0.3])),
+]
+
+# --- torch --------------------------------------------------------------------------------
+_T = "klpolicy.torch."
+ROWS += [
+    row(
+        _T + "AutoregressivePolicy",
+        vocab=(COUNT, 2),
+        length=(COUNT, 2),
+        hidden=(COUNT, 4),
+    ),
+    row(_T + "TabularConditionals", conditionals=(TREE, T2)),
+    row(_T + "TabularPolicy", probs=(PROB, P)),
+    row(_T + "default_device", device=(CHOICE, "cpu")),
+    row(
+        _T + "fit_policy",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(POS, 1.0),
+        method=(CHOICE, "exact"),
+        steps=(COUNT, 2),
+        lr=(_opt(POS), 0.1),
+        schedule=(CHOICE, "linear"),
+        progress=(FLAG, False),
+    ),
+    row(
+        _T + "fit_reference",
+        ref_conditionals=(TREE, T2),
+        steps=(COUNT, 2),
+        hidden=(COUNT, 4),
+        lr=(POS, 0.03),
+        progress=(FLAG, False),
+    ),
+    row(
+        _T + "fit_sequence_policy",
+        ref_conditionals=(TREE, T2),
+        reward=(REWARD, SEQ_R),
+        beta=(POS, 1.0),
+        method=(CHOICE, "exact"),
+        steps=(COUNT, 2),
+        kl_level=(CHOICE, "sequence"),
+        schedule=(CHOICE, "linear"),
+        progress=(FLAG, False),
+    ),
+    row(
+        _T + "grpo_fixed_point",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(POS, 1.0),
+        group_size=(_opt(COUNT), 4),
+        eps=(POS, 1e-6),
+        unbiased_std=(FLAG, True),
+    ),
+    *[row(_T + k, logp=(LOGP, LP), logq=(LOGP, LQ)) for k in ("k1", "k2", "k3")],
+    row(_T + "kl_divergence", p=(PROB, P), q=(PROB, Q)),
+    row(_T + "optimal_policy", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    row(
+        _T + "token_k3_fixed_point",
+        ref_conditionals=(TREE, T2),
+        reward=(REWARD, SEQ_R),
+        beta=(POS, 1.0),
+    ),
+    row(
+        _T + "ppo_clip_step",
+        pi_old=(PROB, P),
+        advantage=(REWARD, R),
+        clip=(POS, 0.2),
+        lr=(POS, 1.0),
+        epochs=(COUNT, 2),
+    ),
+    row(_T + "trust_region_step", pi_old=(PROB, P), advantage=(REWARD, R), delta=(KL, 0.05)),
+]
+
+#: Public callables that take no user input to check: result containers (named tuples
+#: and dataclasses that klpolicy builds and returns) and the like. Each says why.
+RESULTS = {
+    "klpolicy.Frontier",
+    "klpolicy.sequences.Ceiling",
+    "klpolicy.sequences.SoftBellman",
+    "klpolicy.sequences.TokenKLProfile",
+    "klpolicy.estimators.Flow",
+    "klpolicy.estimators.GaussianTable",
+    "klpolicy.control.SimulationTrace",
+    "klpolicy.control.StabilityRegion",
+    "klpolicy.best_of_n.BestOfNComparison",
+    "klpolicy.best_of_n.BestOfNCurve",
+    "klpolicy.overoptimization.GaoFit",
+    "klpolicy.overoptimization.GoldPeak",
+    "klpolicy.overoptimization.OptimizationCurve",
+    "klpolicy.overoptimization.ProxyGoldProblem",
+    "klpolicy.preference.DPOFit",
+    "klpolicy.preference.PairGradient",
+    "klpolicy.preference.RewardDecomposition",
+    "klpolicy.diversity.BestOfNDiversity",
+    "klpolicy.diversity.DiversityCurve",
+    "klpolicy.diversity.KLDecomposition",
+    "klpolicy.calibration.CalibrationCurve",
+    "klpolicy.calibration.CalibrationThreshold",
+    "klpolicy.retention.RetentionCurve",
+    "klpolicy.torch.FitResult",
+}
+
+
+def _rows_by_name():
+    return {r.qualname: r for r in ROWS if r.qualname.rpartition(".")[0] in MODULES}
+
+
+def _public_callables():
+    out = {}
+    for m in MODULES:
+        mod = importlib.import_module(m)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if callable(obj) and not inspect.ismodule(obj):
+                out[f"{m}.{name}"] = obj
+    return out
+
+
+def _cases():
+    cases = []
+    for r in _rows_by_name().values():
+        fn = resolve(r.qualname)
+        kinds = dict(r.kinds)
+        try:
+            params = inspect.signature(fn).parameters
+        except (TypeError, ValueError):  # pragma: no cover
+            params = {}
+        if "axis" in params and "axis" not in kinds:
+            kinds["axis"] = (AXIS, -1)  # every `axis` is an axis: no table entry needed
+        arrays = [a for a, (k, _) in kinds.items() if k.name.rstrip("?") in ARRAY_KINDS]
+        for arg, (kind, valid) in kinds.items():
+            for label, bad in kind.bad(valid):
+                if label == "mismatched" and len(arrays) < 2:
+                    continue  # a lone array has nothing to mismatch
+                cases.append(
+                    pytest.param(
+                        r, arg, bad, id=f"{r.qualname.removeprefix('klpolicy.')}-{arg}-{label}"
+                    )
+                )
+    return cases
+
+
+# ----------------------------------------------------------------------------------------
+# The tests
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _close_figures_and_bound_time():
+    def _hang(signum, frame):
+        raise TimeoutError("the call ran for more than 20 s: a count without an upper bound?")
+
+    old = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+    if "klpolicy.plotting" in MODULES:
+        import matplotlib.pyplot as plt
+
+        plt.close("all")
+
+
+def test_every_public_callable_has_a_row():
+    rows = _rows_by_name()
+    missing = sorted(set(_public_callables()) - set(rows) - RESULTS)
+    assert not missing, (
+        "public callables without a row in tests/test_bad_inputs.py: "
+        + ", ".join(missing)
+        + ". Add a row(...) to ROWS giving a small valid call and the kind of each argument "
+        "(PROB, REWARD, COEF, KL, COUNT, ...), or add the name to RESULTS if it is a result "
+        "container that takes no user input."
+    )
+    stale = sorted(set(rows) - set(_public_callables()))
+    assert not stale, f"rows for names that are no longer public: {stale}"
+
+
+@pytest.mark.parametrize("r", list(_rows_by_name().values()), ids=lambda r: r.qualname)
+def test_base_call_is_valid(r):
+    """Each row's valid call succeeds, so that a refusal below is about the one bad argument."""
+    r.call()
+
+
+@pytest.mark.parametrize(("r", "arg", "bad"), _cases())
+def test_bad_input_is_refused_by_name(r, arg, bad):
+    try:
+        out = r.call(**{arg: bad})
+    except (ValueError, TypeError) as exc:
+        msg = str(exc)
+        assert f"`{arg}`" in msg or f"`{arg}[" in msg, (
+            f"{r.qualname}({arg}={bad!r}) raised {type(exc).__name__} without naming `{arg}`: {msg}"
+        )
+        assert "\n" not in msg.strip(), f"a one-line message, please: {msg!r}"
+    except Exception as exc:  # noqa: BLE001 - the point is to report what escaped
+        pytest.fail(
+            f"{r.qualname}({arg}={bad!r}) raised {type(exc).__name__} ({exc}); "
+            f"expected a ValueError or TypeError naming `{arg}`"
+        )
+    else:
+        pytest.fail(f"{r.qualname}({arg}={bad!r}) accepted a bad input and returned {out!r:.200}")
