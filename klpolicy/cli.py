@@ -14,7 +14,17 @@ output. ``klpolicy demo`` prints the worked example of the KL penalty;
 (``klpolicy plot -h`` lists the figures). matplotlib is imported only by these
 two.
 
-Bad input prints one line, ``klpolicy: error: ...``, and exits with status 2.
+Bad input prints one line, ``klpolicy: error: ...``, and exits with status 2;
+an unexpected failure inside klpolicy prints one line, ``klpolicy: internal
+error: ...`` (please report it), and exits with status 1. No command prints a
+traceback. Negative numbers may be typed in any form Python's ``float`` reads
+(``-1.5e3``, ``-inf``).
+
+``--json`` writes strict JSON (RFC 8259): every number is finite. An infinite
+value (``beta = inf``, a log-ratio of ``-inf`` where ``pi*`` is 0 inside the
+reference's support, ...) is written as ``null``, and the top-level object
+``"nonfinite"`` maps its path (``"columns[1].beta"``) to ``"inf"`` or ``"-inf"``;
+a ``null`` log-ratio with no entry there is an outcome off the reference's support.
 """
 
 from __future__ import annotations
@@ -23,8 +33,11 @@ import argparse
 import importlib.util
 import json
 import math
+import os
+import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -91,33 +104,48 @@ def _print_table(out: dict, file=None) -> None:
         head.append(f"pi*(b={_beta_label(c['beta'])})")
         if single:
             head.append("log ratio")
-    w = max(12, max(len(h) for h in head) + 1)
-    print("".join(h.rjust(w) for h in head), file=file)
+    rows = []
     for i, (q, r) in enumerate(zip(out["ref"], out["reward"])):
-        row = [str(i).rjust(w), _fmt(q, w), _fmt(r, w)]
+        row = [str(i), _fmt(q, 0).strip(), _fmt(r, 0).strip()]
         for c in cols:
-            row.append(_fmt(c["policy"][i], w))
+            row.append(_fmt(c["policy"][i], 0).strip())
             if single:
                 lr = c["log_ratio"][i]
-                row.append("(off support)".rjust(w) if lr is None else _fmt(lr, w))
-        print("".join(row), file=file)
+                row.append("(off support)" if lr is None else _fmt(lr, 0).strip())
+        rows.append(row)
+    # each column one space wider than its own widest entry (at least 12): a long beta
+    # label or a long number widens only its own column
+    widths = [max(12, *(len(x) + 1 for x in col)) for col in zip(head, *rows)]
+    print("".join(h.rjust(w) for h, w in zip(head, widths)), file=file)
+    for row in rows:
+        print("".join(x.rjust(w) for x, w in zip(row, widths)), file=file)
     print(file=file)
+    lead = sum(widths[:3])
     for key, label in [
         ("kl", "KL(pi*||ref)"),
         ("expected_reward", "E_pi*[r]"),
         ("soft_value", "soft value"),
     ]:
-        print(label.rjust(3 * w) + "".join(_fmt(c[key], w) for c in cols), file=file)
+        vals = [_fmt(c[key], 0).strip() for c in cols]
+        col_w = widths[3::2] if single else widths[3:]
+        print(label.rjust(lead) + "".join(v.rjust(w) for v, w in zip(vals, col_w)), file=file)
 
 
-def _json_safe(x):
-    """Strict JSON: infinities become the strings "inf" and "-inf"."""
+def _json_safe(x, path: str = "", nonfinite: dict | None = None):
+    """Strict JSON: an infinity becomes ``null`` and its path is recorded in ``nonfinite``."""
+    if nonfinite is None:
+        nonfinite = {}
+        out = _json_safe(x, path, nonfinite)
+        if nonfinite:
+            out["nonfinite"] = nonfinite
+        return out
     if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
+        return {k: _json_safe(v, f"{path}.{k}" if path else k, nonfinite) for k, v in x.items()}
     if isinstance(x, list):
-        return [_json_safe(v) for v in x]
-    if isinstance(x, float) and math.isinf(x):
-        return "inf" if x > 0 else "-inf"
+        return [_json_safe(v, f"{path}[{i}]", nonfinite) for i, v in enumerate(x)]
+    if isinstance(x, float) and not math.isfinite(x):
+        nonfinite[path] = "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        return None
     return x
 
 
@@ -141,14 +169,41 @@ def _cmd_solve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _writable_folder(out: str, option: str) -> Path:
+    """Create ``out`` if missing and check that files can be written there, or raise naming it.
+
+    Runs before anything is printed, so that a bad folder costs one line of error
+    and no half-finished output.
+    """
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"`{option}` {out!r} exists and is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".klpolicy-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(
+            f"cannot write into `{option}` folder {out!r}: {exc.strerror or exc}"
+        ) from None
+    return folder
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import worked_example, write_figures
 
     if args.out is not None:
         _need_matplotlib("klpolicy demo --out")
+        _writable_folder(args.out, "--out")
     worked_example()
     if args.out is not None:
-        paths = write_figures(args.out)
+        try:
+            paths = write_figures(args.out)
+        except OSError as exc:  # e.g. the disk filled up after the check
+            raise ValueError(
+                f"cannot write the figures into `--out` {args.out!r}: {exc.strerror or exc}"
+            ) from None
         print(f"\nWrote {len(paths)} figures:")
         for path in paths:
             print(f"  {path}")
@@ -166,13 +221,21 @@ def _need_matplotlib(what: str) -> None:
         matplotlib.use("Agg")  # files only: never open a window
 
 
+def _beta_grid(a: argparse.Namespace, n: int) -> np.ndarray:
+    """The log-spaced ``--beta-range`` grid, refusing a range a log axis cannot hold."""
+    lo, hi = a.beta_range
+    if not (0 < lo < hi < math.inf):
+        raise ValueError(
+            f"`--beta-range` LO HI must be finite positive numbers with LO < HI (a log-spaced "
+            f"grid); got {lo:g} {hi:g}"
+        )
+    return np.geomspace(lo, hi, n)
+
+
 def _plot_beta_sweep(a: argparse.Namespace, ax):
     from . import plotting
 
-    lo, hi = a.beta_range
-    return plotting.beta_sweep(
-        a.ref, a.reward, betas=np.geomspace(lo, hi, 400), mark=a.mark or (), ax=ax
-    )
+    return plotting.beta_sweep(a.ref, a.reward, betas=_beta_grid(a, 400), mark=a.mark or (), ax=ax)
 
 
 def _plot_frontier(a: argparse.Namespace, ax):
@@ -180,9 +243,8 @@ def _plot_frontier(a: argparse.Namespace, ax):
 
     if a.best_of_n and importlib.util.find_spec("klpolicy.best_of_n") is None:
         raise ValueError("`--best-of-n` needs klpolicy.best_of_n, which this installation lacks")
-    lo, hi = a.beta_range
     return plotting.frontier(
-        a.ref, a.reward, betas=np.geomspace(lo, hi, 300), best_of_n=a.best_of_n, ax=ax
+        a.ref, a.reward, betas=_beta_grid(a, 300), best_of_n=a.best_of_n or None, ax=ax
     )
 
 
@@ -190,6 +252,14 @@ def _plot_token_kl(a: argparse.Namespace, ax):
     from . import plotting
 
     kl = np.asarray(a.kl, dtype=float)
+    bad = ~(kl >= 0) | np.isinf(kl)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"`--kl` values are per-position KLs, finite and >= 0; found {kl[i]:g} at position "
+            f"{i} (a per-token estimate such as k1 can be negative: plot it from Python with "
+            "klpolicy.plotting.token_kl)"
+        )
     if a.rows is not None:
         if a.rows < 1 or kl.size % a.rows:
             raise ValueError(
@@ -229,8 +299,7 @@ def _plot_estimator_histograms(a: argparse.Namespace, ax):
 def _plot_fixed_points(a: argparse.Namespace, ax):
     from . import plotting
 
-    lo, hi = a.beta_range
-    return plotting.fixed_points(a.ref, a.reward, betas=np.geomspace(lo, hi, 40), ax=ax)
+    return plotting.fixed_points(a.ref, a.reward, betas=_beta_grid(a, 40), ax=ax)
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -265,11 +334,39 @@ class _ArgumentError(Exception):
     pass
 
 
+#: What argparse must read as a negative number, not an option: everything Python's
+#: ``float`` reads with a leading minus (``-1``, ``-.5``, ``-1.5e3``, ``-1E-3``, ``-inf``).
+_NEGATIVE_NUMBER = re.compile(
+    r"^-(\d+\.?\d*(e[+-]?\d+)?|\.\d+(e[+-]?\d+)?|inf|infinity|nan)$", re.IGNORECASE
+)
+
+
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors become one line, not usage plus traceback."""
+    """An ArgumentParser whose errors become one line, not usage plus traceback.
+
+    It also reads ``-1.5e3`` and ``-inf`` as negative numbers (argparse alone
+    takes only ``-1`` and ``-1.5`` and calls the others unknown options).
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
 
     def error(self, message: str):  # type: ignore[override]
         raise _ArgumentError(message)
+
+
+_SOLVE_EXAMPLES = """examples:
+  klpolicy solve --ref 0.5 0.5 --reward 1 0 --beta 0.5
+      the optimal policy at beta = 0.5, its log-ratio, KL, E[r] and soft value
+  klpolicy solve --ref 0.5 0.3 0.2 --reward 1 0 -1.5e3 --beta 0.1 1 inf
+      one column per beta (inf: the reference itself)
+  klpolicy solve --ref 0.5 0.5 --reward 1 0 --kl 0.1
+      the beta whose optimal policy spends KL = 0.1 nats
+  klpolicy solve --ref 0.5 0.5 --reward 1 0 --beta 0 0.5 --json
+      machine-readable; infinities are null, listed in "nonfinite"
+"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -278,8 +375,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Exact KL-regularised policies: pi* = ref * exp(r / beta) / Z.",
     )
     p.add_argument("--version", action="version", version=f"klpolicy {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("solve", help="solve one problem and print the table")
+    sub = p.add_subparsers(dest="command", title="commands")
+    s = sub.add_parser(
+        "solve",
+        help="solve one problem and print the table",
+        description="Solve max E_pi[r] - beta KL(pi||ref) exactly and print the table.",
+        epilog=_SOLVE_EXAMPLES,
+    )
     s.add_argument("--ref", type=float, nargs="+", required=True, help="reference probabilities")
     s.add_argument("--reward", type=float, nargs="+", required=True, help="rewards")
     s.add_argument(
@@ -377,17 +479,38 @@ def _add_plot_parser(sub) -> None:
     beta_range(f, 0.05, 20.0)
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``klpolicy`` command; returns the exit status."""
+    """Entry point of the ``klpolicy`` command; returns the exit status.
+
+    0 on success; 2 for bad input (one line ``klpolicy: error: ...`` on
+    stderr); 1 for an unexpected failure inside klpolicy (one line
+    ``klpolicy: internal error: ...``; please report it). A bare ``klpolicy``
+    prints the list of commands and returns 0.
+    """
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 0
         return args.func(args)
-    except _ArgumentError as exc:
-        print(f"klpolicy: error: {exc}", file=sys.stderr)
+    except (_ArgumentError, ValueError, TypeError) as exc:
+        print(f"klpolicy: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except ValueError as exc:
-        print(f"klpolicy: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print("klpolicy: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # never a traceback: one line, and a request to report it
+        print(
+            f"klpolicy: internal error: {type(exc).__name__}: {_one_line(exc)} "
+            "(please report this at the klpolicy issue tracker)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -57,7 +58,9 @@ def test_solve_json(capsys):
     data = json.loads(out)
     assert code == 0
     assert data["columns"][0]["policy"][0] == pytest.approx(np.exp(2) / (np.exp(2) + 1), rel=1e-15)
-    assert data["columns"][1]["beta"] == "inf"
+    # strict JSON: an infinity is null in place, its path listed under "nonfinite"
+    assert data["columns"][1]["beta"] is None
+    assert data["nonfinite"] == {"columns[1].beta": "inf"}
     assert data["columns"][1]["kl"] == 0.0
 
 
@@ -326,3 +329,257 @@ def test_plot_estimator_figures(capsys, tmp_path, argv):
     code, _, err = run(capsys, "plot", *argv, "-o", str(tmp_path / "e.png"))
     assert (code, err) == (0, "")
     assert (tmp_path / "e.png").read_bytes()[:8] == PNG
+
+
+# --------------------------------------------------------------------------- issue 16
+
+
+def test_json_never_writes_strings_inside_number_arrays(capsys):
+    code, out, _ = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "0", "--reward", "1", "0", "2",
+        "--beta", "0", "inf", "--json",
+    )  # fmt: skip
+    assert code == 0
+    assert '"inf"' not in out.replace('": "inf"', "").replace('": "-inf"', "")
+    data = json.loads(out)
+    greedy, _ = data["columns"]
+    assert greedy["policy"] == [1.0, 0.0, 0.0]
+    # pi* = 0 inside the support: log-ratio -inf, written null and flagged;
+    # outcome 2 is off the support: null and not flagged
+    assert greedy["log_ratio"] == [pytest.approx(np.log(2), rel=1e-15), None, None]
+    assert data["nonfinite"] == {"columns[0].log_ratio[1]": "-inf", "columns[1].beta": "inf"}
+    for col in data["columns"]:
+        for key in ("policy", "log_ratio"):
+            assert all(v is None or isinstance(v, float) for v in col[key])
+
+
+def test_bare_klpolicy_lists_the_commands(capsys):
+    code, out, err = run(capsys)
+    assert (code, err) == (0, "")
+    for command in ("solve", "demo", "plot"):
+        assert f"    {command} " in out
+
+
+def test_solve_help_has_examples(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["solve", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert "examples:" in out
+    assert "klpolicy solve --ref 0.5 0.5 --reward 1 0 --kl 0.1" in out
+
+
+def test_negative_numbers_in_any_float_form(capsys):
+    code, out, err = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "--reward", "1", "-1.5e3", "--beta", "0.5"
+    )
+    assert (code, err) == (0, "")
+    assert out.splitlines()[2].split()[:3] == ["1", "0.500000", "-1500.000000"]
+    code, out, err = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "--reward", "1", "0", "--beta", "-inf"
+    )
+    assert (code, out) == (2, "")
+    assert err == "klpolicy: error: `beta` must be non-negative; found -inf\n"
+    code, _, err = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "--reward", "-1E-3", "0", "--kl", "-.5"
+    )
+    assert code == 2
+    assert err == "klpolicy: error: `kl` must be a finite non-negative number of nats; got -0.5\n"
+
+
+def test_table_off_support_has_its_space(capsys):
+    code, out, _ = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "0", "--reward", "1", "0", "2", "--beta", "0.5"
+    )
+    assert code == 0
+    assert out.splitlines()[3].split() == [
+        "2",
+        "0.000000",
+        "2.000000",
+        "0.000000",
+        "(off",
+        "support)",
+    ]
+    assert " (off support)" in out
+
+
+def test_a_subnormal_beta_widens_only_its_column(capsys):
+    code, out, _ = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "--reward", "1", "0", "--beta", "1e-320", "1"
+    )
+    assert code == 0
+    head = out.splitlines()[0]
+    # the untouched columns keep the default width of 12
+    assert head.startswith("      action         ref      reward")
+    assert head.endswith("    pi*(b=1)")
+
+
+def test_no_traceback_even_for_an_unexpected_failure(capsys, monkeypatch):
+    import klpolicy.cli as cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the solver fell over\non two lines")
+
+    monkeypatch.setattr(cli, "beta_for_kl", broken)
+    code, out, err = run(
+        capsys, "solve", "--ref", "0.5", "0.5", "--reward", "1", "0", "--kl", "0.1"
+    )
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert err.startswith(
+        "klpolicy: internal error: RuntimeError: the solver fell over on two lines (please report"
+    )
+
+
+def test_the_issue_16_solve_case_is_one_line_or_the_answer():
+    # beta_for_kl on this reachable target once raised RuntimeError: now either the answer
+    # (exit 0) or one line, never a traceback
+    res = subprocess.run(
+        [sys.executable, "-m", "klpolicy", "solve", "--ref", "1.0", "1e-69",
+         "--reward", "0", "13.05", "--kl", "2.27e-33"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 0 or (res.returncode in (1, 2) and res.stderr.count("\n") == 1)
+
+
+def test_demo_out_on_an_existing_file_fails_before_printing(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "figures.png"
+    target.write_bytes(b"keep me")
+    code, out, err = run(capsys, "demo", "--out", str(target))
+    assert (code, out) == (2, "")
+    assert err == f"klpolicy: error: `--out` {str(target)!r} exists and is not a folder\n"
+    assert target.read_bytes() == b"keep me"
+
+
+def test_demo_out_in_an_unwritable_folder_fails_before_printing(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root writes anywhere: nothing to refuse
+            pytest.skip("running with permission to write into a read-only folder")
+        code, out, err = run(capsys, "demo", "--out", str(locked / "figs"))
+    finally:
+        locked.chmod(0o700)
+    assert (code, out) == (2, "")
+    assert err.startswith(
+        f"klpolicy: error: cannot write into `--out` folder {str(locked / 'figs')!r}"
+    )
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["token-kl", "--kl", "0.1", "-0.2", "0.3"],
+            "`--kl` values are per-position KLs, finite and >= 0; found -0.2 at position 1",
+        ),
+        (
+            ["beta-sweep", "--ref", "0.5", "0.5", "--reward", "1", "0", "--beta-range", "0", "1"],
+            "`--beta-range` LO HI must be finite positive numbers with LO < HI",
+        ),
+        (
+            ["frontier", "--ref", "0.5", "0.5", "--reward", "1", "0", "--beta-range", "2", "1"],
+            "`--beta-range` LO HI must be finite positive numbers with LO < HI",
+        ),
+        (
+            ["frontier", "--ref", "0.5", "0.5", "--reward", "1", "0", "--best-of-n", "0"],
+            "`best_of_n` must be an integer >= 1",
+        ),
+    ],
+)
+def test_plot_refuses_what_it_cannot_draw(capsys, tmp_path, argv, message):
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "x.png"
+    code, out, err = run(capsys, "plot", *argv, "-o", str(target))
+    assert (code, out) == (2, "")
+    assert err.startswith("klpolicy: error: " + message)
+    assert err.count("\n") == 1
+    assert not target.exists()
+
+
+# Every subcommand (and every figure of `plot`) with a small valid command line; the test
+# below feeds each of its numeric options bad values. A new subcommand must add a row.
+VALID = {
+    "solve": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--beta", "0.5"],
+    "demo": [],
+    "plot beta-sweep": ["--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "OUT"],
+    "plot frontier": ["--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "OUT"],
+    "plot token-kl": ["--kl", "0.1", "0.2", "-o", "OUT"],
+    "plot controller-trace": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--steps", "3", "-o", "OUT"],
+    "plot kl-budget": ["--d", "0", "1", "--gold", "0", "1", "-o", "OUT"],
+    "plot estimator-histograms": ["--p", "0.5", "0.5", "--q", "0.4", "0.6", "--n", "50", "-o", "OUT"],
+    "plot fixed-points": ["--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "OUT"],
+}  # fmt: skip
+BAD_NUMBERS = ["x", "nan", "inf", "-inf", "-1", "1e309", "0", "2**63", "9223372036854775808"]
+
+
+def _subcommands():
+    """(name, parser) of every leaf subcommand, read from the CLI's own parser."""
+    import argparse
+
+    from klpolicy.cli import _parser
+
+    out = []
+
+    def walk(prefix, parser):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            out.append((prefix.strip(), parser))
+        for a in subs:
+            for name, p in a.choices.items():
+                walk(f"{prefix} {name}", p)
+
+    walk("", _parser())
+    return out
+
+
+def test_every_subcommand_has_a_valid_row():
+    names = {name for name, _ in _subcommands()}
+    assert names == set(VALID), (
+        "add a row to VALID in tests/test_cli.py for each new subcommand (a small valid "
+        f"command line); missing: {sorted(names - set(VALID))}, stale: {sorted(set(VALID) - names)}"
+    )
+
+
+def _bad_cases():
+    cases = []
+    for name, parser in _subcommands():
+        for action in parser._actions:
+            if action.type not in (float, int) or not action.option_strings:
+                continue
+            opt = action.option_strings[-1]
+            for bad in BAD_NUMBERS:
+                cases.append(pytest.param(name, opt, bad, id=f"{name}-{opt}-{bad}"))
+        cases.append(pytest.param(name, "--no-such-option", "1", id=f"{name}-unknown-option"))
+    return cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "option", "bad"), _bad_cases())
+def test_every_subcommand_refuses_bad_arguments_in_one_line(capsys, tmp_path, name, option, bad):
+    """Each numeric option of each subcommand, given a bad value: one line and exit 2, or
+    (for a value that is valid there, such as `--beta 0`) success; never a traceback."""
+    if name.startswith("plot") or (name == "demo" and option == "--out"):
+        pytest.importorskip("matplotlib")
+    argv = [str(tmp_path / "x.png") if a == "OUT" else a for a in VALID[name]]
+    try:
+        i = argv.index(option)
+        j = i + 1
+        while j < len(argv) and not argv[j].startswith("--") and argv[j] != "-o":
+            j += 1
+        argv = argv[:i] + argv[j:]
+    except ValueError:
+        pass
+    code, out, err = run(capsys, *name.split(), *argv, option, bad)
+    assert "Traceback" not in err
+    if code == 0:
+        assert err == ""
+        return
+    assert code == 2, f"exit {code}: {err}"
+    assert err.startswith("klpolicy: error: ") and err.count("\n") == 1, err
+    assert out == ""

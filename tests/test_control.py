@@ -583,7 +583,7 @@ SIM_BAD = [
     ),
     (
         lambda: stability_region(REF, REW, 0.1, lags=[0], horizons=[0], init_kl_coef=1, steps=3),
-        "`horizon` must be a positive finite number; got 0.0",
+        "`horizons` must be a positive finite number; got 0.0",
     ),
     (lambda: kl_elasticity(REF, REW, 0), "`beta` must be a positive finite number; got 0"),
     (

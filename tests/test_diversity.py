@@ -375,11 +375,11 @@ BAD = [
     ),
     (
         lambda: max_entropy_objective([0.5, 0.5], [1.0, 0.0], np.inf),
-        "`beta` must be a finite non-negative number; got inf",
+        "`beta` must be a non-negative finite number; got inf",
     ),
     (
         lambda: max_entropy_objective([0.5, 0.5], [1.0, 0.0], -1.0),
-        "`beta` must be a finite non-negative number; got -1.0",
+        "`beta` must be a non-negative finite number; got -1.0",
     ),
     (lambda: optimal_entropy([0.5, 0.5], [1.0, np.nan], 1.0), "`reward` must be finite; found nan"),
     (lambda: entropy_slope([0.5, 0.5], [1.0, 0.0], -1.0), "`beta` must be non-negative; found -1"),
@@ -389,7 +389,7 @@ BAD = [
     ),
     (
         lambda: best_of_n_diversity([0.5, 0.5], [1.0, 0.0], [2, 0]),
-        "`n` must be an integer >= 1; found 0 at index (1,)",
+        "`ns` must be an integer >= 1; found 0 at index (1,)",
     ),
     (
         lambda: kl_decomposition([0.5, 0.5], [0.2, 0.2, 0.6]),

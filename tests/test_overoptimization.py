@@ -188,7 +188,7 @@ BAD = [
         make_problem,
         ("bogus",),
         {},
-        "`kind` must be one of ('noise', 'misspecified', 'rare_errors'); got 'bogus'",
+        "`kind` must be one of 'noise', 'misspecified', 'rare_errors'; got 'bogus'",
     ),
     (make_problem, ("noise",), {"size": 1}, "`size` must be an integer >= 2; got 1"),
     (make_problem, ("noise",), {"size": 2.5}, "`size` must be an integer >= 2; got 2.5"),
@@ -198,7 +198,7 @@ BAD = [
         closed_form_sweep,
         (REF, PROXY, GOLD, [-1.0]),
         {},
-        "`betas` must be non-negative; found -1 at index (0, 0)",
+        "`betas` must be non-negative; found -1 at index (0,)",
     ),
     (closed_form_sweep, (REF, PROXY, GOLD, []), {}, "`betas` must not be empty; got shape (0,)"),
     (

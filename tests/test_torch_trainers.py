@@ -221,7 +221,7 @@ def test_progress_bar_goes_to_stderr(capsys):
         ({"method": "exact", "steps": 0}, "`steps` must be an integer >= 1; got 0"),
         ({"method": "grpo", "group_size": 1}, "`group_size` must be at least 2; got 1"),
         ({"method": "ppo", "clip": -0.2}, "`clip` must be a positive finite number; got -0.2"),
-        ({"method": "grpo", "eps": -1.0}, "`eps` must be a non-negative number; got -1.0"),
+        ({"method": "grpo", "eps": -1.0}, "`eps` must be a non-negative finite number; got -1.0"),
         (
             {"method": "dpo", "labels": "soft"},
             "`labels` must be 'sampled' or 'expected'; got 'soft'",

@@ -95,7 +95,7 @@ def test_ppo_clip_is_dominated_by_the_trust_region_step_at_equal_kl():
         ),
         (
             lambda: trust_region_step([0.5, 0.6], [1.0, 0.0], 0.1),
-            "`ref` must sum to 1 along axis -1",
+            "`pi_old` must sum to 1 along axis -1",
         ),
         (
             lambda: ppo_clip_step([0.5, 0.5], [1.0, 0.0], 0.0),

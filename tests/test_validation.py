@@ -154,7 +154,12 @@ BAD = [
         {},
         "`kl` must be a finite non-negative number of nats; got -0.1",
     ),
-    (kp.beta_for_kl, (H, R, np.nan), {}, "`kl` must not be NaN"),
+    (
+        kp.beta_for_kl,
+        (H, R, np.nan),
+        {},
+        "`kl` must be a finite non-negative number of nats; got nan",
+    ),
     (
         kp.beta_for_kl,
         (H, R, np.inf),

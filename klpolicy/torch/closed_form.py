@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+
+from klpolicy import _validation as V
 
 __all__ = ["k1", "k2", "k3", "kl_divergence", "optimal_policy", "soft_value"]
 
@@ -25,33 +28,83 @@ _SERIES_RADIUS = 0.2
 _EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]
 
 
-def _as_tensor(x, like: torch.Tensor | None = None) -> torch.Tensor:
+def _as_tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` as a real floating tensor (on ``like``'s device and dtype), or a ValueError naming it.
+
+    Non-tensors go through the numpy validators (None, strings, bools, complex
+    numbers, objects, ragged lists and empty arrays are refused by name);
+    tensors must be real (not bool, not complex) and non-empty.
+    """
     if isinstance(x, torch.Tensor):
+        if x.dtype == torch.bool or x.is_complex():
+            raise ValueError(f"`{name}` must be a tensor of real numbers; got dtype {x.dtype}")
+        if x.numel() == 0:
+            raise ValueError(f"`{name}` must not be empty; got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             x = x.to(torch.float64 if like is None else like.dtype)
         return x if like is None else x.to(device=like.device)
+    if isinstance(x, (bool, np.bool_)):
+        raise ValueError(f"`{name}` must be a real number or array; got {x!r}")
+    arr = V.as_float_array(name, x)
     if like is None:
-        return torch.as_tensor(x, dtype=torch.float64)
-    return torch.as_tensor(x, dtype=like.dtype, device=like.device)
+        return torch.as_tensor(arr, dtype=torch.float64)
+    return torch.as_tensor(arr, dtype=like.dtype, device=like.device)
 
 
-def _check_probabilities(name: str, p: torch.Tensor) -> None:
+def _first_bad(name: str, t: torch.Tensor, what: str, bad: torch.Tensor) -> ValueError:
+    idx = tuple(int(i) for i in torch.nonzero(bad)[0])
+    v = float(t[idx])
+    return ValueError(f"`{name}` {what}; found {v:.6g} at index {idx}")
+
+
+def _check_probabilities(name: str, p: torch.Tensor, dim: int = -1) -> None:
+    """Finite, non-negative, each slice along ``dim`` summing to one (the numpy tolerance).
+
+    The sum is not checked for a tensor that requires grad: finite differences
+    (``torch.autograd.gradcheck``) and optimisers move such a leaf off the simplex,
+    and the gradient is that of the function extended to unnormalised inputs.
+    """
     if p.ndim == 0:
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar")
+    if not -p.ndim <= dim < p.ndim:
+        raise ValueError(f"`dim` {dim} is out of bounds for `{name}` with {p.ndim} dimensions")
     with torch.no_grad():
-        if not bool((~(p >= 0)).any()):  # one pass catches both NaN and negatives
+        sums = p.sum(dim=dim, dtype=torch.float64)
+        tol = V.row_sum_tolerance(np.dtype(str(p.dtype).removeprefix("torch.")), p.shape[dim])
+        # one device sync in the common case: NaN fails p >= 0, inf makes the sum wrong
+        check_sum = not p.requires_grad
+        wrong = ((sums - 1).abs() > tol).any() if check_sum else torch.isinf(p).any()
+        if not bool((~(p >= 0)).any() | wrong):
             return
         if torch.isnan(p).any():
-            raise ValueError(f"`{name}` must not contain NaN")
-        neg = p < 0
-        if neg.any():
-            idx = tuple(int(i) for i in torch.nonzero(neg)[0])
-            raise ValueError(
-                f"`{name}` must be non-negative; found {float(p[idx]):.6g} at index {idx}"
+            raise _first_bad(name, p, "must not contain NaN", torch.isnan(p))
+        if torch.isinf(p).any():
+            raise _first_bad(name, p, "must be finite", torch.isinf(p))
+        if (p < 0).any():
+            raise _first_bad(name, p, "must be non-negative", p < 0)
+        bad = (sums - 1).abs() > tol
+        idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.ndim else ()
+        raise ValueError(
+            f"`{name}` must sum to 1 along dim {dim}; "
+            + (f"row {idx} " if idx else "it ")
+            + f"sums to {float(sums[idx])!r} (tolerance {tol:.2g}); "
+            "klpolicy never renormalises silently"
+        )
+
+
+def _check_finite(name: str, t: torch.Tensor, *, allow_neg_inf: bool = False) -> None:
+    """No NaN and no infinities (``-inf`` allowed with ``allow_neg_inf``): one device sync."""
+    with torch.no_grad():
+        bad = torch.isnan(t) | (t == math.inf) if allow_neg_inf else ~torch.isfinite(t)
+        if bool(bad.any()):
+            raise _first_bad(
+                name, t, "must not be NaN or +inf" if allow_neg_inf else "must be finite", bad
             )
 
 
 def _check_same_size(a: torch.Tensor, b: torch.Tensor, dim: int, names=("ref", "reward")):
+    if b.ndim == 0:
+        raise ValueError(f"`{names[1]}` must have at least one dimension; got a scalar")
     if a.shape[dim] != b.shape[dim]:
         raise ValueError(
             f"`{names[1]}` must have the same size as `{names[0]}` along the probability "
@@ -59,8 +112,18 @@ def _check_same_size(a: torch.Tensor, b: torch.Tensor, dim: int, names=("ref", "
         )
 
 
+def _broadcast(names, *ts: torch.Tensor) -> list[torch.Tensor]:
+    try:
+        return list(torch.broadcast_tensors(*ts))
+    except RuntimeError:
+        shapes = " and ".join(f"`{n}` {tuple(t.shape)}" for n, t in zip(names, ts, strict=True))
+        raise ValueError(f"the shapes of {shapes} do not broadcast") from None
+
+
 def _beta(beta, like: torch.Tensor) -> torch.Tensor:
-    b = _as_tensor(beta, like)
+    if not isinstance(beta, torch.Tensor):
+        V.check_beta_values("beta", beta)  # words None, strings, bools, ragged, NaN, < 0
+    b = _as_tensor("beta", beta, like)
     with torch.no_grad():
         if torch.isnan(b).any():
             raise ValueError("`beta` must not be NaN")
@@ -70,14 +133,15 @@ def _beta(beta, like: torch.Tensor) -> torch.Tensor:
 
 
 def _setup(ref, reward, beta, dim):
-    ref_t = _as_tensor(ref)
-    rew_t = _as_tensor(reward, ref_t)
-    _check_probabilities("ref", ref_t)
+    ref_t = _as_tensor("ref", ref)
+    rew_t = _as_tensor("reward", reward, ref_t)
+    _check_probabilities("ref", ref_t, dim)
+    _check_finite("reward", rew_t)
     _check_same_size(ref_t, rew_t, dim)
     b = _beta(beta, ref_t)
     if b.ndim == 0:
         b = b.reshape((1,) * ref_t.ndim)
-    ref_t, rew_t, b = torch.broadcast_tensors(ref_t, rew_t, b)
+    ref_t, rew_t, b = _broadcast(("ref", "reward", "beta"), ref_t, rew_t, b)
     return ref_t, rew_t, b
 
 
@@ -138,12 +202,14 @@ def optimal_policy(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     >>> optimal_policy(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.5)
     tensor([0.8808, 0.1192])
     """
-    if isinstance(beta, (int, float)) and 0 < beta < math.inf:
+    if isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 < beta < math.inf:
         # fast path for a plain positive coefficient: one masked softmax
-        ref_t = _as_tensor(ref)
-        rew_t = _as_tensor(reward, ref_t)
-        _check_probabilities("ref", ref_t)
+        ref_t = _as_tensor("ref", ref)
+        rew_t = _as_tensor("reward", reward, ref_t)
+        _check_probabilities("ref", ref_t, dim)
+        _check_finite("reward", rew_t)
         _check_same_size(ref_t, rew_t, dim)
+        _broadcast(("ref", "reward"), ref_t, rew_t)
         if not (ref_t.requires_grad or rew_t.requires_grad):
             # log 0 = -inf masks the zeros by itself (rewards are finite)
             return torch.softmax(torch.log(ref_t) + rew_t / float(beta), dim=dim)
@@ -265,18 +331,27 @@ def kl_divergence(p, q, *, dim: int = -1) -> torch.Tensor:
     >>> round(float(kl_divergence(torch.tensor([0.88, 0.12]), torch.tensor([0.5, 0.5]))), 6)
     0.326222
     """
-    p_t = _as_tensor(p)
-    q_t = _as_tensor(q, p_t)
-    _check_probabilities("p", p_t)
-    _check_probabilities("q", q_t)
+    p_t = _as_tensor("p", p)
+    q_t = _as_tensor("q", q, p_t)
+    _check_probabilities("p", p_t, dim)
+    _check_probabilities("q", q_t, dim)
     _check_same_size(p_t, q_t, dim, ("p", "q"))
-    p_t, q_t = torch.broadcast_tensors(p_t, q_t)
+    p_t, q_t = _broadcast(("p", "q"), p_t, q_t)
     pos_p, pos_q = p_t > 0, q_t > 0
     one = torch.ones_like(p_t)
     u = torch.log(torch.where(pos_p, p_t, one)) - torch.log(torch.where(pos_q, q_t, one))
     terms = torch.where(pos_p, p_t * (u - 1), torch.zeros_like(p_t)) + q_t
     terms = torch.where(pos_p & ~pos_q, torch.full_like(p_t, math.inf), terms)
     return terms.sum(dim=dim)
+
+
+def _log_pair(logp, logq) -> list[torch.Tensor]:
+    """Validated log-probabilities: ``logp`` finite (a sampled token), ``logq`` not NaN or +inf."""
+    lp = _as_tensor("logp", logp)
+    lq = _as_tensor("logq", logq, lp)
+    _check_finite("logp", lp)
+    _check_finite("logq", lq, allow_neg_inf=True)
+    return _broadcast(("logp", "logq"), lp, lq)
 
 
 def k1(logp, logq) -> torch.Tensor:
@@ -303,8 +378,8 @@ def k1(logp, logq) -> torch.Tensor:
     >>> k1(torch.tensor([-0.5]), torch.tensor([-1.0]))
     tensor([0.5000])
     """
-    logp = _as_tensor(logp)
-    return logp - _as_tensor(logq, logp)
+    logp, logq = _log_pair(logp, logq)
+    return logp - logq
 
 
 def k2(logp, logq) -> torch.Tensor:
@@ -364,8 +439,8 @@ def k3(logp, logq) -> torch.Tensor:
     >>> k3(torch.tensor([-0.5]), torch.tensor([-1.0]))
     tensor([0.1065])
     """
-    logp = _as_tensor(logp)
-    x = _as_tensor(logq, logp) - logp
+    logp, logq = _log_pair(logp, logq)
+    x = logq - logp
     small = torch.abs(x) < _SERIES_RADIUS
     xs = torch.where(small, x, torch.zeros_like(x))
     acc = torch.full_like(xs, _EXPM1MX[-1])

@@ -23,6 +23,11 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from klpolicy import _validation as V
+
+#: Largest number of whole sequences V**T a model that enumerates them may hold.
+MAX_SEQUENCES = 10**7
+
 __all__ = [
     "AutoregressivePolicy",
     "TabularConditionals",
@@ -45,7 +50,15 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
     """
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(device)
+    if not isinstance(device, (str, torch.device)) or isinstance(device, bool):
+        raise ValueError(
+            f"`device` must be a device name such as 'cpu' or 'cuda:0', or a torch.device; "
+            f"got {V.describe(device)}"
+        )
+    try:
+        return torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"`device` is not a device torch knows: {device!r} ({exc})") from None
 
 
 def _masked_log(p: torch.Tensor) -> torch.Tensor:
@@ -120,7 +133,8 @@ class TabularPolicy(torch.nn.Module):
 
     def __init__(self, probs: ArrayLike, *, device=None, dtype=torch.float64):
         super().__init__()
-        p = torch.as_tensor(np.atleast_2d(np.asarray(probs, dtype=np.float64)), dtype=dtype)
+        probs = V.as_probabilities("probs", probs).astype(np.float64, copy=False)
+        p = torch.as_tensor(np.atleast_2d(probs), dtype=dtype)
         p = p.to(default_device(device))
         self.register_buffer("mask", p > 0)
         self.logits = torch.nn.Parameter(torch.where(p > 0, torch.log(p.clamp_min(1e-300)), 0.0))
@@ -168,6 +182,7 @@ class TabularConditionals(torch.nn.Module):
     def __init__(self, conditionals, *, device=None, dtype=torch.float64):
         super().__init__()
         dev = default_device(device)
+        conditionals = V.as_token_tree("conditionals", conditionals)
         self.vocab = int(np.shape(conditionals[0])[-1])
         self.length = len(conditionals)
         self.logits = torch.nn.ParameterList()
@@ -258,7 +273,15 @@ class AutoregressivePolicy(torch.nn.Module):
         dtype=torch.float64,
     ):
         super().__init__()
-        self.vocab, self.length = int(vocab), int(length)
+        self.vocab = V.as_count("vocab", vocab, hi=MAX_SEQUENCES)
+        self.length = V.as_count("length", length, hi=MAX_SEQUENCES)
+        if self.vocab**self.length > MAX_SEQUENCES:
+            raise ValueError(
+                f"`vocab` ** `length` = {self.vocab}**{self.length} sequences is more than the "
+                f"{MAX_SEQUENCES:,} this exact (enumerating) model holds"
+            )
+        hidden = V.as_count("hidden", hidden, hi=1 << 16)
+        seed = V.as_count("seed", seed, lo=0, hi=2**63 - 1)
         dev = default_device(device)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

@@ -180,6 +180,8 @@ def grpo_fixed_point(
     if q.ndim != 1:
         raise ValueError(f"`ref` must be one-dimensional; got shape {q.shape}")
     b = V.as_positive_scalar("beta", beta)
+    eps = V.as_scalar("eps", eps, "[0, inf)")
+    unbiased_std = V.as_bool("unbiased_std", unbiased_std)
     sup = q > 0
     qs, rs = q[sup] / q[sup].sum(), r[sup]
 

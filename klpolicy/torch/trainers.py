@@ -141,13 +141,14 @@ def _options(method, kw) -> dict:
     if o["group_size"] < 2:
         raise ValueError(f"`group_size` must be at least 2; got {o['group_size']}")
     o["clip"] = V.as_positive_scalar("clip", o["clip"])
-    if not (isinstance(o["eps"], (int, float)) and o["eps"] >= 0):
-        raise ValueError(f"`eps` must be a non-negative number; got {o['eps']!r}")
+    o["eps"] = V.as_scalar("eps", o["eps"], "[0, inf)")
+    o["unbiased_std"] = V.as_bool("unbiased_std", o["unbiased_std"])
     return o
 
 
 def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, progress, o, set_joint):
     steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
+    progress = V.as_bool("progress", progress)
     if schedule not in ("linear", "constant"):
         raise ValueError(f"`schedule` must be 'linear' or 'constant'; got {schedule!r}")
     device = pb.ref.device
@@ -470,9 +471,10 @@ def fit_reference(
     >>> float(sft.history["kl"][-1]) < 1e-3
     True
     """
-    _, _, joint = _tree(
-        ref_conditionals, np.zeros((np.shape(ref_conditionals[0])[-1],) * len(ref_conditionals))
-    )
+    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
+    progress = V.as_bool("progress", progress)
+    tree = V.as_token_tree("ref_conditionals", ref_conditionals)
+    _, _, joint = _tree(tree, np.zeros((tree[0].shape[-1],) * len(tree)))
     dev = default_device(device)
     vocab, length = joint.shape[0], joint.ndim
     model = AutoregressivePolicy(vocab, length, hidden=hidden, seed=seed, device=dev, dtype=dtype)
@@ -485,7 +487,6 @@ def fit_reference(
     q = torch.as_tensor(joint.reshape(1, -1), dtype=dtype, device=dev)
     opt = torch.optim.Adam(model.parameters(), lr=V.as_positive_scalar("lr", lr))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
-    steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     rows = []
     start = time.perf_counter()
     for i in range(steps):
