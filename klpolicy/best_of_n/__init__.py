@@ -8,7 +8,7 @@
   over-optimisation (Gao et al. 2022) under the closed form and under best-of-n.
 """
 
-from . import overoptimization
+from . import overoptimization as overoptimization
 from .frontier import (
     BestOfNComparison,
     BestOfNCurve,
