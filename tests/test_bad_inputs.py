@@ -331,6 +331,35 @@ COUNTS = Kind("counts", _counts_bad)
 CHOICE = Kind("choice", _choice_bad)
 FLAG = Kind("flag", _flag_bad)
 TREE = Kind("token tree", _tree_bad)
+
+
+def _weights_bad(v):
+    return [
+        ("nan", [[np.nan] + v[0][1:]] + v[1:]),
+        ("inf", [[np.inf] + v[0][1:]] + v[1:]),
+        ("negative", [[-1.0] + v[0][1:]] + v[1:]),
+        ("not-square", v[:-1]),
+        ("empty", []),
+        ("ragged", [v[0], v[1][:1]]),
+        ("complex", [[complex(x, 1) for x in r] for r in v]),
+        *TYPES,
+    ]
+
+
+def _support_bad(v):
+    return [
+        ("not-bool", [1, 0, 1][: len(v)]),
+        ("wrong-size", v + [True]),
+        ("str", "abc"),
+        ("None", None),
+        ("ragged", [[True], [True, False]]),
+    ]
+
+
+WEIGHTS = Kind("pair weights", _weights_bad)
+SUPPORT = Kind("boolean support", _support_bad)
+CALLABLE = Kind("callable", lambda v: [("None", None), ("str", "abc"), ("number", 3)])
+TEXT = Kind("text", lambda v: [("number", 3), ("bytes", b"t"), ("object", OBJ)])
 ARRAY_KINDS = {"probabilities", "finite reals", "log-probabilities"}
 AXIS = Kind("axis", lambda v: [("fraction", 0.5), ("out-of-range", 7), *TYPES[:3]])
 
@@ -853,6 +882,58 @@ ROWS += [
     row(_PL + "token_kl", kl=(REWARD, [0.1, 0.2, 0.3])),
 ]
 
+
+def _draw(ax):
+    from klpolicy.plotting import token_kl
+
+    return token_kl([0.1, 0.2], ax=ax)
+
+
+ROWS.append(
+    row(
+        _PL + "save_figure",
+        {"path": "/tmp/klpolicy-bad-inputs-test.png"},
+        draw=(CALLABLE, _draw),
+        dpi=(_opt(POS), 50.0),
+        title=(_opt(TEXT), "t"),
+    )
+)
+
+# --- estimators' GRPO / token-k3 targets, preference solvers ---------------------------------
+_E = "klpolicy.estimators."
+_GRPO = dict(group_size=(_opt(COUNT), 4), eps=(NONNEG, 1e-6), unbiased_std=(FLAG, True))
+W3 = [[0.0, 0.3, 0.2], [0.1, 0.0, 0.1], [0.2, 0.1, 0.0]]
+ROWS += [
+    row(
+        _E + "grpo_expected_update",
+        pi=(PROB, Q),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(POS, 1.0),
+        **_GRPO,
+    ),
+    row(_E + "grpo_fixed_point", ref=(PROB, P), reward=(REWARD, R), beta=(POS, 1.0), **_GRPO),
+    row(
+        _E + "token_k3_fixed_point",
+        ref_conditionals=(TREE, T2),
+        reward=(REWARD, SEQ_R),
+        beta=(POS, 1.0),
+    ),
+    row(
+        _PF + "laplacian_solve",
+        sym=(WEIGHTS, [[0.0, 0.5, 0.4], [0.5, 0.0, 0.3], [0.4, 0.3, 0.0]]),
+        rhs=(REWARD, [0.1, -0.05, -0.05]),
+        support=(SUPPORT, [True, True, True]),
+    ),
+    row(
+        _PF + "minimise_pair_loss",
+        w=(WEIGHTS, W3),
+        support=(SUPPORT, [True, True, True]),
+        beta=(POS, 0.5),
+        kind=(CHOICE, "dpo"),
+    ),
+]
+
 # --- torch --------------------------------------------------------------------------------
 _T = "klpolicy.torch."
 ROWS += [
@@ -895,34 +976,10 @@ ROWS += [
         schedule=(CHOICE, "linear"),
         progress=(FLAG, False),
     ),
-    row(
-        _T + "grpo_fixed_point",
-        ref=(PROB, P),
-        reward=(REWARD, R),
-        beta=(POS, 1.0),
-        group_size=(_opt(COUNT), 4),
-        eps=(NONNEG, 1e-6),
-        unbiased_std=(FLAG, True),
-    ),
     *[row(_T + k, logp=(LOGP, LP), logq=(LOGP, LQ)) for k in ("k1", "k2", "k3")],
     row(_T + "kl_divergence", p=(PROB, P), q=(PROB, Q)),
     row(_T + "optimal_policy", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
-    row(
-        _T + "token_k3_fixed_point",
-        ref_conditionals=(TREE, T2),
-        reward=(REWARD, SEQ_R),
-        beta=(POS, 1.0),
-    ),
-    row(
-        _T + "ppo_clip_step",
-        pi_old=(PROB, P),
-        advantage=(REWARD, R),
-        clip=(POS, 0.2),
-        lr=(POS, 1.0),
-        epochs=(COUNT, 2),
-    ),
-    row(_T + "trust_region_step", pi_old=(PROB, P), advantage=(REWARD, R), delta=(KL, 0.05)),
 ]
 
 #: Public callables that take no user input to check: result containers (named tuples

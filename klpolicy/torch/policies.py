@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from klpolicy import _validation as V
+from klpolicy.core.internal import validation as V
 
 #: Largest number of whole sequences V**T a model that enumerates them may hold.
 MAX_SEQUENCES = 10**7
