@@ -323,15 +323,10 @@ class GaoFit(NamedTuple):
 
 
 def _fit_data(d: ArrayLike, gain: ArrayLike):
-    d_a = V.as_float_array("d", d).astype(np.float64).ravel()
-    g_a = V.as_float_array("gain", gain).astype(np.float64).ravel()
+    d_a = V.as_finite_array("d", np.ravel(V.as_float_array("d", d))).astype(np.float64)
+    g_a = V.as_finite_array("gain", np.ravel(V.as_float_array("gain", gain))).astype(np.float64)
     if d_a.shape != g_a.shape:
         raise ValueError(f"`d` and `gain` must have the same size; got {d_a.size} and {g_a.size}")
-    for name, arr in (("d", d_a), ("gain", g_a)):
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"`{name}` must be finite; found {arr[i]} at index ({i},)")
     if (d_a < 0).any():
         i = int(np.flatnonzero(d_a < 0)[0])
         raise ValueError(f"`d` must be non-negative; found {d_a[i]:g} at index ({i},)")

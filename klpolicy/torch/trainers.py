@@ -108,8 +108,7 @@ def _progress(step: int, steps: int, dist: float, enabled: bool) -> None:
 
 
 def _options(method, kw) -> dict:
-    if method not in METHODS:
-        raise ValueError(f"`method` must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    V.as_choice("method", method, tuple(METHODS))
     o = {
         "method": method,
         "batch_size": 256,
@@ -129,12 +128,9 @@ def _options(method, kw) -> dict:
     if unknown:
         raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)} for method {method!r}")
     o.update(kw)
-    if o["estimator"] not in ESTIMATORS:
-        raise ValueError(f"`estimator` must be 'k1', 'k2' or 'k3'; got {o['estimator']!r}")
-    if o["placement"] not in ("reward", "loss"):
-        raise ValueError(f"`placement` must be 'reward' or 'loss'; got {o['placement']!r}")
-    if o["labels"] not in ("sampled", "expected"):
-        raise ValueError(f"`labels` must be 'sampled' or 'expected'; got {o['labels']!r}")
+    V.as_choice("estimator", o["estimator"], tuple(ESTIMATORS))
+    V.as_choice("placement", o["placement"], ("reward", "loss"))
+    V.as_choice("labels", o["labels"], ("sampled", "expected"))
     for name in ("batch_size", "epochs", "group_size", "n_groups"):
         o[name] = V.as_positive_int(name, o[name], hi=V.MAX_LOOP_COUNT)
     if o["batch_size"] < 2:
@@ -150,8 +146,7 @@ def _options(method, kw) -> dict:
 def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, progress, o, set_joint):
     steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     progress = V.as_bool("progress", progress)
-    if schedule not in ("linear", "constant"):
-        raise ValueError(f"`schedule` must be 'linear' or 'constant'; got {schedule!r}")
+    V.as_choice("schedule", schedule, ("linear", "constant"))
     device = pb.ref.device
     gen = torch.Generator(device=device)
     gen.manual_seed(int(seed))
@@ -282,10 +277,7 @@ def fit_policy(
     q, r = _prepare(ref, reward, -1)
     one_d = q.ndim == 1
     q2, r2 = np.atleast_2d(q).astype(np.float64), np.atleast_2d(r).astype(np.float64)
-    if method != "trust_region":
-        V.as_positive_scalar("beta", beta)
-    elif float(beta) < 0:
-        raise ValueError(f"`beta` must be non-negative; got {beta!r}")
+    V.as_scalar("beta", beta, "[0, inf)" if method == "trust_region" else "(0, inf)")
     tgt = (
         optimal_policy(q2, r2, beta) if target is None else np.atleast_2d(np.asarray(target, float))
     )

@@ -213,11 +213,11 @@ def test_progress_bar_goes_to_stderr(capsys):
         ),
         (
             {"method": "reinforce", "estimator": "k4"},
-            "`estimator` must be 'k1', 'k2' or 'k3'; got 'k4'",
+            "`estimator` must be one of 'k1', 'k2', 'k3'; got 'k4'",
         ),
         (
             {"method": "reinforce", "placement": "advantage"},
-            "`placement` must be 'reward' or 'loss'; got 'advantage'",
+            "`placement` must be one of 'reward', 'loss'; got 'advantage'",
         ),
         ({"method": "reinforce", "batch_size": 1}, "`batch_size` must be at least 2; got 1"),
         ({"method": "exact", "steps": 0}, "`steps` must be an integer >= 1; got 0"),
@@ -226,11 +226,11 @@ def test_progress_bar_goes_to_stderr(capsys):
         ({"method": "grpo", "eps": -1.0}, "`eps` must be a non-negative finite number; got -1.0"),
         (
             {"method": "dpo", "labels": "soft"},
-            "`labels` must be 'sampled' or 'expected'; got 'soft'",
+            "`labels` must be one of 'sampled', 'expected'; got 'soft'",
         ),
         (
             {"method": "exact", "schedule": "cosine"},
-            "`schedule` must be 'linear' or 'constant'; got 'cosine'",
+            "`schedule` must be one of 'linear', 'constant'; got 'cosine'",
         ),
     ],
 )
