@@ -899,8 +899,13 @@ ROWS.append(
     )
 )
 
-# --- estimators' GRPO / token-k3 targets, preference solvers ---------------------------------
+# --- estimators' registry, GRPO / token-k3 targets, preference solvers -------------------------
 _E = "klpolicy.estimators."
+ROWS += [
+    row(_E + "estimator_names", kl_only=(FLAG, False)),
+    # `argument` is the caller's name for the estimator: here the test calls it `name`
+    row(_E + "get_estimator", {"argument": "name"}, name=(CHOICE, "k3"), kl_only=(FLAG, False)),
+]
 _GRPO = dict(group_size=(_opt(COUNT), 4), eps=(NONNEG, 1e-6), unbiased_std=(FLAG, True))
 W3 = [[0.0, 0.3, 0.2], [0.1, 0.0, 0.1], [0.2, 0.1, 0.0]]
 ROWS += [
@@ -1009,6 +1014,8 @@ RESULTS = {
     "klpolicy.calibration.CalibrationThreshold",
     "klpolicy.retention.RetentionCurve",
     "klpolicy.torch.FitResult",
+    # a registry row: the definition of an estimator, written by whoever adds one
+    "klpolicy.estimators.Estimator",
 }
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import prepare as _prepare
@@ -336,6 +335,8 @@ def _fit_data(d: ArrayLike, gain: ArrayLike):
 
 
 def _solve(cols: NDArray, g: NDArray) -> tuple[float, float, float]:
+    import scipy.linalg  # lazy: keeps `import klpolicy` light
+
     coef, *_ = scipy.linalg.lstsq(cols, g)
     a, b = float(coef[0]), float(coef[1])
     rmse = float(np.sqrt(np.mean((cols @ coef - g) ** 2)))
