@@ -455,6 +455,19 @@ def test_demo_out_on_an_existing_file_fails_before_printing(capsys, tmp_path):
     assert target.read_bytes() == b"keep me"
 
 
+def test_demo_out_below_a_file_fails_before_printing(capsys, tmp_path):
+    # a folder that cannot be created (its parent is a file): refused even when run as root
+    pytest.importorskip("matplotlib")
+    (tmp_path / "file").write_bytes(b"")
+    target = tmp_path / "file" / "figs"
+    code, out, err = run(capsys, "demo", "--out", str(target))
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"klpolicy: error: cannot write into `--out` folder {str(target)!r}: Not a directory\n"
+    )
+
+
 def test_demo_out_in_an_unwritable_folder_fails_before_printing(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     locked = tmp_path / "locked"
