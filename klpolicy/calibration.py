@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import brentq
 
 from . import _validation as V
 from .closed_form import _prepare, _tilt
@@ -407,6 +406,11 @@ def calibration_threshold(
     if i == 0:
         b_star = float(grid[0])
     else:
+        # Brent, not klpolicy._roots: the measure has no slope to give Newton (the ECE is a
+        # step function, the Brier score's derivative is not computed) and this is one scalar;
+        # imported here so that `import klpolicy` does not load scipy.optimize
+        from scipy.optimize import brentq
+
         lo, hi = math.log(grid[i]), math.log(grid[i - 1])
         s = brentq(lambda s: float(m(math.exp(s))[0]) - target, lo, hi, xtol=1e-14, rtol=1e-13)
         b_star = math.exp(s)
