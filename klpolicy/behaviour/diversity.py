@@ -383,12 +383,21 @@ def entropy_slope(
         d = np.where(
             support, logref - np.max(np.where(support, logref, -np.inf), -1, keepdims=True), 0
         )
-        dr = rew_a - t.mean
-        dd = d - np.sum(t.pi * d, axis=-1, keepdims=True)
-        cov = np.sum(t.pi * dd * dr, axis=-1, keepdims=True)
-        var = np.sum(t.pi * dr * dr, axis=-1, keepdims=True)
         bs = np.where(finite, b, 1)
-        slope = np.where(finite, cov / (bs * bs) + var / (bs * bs * bs), 0)
+        # (Cov(d, r) / beta + Var(r) / beta^2) / beta = E[x (dd + x)] / beta, x = (r - E r) / beta,
+        # summed as sqrt(pi) x (sqrt(pi) dd + sqrt(pi) x): no beta^3 (underflows at 1e-110),
+        # no x^2 overflowing where pi is tiny, no inf * 0 off the policy's support
+        # moments centred on the mode k (exact zeros there), not on rounded means, whose
+        # error eps |r| squared would swamp a variance of 1e-33 |r|^2:
+        # E[x (dd + x)] = E[y (e + y)] - E[y] (E[e] + E[y]), y = (r - r_k)/beta, e = d - d_k
+        k = np.argmax(t.pi, axis=-1)[..., None]
+        y = np.where(support, (rew_a - np.take_along_axis(rew_a, k, -1)) / bs, 0)
+        e = np.where(support, d - np.take_along_axis(d, k, -1), 0)
+        w = np.sqrt(t.pi)
+        ey = np.sum(t.pi * y, axis=-1, keepdims=True)
+        ee = np.sum(t.pi * e, axis=-1, keepdims=True)
+        raw = np.sum((w * y) * (w * e + w * y), axis=-1, keepdims=True)
+        slope = np.where(finite, (raw - ey * (ee + ey)) / bs, 0)
     return slope[..., 0].astype(ref_a.dtype)[()]
 
 

@@ -88,19 +88,29 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
     m = np.asarray(mu, dtype=np.float64)
     if not np.isfinite(m).all():
         raise ValueError(f"`mu` must be finite; got {mu!r}")
-    m2 = m * m
-    if name == "k1":
-        mean, var = 0.5 * m2, m2
-    elif name == "k2":
-        mean, var = 0.5 * m2 + m2 * m2 / 8, m2 * m2 / 2 + m2**3 / 4
-    elif name == "k3":
-        mean, var = 0.5 * m2, expm1mx(m2)
-    else:
-        a = np.abs(m)
-        mean = a * math.sqrt(2 / math.pi) * np.exp(-m2 / 8) + 0.5 * m2 * special.erf(
-            a / (2 * math.sqrt(2))
-        )
-        var = m2 + m2 * m2 / 4 - mean * mean
+    with np.errstate(over="ignore", invalid="ignore"):
+        m2 = m * m
+        if name == "k1":
+            mean, var = 0.5 * m2, m2
+        elif name == "k2":
+            mean, var = 0.5 * m2 + m2 * m2 / 8, m2 * m2 / 2 + m2**3 / 4
+        elif name == "k3":
+            mean, var = 0.5 * m2, expm1mx(m2)
+        else:
+            # E|l| = mu^2/2 + delta with delta = E|l| - E l >= 0 (erfc: no 1 - erf cancellation);
+            # Var|l| = Var l - delta (E|l| + E l): the mu^4/4 terms cancel analytically, not in
+            # floating point (they swamped Var l = mu^2 from mu ~ 1e6)
+            a = np.abs(m)
+            delta = a * math.sqrt(2 / math.pi) * np.exp(-m2 / 8) - 0.5 * m2 * special.erfc(
+                a / (2 * math.sqrt(2))
+            )
+            delta = np.where(np.isfinite(delta), np.maximum(delta, 0.0), 0.0)
+            mean = 0.5 * m2 + delta
+            var = m2 - delta * (mean + 0.5 * m2)
+        # mu^2 overflows from |mu| ~ 1.3e154: the moments are then +inf (not inf - inf = NaN)
+        huge = ~np.isfinite(m2)
+        mean = np.where(huge, np.inf, mean)
+        var = np.where(huge, np.inf, var)
     return np.asarray(mean)[()], np.asarray(var)[()]
 
 

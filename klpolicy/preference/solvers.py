@@ -23,7 +23,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
 
-__all__ = ["laplacian_solve", "minimise_pair_loss"]
+__all__ = ["consistent_potentials", "laplacian_solve", "minimise_pair_loss"]
 
 _LOGIT_CLIP = 700.0
 
@@ -63,9 +63,49 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
     a = sym[np.ix_(idx, idx)].copy()
     np.fill_diagonal(a, 0.0)
     lap = np.diag(a.sum(axis=1)) - a
-    sub = np.linalg.solve(lap[:-1, :-1], rhs[idx][:-1])
+    try:
+        sub = np.linalg.solve(lap[:-1, :-1], rhs[idx][:-1])
+    except np.linalg.LinAlgError:
+        # weights spanning hundreds of decades (pair masses of 1e-300) can make the matrix
+        # numerically singular although the graph is connected: take the least-squares point
+        sub = np.linalg.lstsq(lap[:-1, :-1], rhs[idx][:-1], rcond=None)[0]
     g[idx[:-1]] = sub
     return g
+
+
+def consistent_potentials(logit: NDArray, compared: NDArray, support: NDArray) -> NDArray | None:
+    """Potentials ``a`` with ``logit[i, j] = a_i - a_j`` on every compared pair, or ``None``.
+
+    When the preferences' log-odds are additive on the pairs (Bradley-Terry, and anything
+    equivalent), every pair's loss is minimised at once by ``beta g = a``, whatever the
+    pair weights: the population optimum is then the closed form with reward ``a``,
+    independent of weights that may span hundreds of decades (pair masses of 1e-300) or
+    underflow. ``a`` is the unweighted least-squares fit (a well-conditioned graph
+    Laplacian); it is accepted when it reproduces every compared pair's log-odds to
+    rounding. ``None`` when a compared pair is deterministic (infinite log-odds), when the
+    compared pairs do not connect the support, or when the log-odds are not additive.
+    """
+    idx = np.flatnonzero(support)
+    if idx.size <= 1:
+        return np.zeros(logit.shape[0])
+    sub = compared[np.ix_(idx, idx)].copy()
+    np.fill_diagonal(sub, False)
+    lg = logit[np.ix_(idx, idx)]
+    if not np.all(np.isfinite(lg[sub])):
+        return None
+    n_comp, _ = connected_components(csr_matrix(sub), directed=False)
+    if n_comp > 1:
+        return None
+    adj = sub.astype(np.float64)
+    lg = np.where(sub, lg, 0.0)
+    a = laplacian_solve(adj, np.sum(lg, axis=1), np.ones(idx.size, bool))
+    resid = np.abs(lg - (a[:, None] - a[None, :]))[sub]
+    tol = 64 * np.finfo(np.float64).eps * (1.0 + float(np.max(np.abs(lg))))
+    if resid.size and not float(np.max(resid)) <= tol:
+        return None
+    out = np.zeros(logit.shape[0])
+    out[idx] = a
+    return out
 
 
 def _softplus(x: NDArray) -> NDArray:
