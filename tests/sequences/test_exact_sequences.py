@@ -14,6 +14,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
+import klpolicy as kp
 from klpolicy import sequences as S
 
 from .. import _mpref as R
@@ -79,3 +80,65 @@ def test_soft_bellman_matches_the_joint_closed_form(seed):
             seen = ~np.isnan(exp)
             np.testing.assert_allclose(got[seen], exp[seen], rtol=1e-11, atol=1e-300)
         assert float(res.value[0]) == pytest.approx(v0, rel=1e-14, abs=1e-14 * beta)
+
+
+def _mp_per_token_kl(pol, ref):
+    """sum over prefixes of pi(prefix) KL(pi(.|prefix) || ref(.|prefix)), per position."""
+    T, V = len(pol), pol[0].shape[-1]
+    out = []
+    with mp.workdps(R.DPS):
+        for t in range(T):
+            total = mp.mpf(0)
+            for prefix in itertools.product(range(V), repeat=t):
+                w = mp.mpf(1)
+                for s in range(t):
+                    w *= mp.mpf(float(pol[s][prefix[: s + 1]]))
+                if w == 0:
+                    continue
+                total += w * R.kl(pol[t][prefix], ref[t][prefix])
+            out.append(total)
+    return out
+
+
+def test_per_token_kl_against_mpmath():
+    rng = np.random.default_rng(1620)
+    for _ in range(20):
+        V, T = int(rng.integers(2, 4)), int(rng.integers(1, 4))
+        ref = random_tree(rng, V, T)
+        # a policy close to the reference (KLs of 1e-20) or far from it, inside its support
+        tilt = [rng.normal(size=c.shape) * 10.0 ** rng.uniform(-10, 0.5) for c in ref]
+        pol = [
+            c * np.exp(x) / np.sum(c * np.exp(x), axis=-1, keepdims=True) for c, x in zip(ref, tilt)
+        ]
+        got = S.per_token_kl(pol, ref)
+        want = _mp_per_token_kl(pol, ref)
+        for g, w in zip(got, want):
+            assert float(g) == pytest.approx(float(w), rel=1e-11, abs=1e-300)
+
+
+def test_reward_ceiling_against_mpmath():
+    # the ceiling is E_{pi*_beta}[r] at the beta spending the budget: both checked in mpmath
+    rng = np.random.default_rng(1621)
+    for _ in range(100):
+        n = int(rng.integers(2, 6))
+        ref = 10.0 ** rng.uniform(-300, 0, n)
+        ref[rng.random(n) < 0.15] = 0.0
+        ref[rng.integers(n)] = 1.0
+        ref = ref / ref.sum()
+        rew = rng.normal(size=n) * 10.0 ** rng.uniform(-100, 100)
+        kmax = float(kp.max_kl(ref, rew))
+        if kmax == 0:  # one supported outcome: nothing to spend
+            continue
+        budget = kmax * 10.0 ** rng.uniform(-12, 0.3)
+        c = S.reward_ceiling(ref, rew, budget)
+        assert float(c.kl) == min(budget, kmax)
+        beta = float(c.beta)
+        scale = float(np.max(np.abs(rew)))
+        if beta == 0:  # the greedy limit: the best supported reward
+            assert float(c.expected_reward) == float(np.max(rew[ref > 0]))
+            continue
+        with mp.workdps(R.DPS):
+            spent = R.optimal_kl(ref, rew, beta)
+            assert abs(spent / mp.mpf(float(c.kl)) - 1) < 1e-10
+            mean, _, _ = R.tilt_moments(ref, rew, beta)
+        assert abs(float(c.expected_reward) - float(mean)) <= 1e-13 * scale
