@@ -407,12 +407,11 @@ def calibration_threshold(
     if i == 0:
         b_star = float(grid[0])
     else:
-        # Brent, not klpolicy._roots: the measure has no slope to give Newton (the ECE is a
-        # step function, the Brier score's derivative is not computed) and this is one scalar;
-        # imported here so that `import klpolicy` does not load scipy.optimize
-        from scipy.optimize import brentq
-
         lo, hi = math.log(grid[i]), math.log(grid[i - 1])
+        # Brent, not core.roots: the measure has no slope to give Newton (the ECE is a step
+        # function, the Brier score's derivative is not computed) and this is one scalar
+        from scipy.optimize import brentq  # lazy: `import klpolicy` must not load scipy.optimize
+
         s = brentq(lambda s: float(m(math.exp(s))[0]) - target, lo, hi, xtol=1e-14, rtol=1e-13)
         b_star = math.exp(s)
         if m(b_star)[0] < target:  # a jump (ECE): take the side past it
