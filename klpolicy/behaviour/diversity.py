@@ -218,9 +218,25 @@ def _finite_beta(beta) -> float:
     return b
 
 
+def _policy_entropy(p: NDArray) -> NDArray:
+    """H of a computed policy (rows exactly normalised in exact arithmetic), last axis.
+
+    A policy close to one-hot has its top entry 1 - 1e-17 rounded to 1, so
+    ``-p log p`` loses that entry's share (about 1e-17, a few percent of such an
+    entropy): where the top entry holds at least half the mass, its log is taken as
+    ``log1p(-others)``, the other entries being resolved to full relative precision.
+    """
+    p = p.astype(np.float64, copy=False)
+    is_top = np.arange(p.shape[-1]) == np.argmax(p, axis=-1)[..., None]
+    others = np.sum(np.where(is_top, 0.0, p), axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logp = np.where(is_top & (others <= 0.5), np.log1p(-others), np.log(p))
+        return np.sum(np.where(p > 0, -p * logp, 0.0), axis=-1)
+
+
 def _optimal_entropy_last(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
     t = _tilt(ref, reward, beta)
-    return _entropy_last(t.pi)
+    return _policy_entropy(t.pi)
 
 
 def optimal_entropy(
@@ -463,7 +479,7 @@ def diversity_curve(
     t = _tilt(
         np.broadcast_to(ref_a, (n, ref_a.size)), np.broadcast_to(rew_a, (n, ref_a.size)), flat
     )
-    h = _entropy_last(t.pi)
+    h = _policy_entropy(t.pi)
     shape = grid.shape
     return DiversityCurve(
         beta=grid.copy(),
@@ -652,14 +668,14 @@ def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> Bes
     pis = np.stack([best_of_n_policy(ref_a, rew_a, int(k)) for k in flat])
     kls = np.array([float(best_of_n_kl(ref_a, rew_a, int(k))) for k in flat])
     betas = np.atleast_1d(np.asarray(beta_for_kl(ref_a, rew_a, kls), dtype=np.float64))
-    h_bon = _entropy_last(pis)
+    h_bon = _policy_entropy(pis)
     m = flat.size
     t = _tilt(
         np.broadcast_to(ref_a, (m, ref_a.size)),
         np.broadcast_to(rew_a, (m, ref_a.size)),
         betas[:, None],
     )
-    h_opt = _entropy_last(t.pi)
+    h_opt = _policy_entropy(t.pi)
     shape = nn.shape
     return BestOfNDiversity(
         n=nn.astype(np.int64),
