@@ -11,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from klpolicy import max_kl
 from klpolicy.best_of_n import (
+    best_of_n_curve,
     best_of_n_expected_reward,
+    best_of_n_for_kl,
     best_of_n_kl,
     best_of_n_policy,
     best_of_n_vs_optimal,
@@ -34,6 +37,15 @@ def _case(rng):
         rew = rng.normal(size=n_out) * 10.0 ** rng.uniform(-200, 200)
     n = int(rng.choice([2, 3, 16, 1000, 10**9]))
     return ref, rew, n
+
+
+def test_best_of_n_for_kl_supremum_resolves_a_tiny_tail():
+    # was refused with "supremum 0 nats": -log(q_top) rounded the top mass 1 - 7e-82 to 1
+    ref = [6.97592749e-82, 1.0]
+    ref = list(np.array(ref) / sum(ref))
+    assert int(best_of_n_for_kl(ref, [0.0, 1.0], 0.0)) == 1
+    # KL_2 = q - O(q^2) with q = 7e-82 the tail: half the supremum is spent already at n = 1
+    assert int(best_of_n_for_kl(ref, [0.0, 1.0], 0.5 * float(max_kl(ref, [0.0, 1.0])))) == 1
 
 
 def test_tied_rewards_give_exactly_the_reference():
@@ -86,3 +98,36 @@ def test_best_of_n_vs_optimal_against_mpmath():
         assert float(cmp.best_of_n_reward) <= float(cmp.optimal_reward) + 1e-12 * np.max(
             np.abs(rew)
         )
+
+
+def test_best_of_n_curve_against_mpmath():
+    rng = np.random.default_rng(1612)
+    for _ in range(40):
+        ref, rew, _ = _case(rng)
+        ns = np.array([1, 2, 9, 1000])
+        c = best_of_n_curve(ref, rew, ns)
+        scale = float(np.max(np.abs(rew)))
+        for i, n in enumerate(ns):
+            kl = float(R.best_of_n_kl(ref, rew, int(n)))
+            assert float(c.kl[i]) == pytest.approx(kl, rel=1e-11, abs=1e-300)
+            er = float(R.best_of_n_expected_reward(ref, rew, int(n)))
+            assert abs(float(c.expected_reward[i]) - er) <= 1e-13 * scale
+
+
+def test_best_of_n_for_kl_is_the_largest_n_within_budget():
+    # n(kl) = max{n : KL_n <= kl}: KL at n within the budget and at n + 1 beyond it (mpmath)
+    rng = np.random.default_rng(1613)
+    for _ in range(30):
+        ref, rew, _ = _case(rng)
+        kmax = float(R.best_of_n_kl(ref, rew, 10**15))
+        if kmax == 0:
+            continue
+        n_true = int(rng.choice([1, 2, 3, 17, 400]))
+        budget = float(R.best_of_n_kl(ref, rew, n_true))
+        if budget >= float(max_kl(ref, rew)):  # rounds onto the supremum: refused, documented
+            continue
+        if float(R.best_of_n_kl(ref, rew, n_true + 1)) <= budget * (1 + 1e-10):
+            continue  # KL_n flat to float resolution: the largest n is not determined
+        n = int(best_of_n_for_kl(ref, rew, budget))
+        assert float(R.best_of_n_kl(ref, rew, n)) <= budget * (1 + 1e-12)
+        assert float(R.best_of_n_kl(ref, rew, n + 1)) > budget * (1 - 1e-12) or n >= n_true

@@ -10,7 +10,8 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from klpolicy.control import kl_elasticity
+import klpolicy as kp
+from klpolicy.control import kl_elasticity, stability_region
 
 from .. import _mpref as R
 
@@ -42,3 +43,25 @@ def test_kl_elasticity_at_the_extremes():
         beta = scale * 10.0 ** rng.uniform(-2, 3)
         want = _mp_elasticity(ref, rew, beta)
         assert kl_elasticity(ref, rew, beta) == pytest.approx(want, rel=1e-11, abs=1e-300)
+
+
+def test_stability_region_gain_at_the_extremes():
+    # the loop gain n_steps / H * eta, eta the elasticity at the beta spending the target
+    rng = np.random.default_rng(1607)
+    for _ in range(15):
+        n = int(rng.integers(2, 5))
+        ref = 10.0 ** rng.uniform(-200, 0, n)
+        ref[rng.integers(n)] = 1.0
+        ref = ref / ref.sum()
+        rew = rng.normal(size=n) * 10.0 ** rng.uniform(-50, 50)
+        kmax = float(kp.max_kl(ref, rew))
+        if kmax == 0:
+            continue
+        target = kmax * 10.0 ** rng.uniform(-10, -0.5)
+        reg = stability_region(
+            ref, rew, target, lags=[0.0], horizons=[10.0], init_kl_coef=1.0, steps=3
+        )
+        beta = float(kp.beta_for_kl(ref, rew, target))
+        want = _mp_elasticity(ref, rew, beta)
+        assert float(reg.elasticity) == pytest.approx(want, rel=1e-10)
+        assert float(reg.gain[0]) == pytest.approx(want / 10.0, rel=1e-10)
