@@ -16,7 +16,7 @@ import mpmath as mp
 import numpy as np
 import pytest
 
-from klpolicy.preference import bradley_terry, dpo_optimum, ipo_optimum
+from klpolicy.preference import bradley_terry, dpo_optimum, ipo_optimum, population_dpo_loss
 
 from .. import _mpref as R
 
@@ -112,3 +112,60 @@ def test_ipo_optimum_at_the_extremes():
         want = R.optimal_policy(ref, [float(x) for x in pref], tau)
         # p(y > mu) rounded to a float: eps / tau relative
         _close(ipo_optimum(ref, p, tau), want, 1e-13 + 1e-15 / tau)
+
+
+def _mp_weights(ref, p, joint=None):
+    """W_ij = (mu_ij + mu_ji) P_ij with mu = ref x ref (or the given joint), in mpmath."""
+    n = len(ref)
+    if joint is None:
+        q = R._norm(ref)
+        mu = [[q[i] * q[j] for j in range(n)] for i in range(n)]
+    else:
+        mu = [[mp.mpf(float(joint[i][j])) for j in range(n)] for i in range(n)]
+    return [[(mu[i][j] + mu[j][i]) * mp.mpf(float(p[i][j])) for j in range(n)] for i in range(n)]
+
+
+def test_population_dpo_loss_against_mpmath():
+    # sum_ij W_ij softplus(-beta (g_i - g_j)), g = log(pi / ref), in 400 digits
+    rng = np.random.default_rng(1606)
+    for _ in range(60):
+        n = int(rng.integers(2, 5))
+        ref = rng.dirichlet(np.ones(n))
+        pi = rng.dirichlet(np.ones(n))
+        p = bradley_terry(rng.uniform(-5, 5, n))
+        beta = float(10.0 ** rng.uniform(-2, 2))
+        with mp.workdps(R.DPS):
+            w = _mp_weights(ref, p)
+            g = [mp.log(mp.mpf(float(a))) - mp.log(b) for a, b in zip(pi, R._norm(ref))]
+            want = mp.fsum(
+                w[i][j] * mp.log1p(mp.exp(-beta * (g[i] - g[j])))
+                for i in range(n)
+                for j in range(n)
+            )
+        got = population_dpo_loss(pi, ref, p, beta)
+        assert got == pytest.approx(float(want), rel=1e-13)
+
+
+def test_ipo_optimum_with_a_joint_pair_law_is_stationary():
+    # the linear solve: 2 sum_j W_kj (h_kj - c) - 2 sum_i W_ik (h_ik - c) = 0 for every k,
+    # c = 1 / (2 tau), h = g_i - g_j; checked in mpmath at the returned policy
+    rng = np.random.default_rng(1607)
+    for _ in range(30):
+        n = int(rng.integers(2, 5))
+        ref = rng.dirichlet(np.ones(n))
+        joint = rng.dirichlet(np.ones(n * n)).reshape(n, n)
+        p = bradley_terry(rng.uniform(-3, 3, n))
+        tau = float(10.0 ** rng.uniform(-1, 1))
+        pi = ipo_optimum(ref, p, tau, mu=joint)
+        with mp.workdps(50):
+            w = _mp_weights(ref, p, joint)
+            g = [mp.log(mp.mpf(float(a)) / mp.mpf(float(b))) for a, b in zip(pi, ref)]
+            c = 1 / (2 * mp.mpf(tau))
+            scale = mp.fsum(
+                abs(w[i][j]) * (abs(g[i] - g[j]) + c) for i in range(n) for j in range(n)
+            )
+            for k in range(n):
+                grad = mp.fsum(w[k][j] * (g[k] - g[j] - c) for j in range(n)) - mp.fsum(
+                    w[i][k] * (g[i] - g[k] - c) for i in range(n)
+                )
+                assert abs(grad) <= 1e-12 * scale
