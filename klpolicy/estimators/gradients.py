@@ -38,7 +38,11 @@ __all__ = ["Flow", "expected_gradient", "fixed_point", "gradient_flow", "objecti
 
 def _prepare(logits, ref, reward, beta, axis):
     """Validated (theta, ref, reward, beta, axis_neg) with the probability axis last."""
-    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    return _with_logits(logits, *_setup(ref, reward, beta, axis), axis)
+
+
+def _with_logits(logits, ref_a, rew_a, b, ax, axis):
+    """:func:`_prepare` for a problem :func:`_setup` has validated already."""
     if np.isinf(b).any():
         raise ValueError("`beta` must be finite for a gradient; got inf")
     th = V.as_log_probs("logits", logits, allow_neg_inf=True)
@@ -354,7 +358,7 @@ def gradient_flow(
     if logits is None:
         with np.errstate(divide="ignore"):
             logits = _restore(np.log(ref_a), ax)
-    th, ref_a, rew_a, b, ax = _prepare(logits, _restore(ref_a, ax), _restore(rew_a, ax), b, axis)
+    th, ref_a, rew_a, b, ax = _with_logits(logits, ref_a, rew_a, b, ax, axis)
     hist, marks = [_policy(th)[0]], [0]
     for t in range(1, steps + 1):
         step = _grad(th, ref_a, rew_a, b, name, place)
