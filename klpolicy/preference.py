@@ -42,6 +42,7 @@ from scipy.special import expit
 from . import _validation as V
 from ._preference_data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
 from ._preference_losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
+from ._preference_registry import LOSSES, LossOption, PairLoss
 from ._preference_solvers import laplacian_solve, minimise_pair_loss
 from ._preference_tabular import (
     _normalise,
@@ -54,8 +55,11 @@ from ._preference_tabular import (
 from .closed_form import _setup, _tilt, optimal_policy
 
 __all__ = [
+    "LOSSES",
     "DPOFit",
+    "LossOption",
     "PairGradient",
+    "PairLoss",
     "RewardDecomposition",
     "bradley_terry",
     "dpo_loss",
