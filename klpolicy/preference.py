@@ -41,6 +41,7 @@ from scipy.special import expit
 
 from . import _validation as V
 from ._preference_data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
+from ._preference_family import OptimumSet, optimum_set, population_loss, population_optimum
 from ._preference_losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 from ._preference_registry import LOSSES, LossOption, PairLoss
 from ._preference_solvers import laplacian_solve, minimise_pair_loss
@@ -58,6 +59,7 @@ __all__ = [
     "LOSSES",
     "DPOFit",
     "LossOption",
+    "OptimumSet",
     "PairGradient",
     "PairLoss",
     "RewardDecomposition",
@@ -72,8 +74,11 @@ __all__ = [
     "ipo_loss",
     "ipo_loss_grad",
     "ipo_optimum",
+    "optimum_set",
     "population_dpo_loss",
     "population_ipo_loss",
+    "population_loss",
+    "population_optimum",
     "reward_decomposition",
     "sample_preference_counts",
 ]
