@@ -1,0 +1,61 @@
+"""Preferences and DPO: Bradley-Terry, pair losses, their population optima and finite data.
+
+DPO (Rafailov et al. 2023) is derived from the closed form: under Bradley-Terry
+preferences with reward ``r`` its population optimum is ``pi* = ref exp(r / beta) / Z``.
+
+* :mod:`~klpolicy.preference.losses`: per-pair losses and gradients (DPO, IPO).
+* :mod:`~klpolicy.preference.tabular`: population and empirical losses on a tabular problem.
+* :mod:`~klpolicy.preference.optima`: Bradley-Terry, the exact population optima,
+  implicit rewards.
+* :mod:`~klpolicy.preference.solvers`: the convex solvers behind the optima.
+* :mod:`~klpolicy.preference.registry`: :data:`LOSSES`, one row per pair loss (TRL's
+  ``loss_type`` values) with its value, gradient, options and paper.
+* :mod:`~klpolicy.preference.family`: :func:`population_loss`, :func:`population_optimum`
+  and :func:`optimum_set` for every row of the registry.
+* :mod:`~klpolicy.preference.data`: sampling preference counts and fitting DPO to them.
+"""
+
+from .data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
+from .family import OptimumSet, optimum_set, population_loss, population_optimum
+from .losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
+from .optima import (
+    RewardDecomposition,
+    bradley_terry,
+    dpo_optimum,
+    implicit_reward,
+    ipo_optimum,
+    reward_decomposition,
+)
+from .registry import LOSSES, LossOption, PairLoss
+from .solvers import laplacian_solve, minimise_pair_loss
+from .tabular import empirical_dpo_loss, population_dpo_loss, population_ipo_loss
+
+__all__ = [
+    "LOSSES",
+    "DPOFit",
+    "LossOption",
+    "OptimumSet",
+    "PairGradient",
+    "PairLoss",
+    "RewardDecomposition",
+    "bradley_terry",
+    "dpo_loss",
+    "dpo_loss_grad",
+    "dpo_optimum",
+    "empirical_dpo_loss",
+    "fit_dpo",
+    "fit_dpo_online",
+    "implicit_reward",
+    "ipo_loss",
+    "ipo_loss_grad",
+    "ipo_optimum",
+    "laplacian_solve",
+    "minimise_pair_loss",
+    "optimum_set",
+    "population_dpo_loss",
+    "population_ipo_loss",
+    "population_loss",
+    "population_optimum",
+    "reward_decomposition",
+    "sample_preference_counts",
+]
