@@ -16,7 +16,14 @@ preferences with reward ``r`` its population optimum is ``pi* = ref exp(r / beta
 """
 
 from .data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
-from .family import OptimumSet, optimum_set, population_loss, population_optimum
+from .family import (
+    LossComparison,
+    OptimumSet,
+    compare_losses,
+    optimum_set,
+    population_loss,
+    population_optimum,
+)
 from .losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 from .optima import (
     RewardDecomposition,
@@ -33,12 +40,14 @@ from .tabular import empirical_dpo_loss, population_dpo_loss, population_ipo_los
 __all__ = [
     "LOSSES",
     "DPOFit",
+    "LossComparison",
     "LossOption",
     "OptimumSet",
     "PairGradient",
     "PairLoss",
     "RewardDecomposition",
     "bradley_terry",
+    "compare_losses",
     "dpo_loss",
     "dpo_loss_grad",
     "dpo_optimum",

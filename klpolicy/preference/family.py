@@ -30,7 +30,14 @@ from .solvers import (
 )
 from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
-__all__ = ["OptimumSet", "optimum_set", "population_loss", "population_optimum"]
+__all__ = [
+    "LossComparison",
+    "OptimumSet",
+    "compare_losses",
+    "optimum_set",
+    "population_loss",
+    "population_optimum",
+]
 
 
 # ---------------------------------------------------------------------------
@@ -534,7 +541,9 @@ def population_optimum(
         g = np.zeros(ref_a.shape)
         g[idx] = _hinge_scores(sub) / b
         return _normalise(ref_a, g)
-    x = minimise_margin_loss(w, support, _margin_solver(name, o), what=name)
+    x = minimise_margin_loss(
+        w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
+    )
     return _normalise(ref_a, x / b)
 
 
@@ -701,3 +710,120 @@ def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
             hi[i, j] = _integral(-r2.fun) if r2.status == 0 else np.inf
             lo[j, i], hi[j, i] = -hi[i, j], -lo[i, j]
     return lo, hi
+
+
+class LossComparison(NamedTuple):
+    """One row of :func:`compare_losses`."""
+
+    loss: str
+    options: dict
+    policy: NDArray | None  # the population optimum (None where none is computed)
+    status: str  # "unique", "set" (a documented choice), "limit", or why there is none
+    tv_to_target: float  # total variation to the target policy (nan without a policy)
+    kl_to_ref: float  # KL(policy || ref)
+    expected_reward: float  # E_policy[reward] (nan without a reward)
+    beta_equivalent: float  # beta' with policy = pi*_{beta'} for `reward`, nan if none
+
+
+def compare_losses(
+    ref: ArrayLike,
+    preferences: ArrayLike,
+    beta: float,
+    *,
+    reward: ArrayLike | None = None,
+    mu: ArrayLike | None = None,
+    losses: dict[str, dict] | None = None,
+) -> list[LossComparison]:
+    r"""Where each loss's population optimum lands, against the KL-regularised optimum.
+
+    .. math::
+
+        \mathrm{TV}(\pi_{loss}, \pi^*_\beta),\quad \mathrm{KL}(\pi_{loss}\|\pi_{ref}),\quad
+        \mathbb{E}_{\pi_{loss}}[r],\quad \beta' : \pi_{loss} = \pi^*_{\beta'}
+
+    Parameters
+    ----------
+    ref, preferences, beta, mu
+        As in :func:`population_optimum`.
+    reward : array_like, optional
+        The reward the target :math:`\pi^*_\beta = \pi_{ref}e^{r/\beta}/Z` is built from
+        (typically the one ``preferences = bradley_terry(reward)`` came from). Without it
+        the target is the DPO (``sigmoid``) optimum and the reward columns are ``nan``.
+    losses : dict, optional
+        ``{name: options}``; default every registry loss with its default options.
+
+    Returns
+    -------
+    list of LossComparison
+        One row per loss, in the order given.
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs (a loss without an optimum is reported in its row's
+        ``status``, not raised).
+
+    Notes
+    -----
+    ``beta_equivalent``: the policy equals :math:`\pi^*_{\beta'}` for the given reward
+    exactly when its log-ratios are an affine function :math:`g = r/\beta' + c` of the
+    reward on the support; the fit is exact to ``1e-9`` relative, else ``nan``. For a
+    margin-only loss the log-ratios are :math:`x^*/\beta`, so :math:`\beta'` is a fixed
+    multiple of :math:`\beta` (when it exists).
+
+    References
+    ----------
+    .. [1] Azar et al., 2023, arXiv:2310.12036.
+
+    Examples
+    --------
+    >>> from klpolicy.preference import bradley_terry, compare_losses
+    >>> rows = compare_losses([0.5, 0.5], bradley_terry([1.0, 0.0]), 1.0, reward=[1.0, 0.0],
+    ...                       losses={"sigmoid": {}, "hinge": {}})
+    >>> [(r.loss, round(r.tv_to_target, 12), round(r.beta_equivalent, 12)) for r in rows]
+    [('sigmoid', 0.0, 1.0), ('hinge', 0.0, 1.0)]
+    """
+    from ..core import kl_divergence, optimal_policy
+
+    ref_a = _ref_1d(ref)
+    b = V.as_positive_scalar("beta", beta)
+    support = ref_a > 0
+    if reward is not None:
+        r = V.as_rewards("reward", reward)
+        if r.shape != ref_a.shape:
+            raise ValueError(f"`reward` must have shape {ref_a.shape}; got {r.shape}")
+        target = optimal_policy(ref_a, r, b)
+    else:
+        r = None
+        target = population_optimum(ref_a, preferences, b, mu=mu)
+    if losses is None:
+        losses = {name: {} for name in LOSSES}
+    rows = []
+    for name, opts in losses.items():
+        row = get_loss(name)
+        o = row.resolve_options(opts)
+        try:
+            pi = population_optimum(ref_a, preferences, b, loss=name, mu=mu, **o)
+        except ValueError as e:
+            rows.append(LossComparison(name, o, None, str(e), np.nan, np.nan, np.nan, np.nan))
+            continue
+        status = "unique"
+        if np.any(pi[support] == 0):
+            status = "limit"
+        elif row.margin_only or name == "ipo":
+            s = optimum_set(ref_a, preferences, b, loss=name, mu=mu, **o)
+            status = "unique" if s.unique else "set"
+        tv = 0.5 * float(np.abs(pi - target).sum())
+        kl = float(kl_divergence(pi, ref_a))
+        er = float(pi @ r) if r is not None else np.nan
+        beq = np.nan
+        if r is not None and status != "limit" and np.ptp(r[support]) > 0:
+            g = np.log(pi[support]) - np.log(ref_a[support])
+            rs = r[support]
+            a_mat = np.stack([rs, np.ones_like(rs)], axis=1)
+            coef = np.linalg.lstsq(a_mat, g, rcond=None)[0]
+            resid = float(np.max(np.abs(a_mat @ coef - g)))
+            if coef[0] > 0 and resid <= 1e-9 * max(1.0, float(np.max(np.abs(g)))):
+                beq = 1.0 / float(coef[0])
+        rows.append(LossComparison(name, o, pi, status, tv, kl, er, beq))
+    return rows

@@ -203,14 +203,20 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
 
 
 def minimise_margin_loss(
-    w: NDArray, support: NDArray, solve: Callable[[NDArray], NDArray], *, what: str
+    w: NDArray,
+    support: NDArray,
+    solve: Callable[[NDArray], NDArray],
+    *,
+    what: str,
+    runaway: bool = True,
 ) -> NDArray:
     """Log-ratio scores minimising ``sum w_ij phi(x_i - x_j)`` for a margin loss ``phi``.
 
     The same connectivity and deterministic-limit logic as :func:`minimise_pair_loss`
     (for losses with ``phi(+inf) = inf phi``, so that a group that wins all its
     comparisons with probability one runs away), with ``solve(sub)`` the minimiser on a
-    strongly connected block (last coordinate pinned to 0).
+    strongly connected block (last coordinate pinned to 0). ``runaway=False`` for losses
+    whose per-pair minimiser is finite also for deterministic pairs (solved directly).
     """
     n = w.shape[0]
     idx = np.flatnonzero(support)
@@ -221,7 +227,7 @@ def minimise_margin_loss(
     np.fill_diagonal(sub, 0.0)
     _check_connected(sub + sub.T, np.arange(idx.size))
     n_scc, labels = connected_components(csr_matrix(sub > 0), directed=True, connection="strong")
-    if n_scc == 1:
+    if n_scc == 1 or not runaway:
         g[idx] = solve(sub)
         return g
     beaten = np.zeros(n_scc, bool)

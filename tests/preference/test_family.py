@@ -10,6 +10,7 @@ from klpolicy import optimal_policy
 from klpolicy.preference import (
     LOSSES,
     bradley_terry,
+    compare_losses,
     dpo_optimum,
     ipo_optimum,
     optimum_set,
@@ -451,3 +452,149 @@ def test_robust_refuses_pairs_outside_the_noise_band():
     pi = population_optimum([0.5, 0.5], p, 1.0, loss="robust", label_smoothing=e)
     target = (p[0, 1] - e) / (1 - 2 * e)
     assert pi[0] == pytest.approx(target, rel=1e-13)
+
+
+# ---------------------------------------------------------------------------
+# where each loss lands: Bradley-Terry, non-BT, deterministic, offline support
+# ---------------------------------------------------------------------------
+
+MARGIN = {
+    "sigmoid": {},
+    "hinge": {},
+    "ipo": {},
+    "robust": {"label_smoothing": 0.05},
+    "exo_pair": {},
+    "discopop": {},
+}
+
+
+def _pair_minimiser(name, opts, p):
+    """The per-pair minimiser x* of P phi(x) + (1 - P) phi(-x), from the papers' formulas
+    (discopop, not convex: the best point of a fine grid of the registry's values, refined by
+    bisection on the registry's gradient)."""
+    if name == "sigmoid":
+        return np.log(p / (1 - p))
+    if name == "hinge":
+        return 1.0
+    if name == "robust":
+        e = opts["label_smoothing"]
+        q = (p - e) / (1 - 2 * e)
+        return np.log(q / (1 - q))
+    if name == "exo_pair":
+        e = 1e-3
+        return (2 * p - 1) * np.log((1 - e) / e)
+    row = LOSSES[name]
+
+    def dl(x):
+        return (
+            p * row.gradient(x, 0.0, 0.0, 0.0, 1.0)[0]
+            - (1 - p) * row.gradient(-x, 0.0, 0.0, 0.0, 1.0)[0]
+        )
+
+    grid = np.linspace(-20, 20, 40001)
+    vals = p * row.value(grid, 0.0, 0.0, 0.0, 1.0) + (1 - p) * row.value(-grid, 0.0, 0.0, 0.0, 1.0)
+    k = int(np.argmin(vals))
+    lo, hi = grid[k - 1], grid[k + 1]
+    assert dl(lo) < 0 < dl(hi)
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if dl(mid) < 0 else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+@pytest.mark.parametrize("beta", [0.2, 1.0, 4.0])
+def test_two_outcomes_every_margin_loss_is_pi_star_at_a_rescaled_beta(beta):
+    # margin losses fix x* = beta (g1 - g2) per pair, independent of beta: on two outcomes the
+    # optimum is pi*_{beta'} with beta' = beta * (r1 - r2) / x*, (IPO: x* = (P - 1/2) beta / tau)
+    r = np.array([1.3, 0.0])
+    p = bradley_terry(r)[0, 1]
+    rows = compare_losses([0.5, 0.5], bradley_terry(r), beta, reward=r, losses=MARGIN)
+    for row in rows:
+        if row.loss == "ipo":
+            expected = beta * r[0] / (p - 0.5)
+        else:
+            expected = beta * r[0] / _pair_minimiser(row.loss, row.options, p)
+        assert row.status == "unique"
+        assert row.beta_equivalent == pytest.approx(expected, rel=1e-9), row.loss
+    sig = rows[0]
+    assert sig.beta_equivalent == pytest.approx(beta, rel=1e-12) and sig.tv_to_target < 1e-15
+
+
+def test_more_outcomes_only_dpo_lands_on_pi_star_under_bradley_terry():
+    ref = np.array([0.2, 0.3, 0.1, 0.4])
+    r = np.array([1.7, 0.0, -0.6, 0.4])
+    losses = {**MARGIN, "nca_pair": {}, "bco_pair": {}, "sppo_hard": {}}
+    rows = {
+        row.loss: row for row in compare_losses(ref, bradley_terry(r), 0.5, reward=r, losses=losses)
+    }
+    assert rows["sigmoid"].beta_equivalent == pytest.approx(0.5, rel=1e-12)
+    assert rows["sigmoid"].tv_to_target < 1e-14
+    for name in losses:
+        if name != "sigmoid":
+            assert np.isnan(rows[name].beta_equivalent), name
+            assert rows[name].tv_to_target > 1e-3, name
+    # hinge's implied reward is integral: the rewards' order, not their gaps
+    x = _scores(rows["hinge"].policy, ref, 0.5)
+    np.testing.assert_allclose(x - x.min(), np.round(x - x.min()), atol=1e-12)
+
+
+def test_deterministic_preferences_dpo_ignores_beta_ipo_does_not():
+    # Azar et al. (2023), section 4.2: with P in {0, 1} the DPO optimum is the deterministic
+    # limit for every beta, while IPO's stays regularised: pi_1 = sigma((p1 - p2) / tau)
+    ref, p = [0.5, 0.5], [[0.5, 1.0], [0.0, 0.5]]
+    for beta in (0.1, 1.0, 10.0):
+        np.testing.assert_array_equal(population_optimum(ref, p, beta), [1.0, 0.0])
+        np.testing.assert_array_equal(population_optimum(ref, p, beta, loss="discopop"), [1.0, 0.0])
+        ipo = population_optimum(ref, p, beta, loss="ipo")
+        assert ipo[0] == pytest.approx(1 / (1 + np.exp(-0.5 / beta)), rel=1e-14)
+        # hinge: any margin >= 1 is optimal; the documented choice is the smallest
+        s = optimum_set(ref, p, beta, loss="hinge")
+        assert s.low[0, 1] == pytest.approx(1 / beta) and s.high[0, 1] == np.inf
+        hinge = population_optimum(ref, p, beta, loss="hinge")
+        assert hinge[0] == pytest.approx(1 / (1 + np.exp(-1 / beta)), rel=1e-14)
+        exo = population_optimum(ref, p, beta, loss="exo_pair")
+        assert exo[0] == pytest.approx(1 / (1 + np.exp(-np.log(999) / beta)), rel=1e-12)
+    with pytest.raises(ValueError, match="de-noised probability"):
+        population_optimum(ref, p, 1.0, loss="robust", label_smoothing=0.1)
+    ipo_tv = [population_optimum(ref, p, b, loss="ipo")[0] for b in (0.1, 1.0, 10.0)]
+    assert ipo_tv[0] > ipo_tv[1] > ipo_tv[2] > 0.5
+
+
+def test_non_bradley_terry_preferences_give_different_optima_per_loss():
+    cycle = np.array([[0.5, 0.9, 0.2], [0.1, 0.5, 0.7], [0.8, 0.3, 0.5]])
+    ref = np.array([0.3, 0.3, 0.4])
+    rows = compare_losses(ref, cycle, 1.0, losses={**MARGIN, "sppo_hard": {}})
+    by = {row.loss: row for row in rows}
+    assert by["sigmoid"].tv_to_target == 0.0  # the target is the DPO optimum itself
+    for name in ("ipo", "robust", "exo_pair", "discopop", "sppo_hard"):
+        assert by[name].tv_to_target > 1e-3, name
+        assert np.isnan(by[name].expected_reward) and by[name].kl_to_ref > 0
+
+
+def test_offline_support_rows():
+    ref = np.array([0.3, 0.3, 0.2, 0.2])
+    r = np.array([1.0, 0.0, 0.5, 2.0])
+    mu = np.array([0.5, 0.5, 0.0, 0.0])
+    rows = {
+        row.loss: row
+        for row in compare_losses(
+            ref,
+            bradley_terry(r),
+            0.5,
+            reward=r,
+            mu=mu,
+            losses={"sigmoid": {}, "hinge": {}, "nca_pair": {}, "sppo_hard": {}},
+        )
+    }
+    assert rows["sigmoid"].policy is None and "do not connect" in rows["sigmoid"].status
+    assert rows["hinge"].policy is None
+    # nca: the compared outcomes keep their free minimisers e^{beta g0} = 2c / (c + r) and the
+    # never-drawn outcomes share the rest, in proportion to ref (any split is optimal)
+    w = 2 * np.outer(mu, mu) * bradley_terry(r)
+    c, rj = w.sum(1)[:2], w.sum(0)[:2]
+    m0 = ref[:2] * (2 * c / (c + rj)) ** (1 / 0.5)
+    assert m0.sum() < 1
+    np.testing.assert_allclose(rows["nca_pair"].policy[:2], m0, rtol=1e-13)
+    np.testing.assert_allclose(rows["nca_pair"].policy[2:], (1 - m0.sum()) / 2, rtol=1e-12)
+    # the best response (outcome 3) is never drawn: every finite-data optimum misses it
+    assert rows["sppo_hard"].expected_reward < optimal_policy(ref, r, 0.5) @ r
