@@ -23,9 +23,9 @@ from ..core.internal import validation as V
 from .registry import LOSSES, get_loss
 from .solvers import (
     _check_connected,
+    _margin_newton,
+    _minimise_margin_loss,
     laplacian_solve,
-    margin_newton,
-    minimise_margin_loss,
     minimise_pair_loss,
 )
 from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
@@ -223,7 +223,7 @@ def _margin_solver(name: str, o: dict[str, float]):
 
     def solve(sub):
         x0 = _least_squares_start(sub, link(_pair_probability(sub)))
-        return margin_newton(sub, phi, d1, d2, x0)
+        return _margin_newton(sub, phi, d1, d2, x0)
 
     return solve
 
@@ -541,7 +541,7 @@ def population_optimum(
         g = np.zeros(ref_a.shape)
         g[idx] = _hinge_scores(sub) / b
         return _normalise(ref_a, g)
-    x = minimise_margin_loss(
+    x = _minimise_margin_loss(
         w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
     )
     return _normalise(ref_a, x / b)

@@ -25,7 +25,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
 
-__all__ = ["laplacian_solve", "margin_newton", "minimise_margin_loss", "minimise_pair_loss"]
+__all__ = ["laplacian_solve", "minimise_pair_loss"]
 
 _LOGIT_CLIP = 700.0
 
@@ -202,7 +202,7 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
     return g
 
 
-def minimise_margin_loss(
+def _minimise_margin_loss(
     w: NDArray,
     support: NDArray,
     solve: Callable[[NDArray], NDArray],
@@ -249,7 +249,7 @@ def minimise_margin_loss(
     return g
 
 
-def margin_newton(
+def _margin_newton(
     w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 300
 ) -> NDArray[np.float64]:
     """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x`` with ``x[-1] = 0`` (``w`` zero-diagonal).
