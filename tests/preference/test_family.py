@@ -191,10 +191,11 @@ def _mp_phi(name, o):
     raise AssertionError(name)
 
 
-def _mp_margin_optimum(name, o, ref, p, beta, x_start):
+def _mp_margin_optimum(name, o, ref, p, beta, x_start, joint=None):
     """High-precision reference for a margin loss.
 
-    Recipe: the weights W_ij = 2 ref_i ref_j P_ij (mu = ref x ref) in 50-digit arithmetic;
+    Recipe: the weights W_ij = (mu_ij + mu_ji) P_ij (mu = ref x ref unless `joint`) in
+    50-digit arithmetic;
     the stationarity conditions sum_j W_ij phi'(x_i - x_j) - W_ji phi'(x_j - x_i) = 0 for
     i < n-1 with x_{n-1} = 0, phi' = mp.diff of phi written from the loss's definition;
     solved by mp.findroot (multidimensional Newton) from the float answer; then
@@ -202,7 +203,11 @@ def _mp_margin_optimum(name, o, ref, p, beta, x_start):
     """
     n = len(ref)
     refm = [mp.mpf(float(v)) for v in ref]
-    w = [[2 * refm[i] * refm[j] * mp.mpf(float(p[i, j])) for j in range(n)] for i in range(n)]
+    if joint is None:
+        w = [[2 * refm[i] * refm[j] * mp.mpf(float(p[i, j])) for j in range(n)] for i in range(n)]
+    else:
+        jm = [[mp.mpf(float(v)) for v in row] for row in joint]
+        w = [[(jm[i][j] + jm[j][i]) * mp.mpf(float(p[i, j])) for j in range(n)] for i in range(n)]
     phi = _mp_phi(name, o)
 
     def dphi(x):
@@ -254,6 +259,13 @@ def test_margin_optima_against_mpmath(rng, name, opts):
             ref_pi = _mp_margin_optimum(name, o, ref, p, beta, _scores(pi, ref, beta))
             tv = 0.5 * np.abs(pi - ref_pi).sum()
             assert tv < 1e-10, (name, n, tv)
+        # a joint pair law with entries spanning many decades
+        ref, p = _random_problem(rng, 6, lo=0.15, hi=0.85)
+        joint = rng.dirichlet(np.ones(36)).reshape(6, 6) * np.exp(rng.uniform(-20, 0, (6, 6)))
+        joint /= joint.sum()
+        pi = population_optimum(ref, p, 0.7, loss=name, mu=joint, **opts)
+        ref_pi = _mp_margin_optimum(name, o, ref, p, 0.7, _scores(pi, ref, 0.7), joint=joint)
+        assert 0.5 * np.abs(pi - ref_pi).sum() < 1e-10, name
 
 
 def _mp_separable_optimum(name, o, ref, w, beta, g_start):
