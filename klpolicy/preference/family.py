@@ -299,7 +299,52 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     )
     x = res.x[:nx] if res2.status != 0 else res2.x[:nx]  # pragma: no branch
     # the constraint matrix is a network matrix: vertices are integral
-    return np.append([_integral(v) for v in x], 0.0)
+    x = np.append([_integral(v) for v in x], 0.0)
+    if np.all(x == np.round(x)) and k <= _DESCENT_MAX_N:
+        x = _hinge_descent(sub, x, secondary=sub + sub.T)
+    return x
+
+
+_DESCENT_MAX_N = 12
+
+
+def _hinge_terms(sub: NDArray, x: NDArray, secondary: NDArray | None):
+    """(loss, spread) of integer scores x, each summed exactly (math.fsum)."""
+    d = x[:, None] - x[None, :]
+    mask = sub > 0
+    loss = math.fsum((sub * np.maximum(0.0, 1.0 - d))[mask].tolist())
+    if secondary is None:
+        return loss, 0.0
+    sm = np.triu(secondary > 0, 1)
+    return loss, math.fsum((secondary * np.abs(d))[sm].tolist())
+
+
+def _hinge_descent(sub: NDArray, x: NDArray, *, secondary: NDArray | None) -> NDArray:
+    """Exact steepest descent over the moves x +- 1_S (all subsets S, last entry fixed).
+
+    The hinge loss plus the weighted spread is a sum of convex functions of differences
+    x_i - x_j, i.e. L-natural convex on the integers (Murota, Discrete Convex Analysis,
+    2003, ch. 7): a point no move x +- 1_S improves is a global minimiser, compared
+    lexicographically (loss first, spread second). This fixes LP vertices that HiGHS's
+    tolerances (~1e-7 relative) choose wrongly on pairs of tiny weight.
+    """
+    k = x.size
+    moves = []
+    for mask in range(1, 2 ** (k - 1)):
+        s = np.array([(mask >> i) & 1 for i in range(k - 1)] + [0], float)
+        moves.extend((s, -s))
+    cur = _hinge_terms(sub, x, secondary)
+    for _ in range(100 * k):
+        best, best_x = cur, None
+        for mv in moves:
+            cand = x + mv
+            val = _hinge_terms(sub, cand, secondary)
+            if val < best:
+                best, best_x = val, cand
+        if best_x is None:
+            break
+        x, cur = best_x, best
+    return x
 
 
 def _separable_parts(name, c, r, beta, o):
@@ -443,8 +488,11 @@ def population_optimum(
     ``hinge`` is a linear program (HiGHS); its minimisers can form a polyhedron: the
     returned point is a minimiser of the weighted spread
     :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|` among them (an LP vertex: integral,
-    since the constraint matrix is a network matrix), and :func:`optimum_set` gives the
-    range of every log-odds over the whole set.
+    since the constraint matrix is a network matrix), made exact for up to 12 outcomes
+    by a steepest descent over the moves :math:`x \pm 1_S` (the hinge loss is
+    L-natural convex on the integers, so a point no such move improves is a global
+    minimiser; this repairs vertices HiGHS picks wrongly on pairs of tiny weight), and
+    :func:`optimum_set` gives the range of every log-odds over the whole set.
 
     *Per-outcome losses* (``nca_pair``, ``bco_pair`` with a fixed ``delta``,
     ``sppo_hard``) split as :math:`\sum_i f_i(g_i)` with :math:`f_i` convex; the
@@ -603,7 +651,8 @@ def optimum_set(
     (:math:`\pm\infty`): the offline-support effect, where the loss is blind to mass
     moved onto responses outside the data. For ``hinge`` the ranges within a part come
     from two linear programs per pair (minimise and maximise :math:`x_i - x_j` over the
-    optimal face).
+    optimal face), refused (``ValueError``) when the drawn pairs' weights span more than
+    six decades, beyond what the LP tolerances resolve.
 
     References
     ----------
@@ -678,6 +727,9 @@ def _integral(v: float) -> float:
     return float(r) if abs(v - r) <= 1e-6 else v
 
 
+_LP_SPAN = 1e-6
+
+
 def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
     """min and max of x_i - x_j over the hinge LP's optimal face (two LPs per pair)."""
     from scipy.optimize import linprog
@@ -685,6 +737,13 @@ def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
     k = sub.shape[0]
     wn = sub / float(sub.max())
     pi, pj = np.nonzero(wn > 0)
+    span = float(wn[pi, pj].min())
+    if span < _LP_SPAN:
+        raise ValueError(
+            f"the hinge minimiser set is computed by linear programs whose tolerances (~1e-7) "
+            f"cannot resolve pair weights spanning {-math.log10(span):.1f} decades (more than "
+            f"{-math.log10(_LP_SPAN):g}); population_optimum still returns an exact minimiser"
+        )
     m = pi.size
     nx = k
     a_ub = np.zeros((m + 1, nx + m))
@@ -719,6 +778,7 @@ class LossComparison(NamedTuple):
     options: dict
     policy: NDArray | None  # the population optimum (None where none is computed)
     status: str  # "unique", "set" (a documented choice), "limit", or why there is none
+    # ("minimiser (set not resolved)" for hinge when optimum_set refuses)
     tv_to_target: float  # total variation to the target policy (nan without a policy)
     kl_to_ref: float  # KL(policy || ref)
     expected_reward: float  # E_policy[reward] (nan without a reward)
@@ -811,8 +871,11 @@ def compare_losses(
         if np.any(pi[support] == 0):
             status = "limit"
         elif row.margin_only or name == "ipo":
-            s = optimum_set(ref_a, preferences, b, loss=name, mu=mu, **o)
-            status = "unique" if s.unique else "set"
+            try:
+                s = optimum_set(ref_a, preferences, b, loss=name, mu=mu, **o)
+                status = "unique" if s.unique else "set"
+            except ValueError:  # hinge with weights beyond the LP's resolution
+                status = "minimiser (set not resolved)"
         tv = 0.5 * float(np.abs(pi - target).sum())
         kl = float(kl_divergence(pi, ref_a))
         er = float(pi @ r) if r is not None else np.nan

@@ -404,6 +404,24 @@ def test_hinge_optimum_attains_the_exhaustive_integer_minimum(rng):
             np.testing.assert_allclose(x, np.round(x), atol=1e-9)  # integral scores
 
 
+def test_hinge_optimum_is_exact_with_reference_entries_of_1e_12(rng):
+    # pairs with the tiny outcome weigh ~1e-13: HiGHS's tolerances cannot see them, the
+    # steepest descent over x +- 1_S must; exhaustive integer search, summed in float64,
+    # resolves loss differences of 1e-13 on a loss of order 1
+    for _ in range(6):
+        ref, p = _random_problem(rng, 5, tiny=True)
+        w = 2 * np.outer(ref, ref) * p
+        best = min(
+            _hinge_value(np.array([*x, 0.0]), w) for x in itertools.product(range(-5, 6), repeat=4)
+        )
+        x = _scores(population_optimum(ref, p, 0.7, loss="hinge"), ref, 0.7)
+        assert _hinge_value(x, w) - best <= 4e-16
+    with pytest.raises(
+        ValueError, match=r"cannot resolve pair weights spanning 1[0-9]\.[0-9] decades"
+    ):
+        optimum_set(ref, p, 0.7, loss="hinge")
+
+
 def test_hinge_set_on_the_indifferent_pair_and_the_worked_example():
     s = optimum_set([0.5, 0.5], [[0.5, 0.5], [0.5, 0.5]], 2.0, loss="hinge")
     assert (s.low[0, 1], s.high[0, 1], s.unique) == (-0.5, 0.5, False)
