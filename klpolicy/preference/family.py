@@ -370,6 +370,103 @@ def _separable_parts(name, c, r, beta, o):
         return f1, k * (c - r) / (c + r)
 
 
+def _fill_mass(name, f1, g0, lref, idx, w, beta, o) -> NDArray:
+    """Global minimiser of sum_i f_i(g_i) with sum_i e^{lref_i + g_i} = 1 when the free
+    minimisers g0 carry less mass than 1 (every compared outcome chosen sometimes).
+
+    In the masses m_i = ref_i e^{g_i} the cost F_i(m) = f_i(log(m / ref_i)) is increasing
+    on [m0_i, 1] with derivative h_i = f_i'(g) / m, which rises from 0 and then falls
+    (checked on a grid of 4001 points; ValueError otherwise). At a minimiser every
+    h_i(g_i) equals one multiplier nu > 0 and at most one outcome sits on a falling branch
+    (F_i'' < 0 on two outcomes would give a descent direction e_j - e_k). So the
+    candidates are: all outcomes on their rising branch (one root in nu), or outcome k on
+    its falling branch (roots located on a grid of nu, refined by Brent); the one of
+    least loss is returned.
+    """
+    from scipy.optimize import brentq, minimize_scalar  # lazy
+
+    ell = LOSSES[name]._kernel[0]
+    sub = w[np.ix_(idx, idx)]
+    k_n = idx.size
+    gmax = -lref
+
+    def h(t, k):
+        return f1(t, idx[k]) * math.exp(-(t + lref[k]))
+
+    peaks, tops = np.empty(k_n), np.empty(k_n)
+    for k in range(k_n):
+        grid = np.linspace(g0[k], gmax[k], 4001)
+        hv = np.array([h(t, k) for t in grid])
+        j = int(np.argmax(hv))
+        dv = np.diff(hv)
+        tol = 1e-12 * float(np.max(np.abs(hv)))
+        if np.any(dv[:j] < -tol) or np.any(dv[j:] > tol):
+            raise ValueError(
+                f"the population {name} loss: the marginal cost of mass on outcome {idx[k]} "
+                "is not unimodal; population_optimum does not solve this non-convex case"
+            )
+        if 0 < j < grid.size - 1:
+            res = minimize_scalar(
+                lambda t, k=k: -h(t, k),
+                bounds=(grid[j - 1], grid[j + 1]),
+                method="bounded",
+                options={"xatol": 1e-14},
+            )
+            peaks[k], tops[k] = res.x, -res.fun
+        else:
+            peaks[k], tops[k] = grid[j], hv[j]
+
+    def left(nu, k):
+        if nu >= tops[k]:
+            return peaks[k]
+        return brentq(
+            lambda t: h(t, k) - nu, g0[k], peaks[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+        )
+
+    def right(nu, k):
+        if nu >= tops[k]:
+            return peaks[k]
+        if h(gmax[k], k) >= nu:
+            return gmax[k]
+        return brentq(
+            lambda t: h(t, k) - nu, peaks[k], gmax[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+        )
+
+    def mass(gs):
+        return math.fsum(math.exp(lref[k] + gs[k]) for k in range(k_n))
+
+    def loss(gs):
+        vals = ell(gs[:, None] + 0 * gs[None, :], gs[None, :] + 0 * gs[:, None], beta, o)
+        return math.fsum((sub * vals)[sub > 0].tolist())
+
+    def solve(branch_k):
+        """All roots nu of mass(g(nu)) = 1 with outcome branch_k (or none) falling."""
+        cap = float(np.min(tops))
+
+        def gs_of(nu):
+            return np.array([right(nu, k) if k == branch_k else left(nu, k) for k in range(k_n)])
+
+        def excess(nu):
+            return mass(gs_of(nu)) - 1.0
+
+        grid = cap * np.concatenate([np.geomspace(1e-12, 1e-3, 60), np.linspace(1e-3, 1, 400)])
+        ex = np.array([excess(v) for v in grid])
+        out = []
+        for a, b_, ea, eb in zip(grid[:-1], grid[1:], ex[:-1], ex[1:], strict=True):
+            if ea == 0:
+                out.append(gs_of(a))
+            elif ea * eb < 0:
+                out.append(gs_of(brentq(excess, a, b_, xtol=1e-300, rtol=4 * np.finfo(float).eps)))
+        return out
+
+    cands = solve(None)
+    for k in range(k_n):
+        cands.extend(solve(k))
+    if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
+        raise ValueError(f"the population {name} loss: no stationary point found")
+    return min(cands, key=loss)
+
+
 def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
     """Minimise sum_i f_i(g_i) over policies pi << ref (pi = ref e^g, sum pi = 1)."""
     from scipy.optimize import brentq  # lazy
@@ -394,12 +491,15 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
             g[unseen] = math.log1p(-s0) - math.log(float(ref_a[unseen].sum()))
         return g
     if s0 < 1.0:
-        raise ValueError(
-            f"the population {name} loss is minimised outcome by outcome at log-ratios whose "
-            f"policy has total mass {s0:.6g} < 1, and every outcome of `ref`'s support is "
-            "compared: the minimiser over normalised policies is then a non-convex problem "
-            "that population_optimum does not solve"
-        )
+        if not np.all(np.isfinite(g0)):
+            raise ValueError(
+                f"the population {name} loss is minimised outcome by outcome at log-ratios "
+                f"whose policy has total mass {s0:.6g} < 1, every outcome of `ref`'s support is "
+                "compared and some is never chosen: the minimiser over normalised policies is "
+                "then a non-convex problem that population_optimum does not solve"
+            )
+        g[idx] = _fill_mass(name, f1, g0, lref, idx, w, beta, o)
+        return g
 
     def g_of(lam):
         """Solve f_i'(g) + lam ref_i e^g = 0 for each compared outcome (increasing in g)."""
@@ -503,7 +603,14 @@ def population_optimum(
     the support is never compared, :math:`g^0` is optimal and the remaining mass
     :math:`1 - S_0` goes to the uncompared outcomes (returned: in proportion to
     ``ref``; any split is optimal). When :math:`S_0 < 1` and all are compared the
-    problem is non-convex and a ValueError says so. TRL's ``bco_pair`` ``delta`` is a
+    problem is non-convex in the masses :math:`m_i = \pi_{ref,i}e^{g_i}`: every
+    :math:`F_i(m) = f_i(\log(m/\pi_{ref,i}))` rises on :math:`[m^0_i, 1]` with a marginal
+    cost :math:`h_i = F_i'` that rises from 0 and then falls (checked numerically); at a
+    minimiser all :math:`h_i` equal one multiplier and at most one outcome is on a falling
+    branch (two would give the descent direction :math:`e_j - e_k`), so the candidates
+    (all rising, or outcome :math:`k` falling) are enumerated, their roots in the
+    multiplier located on a grid and refined by Brent, and the least loss is returned.
+    Outcomes never chosen (no finite :math:`g^0_i`) in this case raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
     running mean of :math:`\beta(a + b)/2`; at population level that is
     :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` with :math:`c_i, r_i` the
     chosen and rejected marginals of ``W``: a function of the policy, so the trainer's

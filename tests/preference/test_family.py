@@ -355,9 +355,12 @@ def test_per_outcome_optima_against_mpmath(rng, name, opts, betas):
 
 def test_per_outcome_non_convex_case_raises_and_unseen_outcomes_take_the_rest():
     p = bradley_terry([1.0, 0.0])
-    # nca at beta = 3 under ref x ref: the free minimisers carry mass E[(2p)^(1/3)] < 1
-    with pytest.raises(ValueError, match=r"total mass 0\.99\d+ < 1.*non-convex"):
-        population_optimum([0.5, 0.5], p, 3.0, loss="nca_pair")
+    # pairs never identical, outcome 1 never chosen: nca's free minimisers carry mass
+    # 0.5 * 2^(1/beta) < 1 for beta > 1 and the never-chosen outcome has no finite one
+    with pytest.raises(ValueError, match=r"total mass 0\.629961 < 1.*never chosen.*non-convex"):
+        population_optimum(
+            [0.5, 0.5], [[0.5, 1.0], [0.0, 0.5]], 3.0, loss="nca_pair", mu=[[0, 0.5], [0.5, 0]]
+        )
     # at beta = 1 the free minimisers carry mass E[2 p] = 1 exactly: e^{beta g0} = 2p
     pi = population_optimum([0.5, 0.5], p, 1.0, loss="nca_pair")
     p1 = p[0, 1]
@@ -373,6 +376,47 @@ def test_per_outcome_non_convex_case_raises_and_unseen_outcomes_take_the_rest():
     m0 = ref[:2] * (2 * c[:2] / (c[:2] + r[:2])) ** (1 / 3)  # e^{beta g0} = 2c/(c+r) here
     np.testing.assert_allclose(pi3[:2], m0, rtol=1e-13)
     assert pi3[2] == pytest.approx(1 - m0.sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name, opts, beta",
+    [("nca_pair", {}, 1.7), ("nca_pair", {}, 6.0), ("bco_pair", {"delta": -0.8}, 1.2)],
+)
+def test_per_outcome_optima_when_the_free_minimisers_lack_mass_against_mpmath(
+    rng, name, opts, beta
+):
+    # S0 < 1 and every outcome compared: the non-convex case; the KKT point is checked at 50
+    # digits (lam < 0 now: mass is pushed up), global optimality below by multi-start search
+    with mp.workdps(50):
+        for n, tiny in ((2, False), (3, True), (5, False), (8, True)):
+            ref, p = _random_problem(rng, n, tiny=tiny)
+            w = 2 * np.outer(ref, ref) * p
+            pi = population_optimum(ref, p, beta, loss=name, **opts)
+            ref_pi, lam = _mp_separable_optimum(name, opts, ref, w, beta, np.log(pi) - np.log(ref))
+            assert lam < 0
+            assert 0.5 * np.abs(pi - ref_pi).sum() < 1e-10, (name, n)
+
+
+def test_per_outcome_non_convex_optimum_is_global(rng):
+    from scipy.optimize import minimize
+
+    for n, beta in ((2, 3.0), (3, 2.0), (3, 8.0), (4, 4.0)):
+        ref, p = _random_problem(rng, n)
+        pi = population_optimum(ref, p, beta, loss="nca_pair")
+        best = population_loss(pi, ref, p, beta, loss="nca_pair")
+
+        def f(z, ref=ref, p=p, beta=beta):
+            q = np.exp(z - z.max())
+            return population_loss(q / q.sum(), ref, p, beta, loss="nca_pair")
+
+        for _ in range(30):
+            res = minimize(
+                f,
+                rng.normal(size=n) * 3,
+                method="Nelder-Mead",
+                options={"xatol": 1e-10, "fatol": 1e-14, "maxiter": 20000},
+            )
+            assert res.fun >= best - 1e-12
 
 
 # ---------------------------------------------------------------------------
