@@ -421,7 +421,7 @@ ROWS: list[Row] = [
         reward=(REWARD, R),
         kl=(KL, 0.1),
         rtol=(POS, 1e-13),
-        max_iter=(COUNT, 200),
+        max_iter=(_opt(COUNT), 200),
     ),
     row("klpolicy.cross_entropy", p=(PROB, P), q=(PROB, Q)),
     row("klpolicy.kl_divergence", p=(PROB, P), q=(PROB, Q)),
@@ -778,6 +778,20 @@ ROWS += [
     ),
 ]
 
+_PREF3 = dict(ref=(PROB, P), preferences=(PREFS_KIND, PREFS), beta=(POS, 0.5))
+ROWS += [
+    row(_PF + "compare_losses", **_PREF3, reward=(_opt(REWARD), R), mu=(_opt(PROB), P)),
+    row(_PF + "optimum_set", **_PREF3, loss=(CHOICE, "sigmoid"), mu=(_opt(PROB), P)),
+    row(_PF + "population_optimum", **_PREF3, loss=(CHOICE, "sigmoid"), mu=(_opt(PROB), P)),
+    row(
+        _PF + "population_loss",
+        policy=(PROB, Q),
+        **_PREF3,
+        loss=(CHOICE, "sigmoid"),
+        mu=(_opt(PROB), P),
+    ),
+]
+
 # --- diversity, calibration, retention, trust region ----------------------------------------
 _D = "klpolicy.diversity."
 _C = "klpolicy.calibration."
@@ -1014,8 +1028,13 @@ RESULTS = {
     "klpolicy.calibration.CalibrationThreshold",
     "klpolicy.retention.RetentionCurve",
     "klpolicy.torch.FitResult",
-    # a registry row: the definition of an estimator, written by whoever adds one
+    # registry rows: the definition of an estimator or a pair loss (and a loss option),
+    # written by whoever adds one
     "klpolicy.estimators.Estimator",
+    "klpolicy.preference.PairLoss",
+    "klpolicy.preference.LossOption",
+    "klpolicy.preference.LossComparison",
+    "klpolicy.preference.OptimumSet",
 }
 
 

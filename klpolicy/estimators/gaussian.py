@@ -84,7 +84,12 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
     """
     row = get_estimator(estimator)
     m = V.as_finite_array("mu", mu).astype(np.float64, copy=False)
-    mean, var = row.gaussian_moments(m)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, var = row.gaussian_moments(m)
+        # mu^2 overflows from |mu| ~ 1.3e154: the moments are then +inf (not inf - inf = NaN)
+        huge = ~np.isfinite(m * m)
+        mean = np.where(huge, np.inf, mean)
+        var = np.where(huge, np.inf, var)
     return np.asarray(mean)[()], np.asarray(var)[()]
 
 

@@ -127,8 +127,8 @@ class TabularPolicy(torch.nn.Module):
 
     def __init__(self, probs: ArrayLike, *, device=None, dtype=torch.float64):
         super().__init__()
-        probs = V.as_probabilities("probs", probs).astype(np.float64, copy=False)
-        p = torch.as_tensor(np.atleast_2d(probs), dtype=dtype)
+        # NaN would fail `p > 0` and silently leave the support: validate as distributions
+        p = torch.as_tensor(np.atleast_2d(V.as_probabilities("probs", probs)), dtype=dtype)
         p = p.to(default_device(device))
         self.register_buffer("mask", p > 0)
         self.logits = torch.nn.Parameter(torch.where(p > 0, torch.log(p.clamp_min(1e-300)), 0.0))
