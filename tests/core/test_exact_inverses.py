@@ -13,9 +13,11 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
 
 import klpolicy as kp
 from klpolicy.estimators import fixed_point
+from klpolicy.testing.strategies import problems
 from klpolicy.trust_region import ppo_clip_step, trust_region_step
 
 from .. import _mpref as R
@@ -238,3 +240,14 @@ def test_ppo_clip_step_against_mpmath():
         got = ppo_clip_step(p_old, adv, clip, lr=lr, epochs=epochs)
         want = _mp_ppo_clip_step(p_old, adv, clip, lr, epochs)
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+@given(problems(min_size=2, max_size=6))
+@settings(max_examples=40)
+def test_beta_for_kl_round_trip_on_the_strategies_extremes(pb):
+    # hypothesis' extreme problems (entries down to 1e-300, zeros, rewards to 1e6, beta
+    # 1e-8..1e8): the KL attained at beta is a reachable target; beta_for_kl recovers a beta
+    # whose mpmath KL is that target (or the best float beta for it)
+    kl = float(kp.optimal_kl(pb.ref, pb.reward, pb.beta))
+    assume(0 < kl < float(kp.max_kl(pb.ref, pb.reward)))
+    _check_beta(pb.ref, pb.reward, kl, float(kp.beta_for_kl(pb.ref, pb.reward, kl)))
