@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ..core.internal import normalised_log_ratio
 from ..core.internal import pair as _pair
 from ..core.internal import validation as V
 from .registry import ESTIMATORS, get_estimator
@@ -27,18 +28,13 @@ def _values(name: str, ell: NDArray, clip: float | None, log_ratio_clip: float |
 def _normalised(p: NDArray, q: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     """``p/sum(p)``, ``q/sum(q)`` and their log-ratio on p's support (``+inf`` where q = 0).
 
-    The log-ratio is ``log1p((p - q)/q) - log1p(sum(p - q)/sum(q))`` (``log p - log q``
-    in place of the first term where p and q differ by more than half of q), so that
-    nearly equal rows keep full relative precision even though their sums
-    differ from one by a few ulp (as in :func:`klpolicy.kl_divergence`).
+    The log-ratio is core's ``normalised_log_ratio``: nearly equal rows keep full
+    relative precision even though their sums differ from one by a few ulp (as in
+    :func:`klpolicy.kl_divergence`).
     """
     wp, wq = p.sum(-1, keepdims=True), q.sum(-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = (p - q) / q
-        # log1p only near p = q: for p << q, p/q - 1 rounds to -1 (6e-146 against 1) and
-        # log1p(-1) = -inf, where log p - log q is exact to a few ulp
-        ell = np.where(np.abs(ratio) < 0.5, np.log1p(ratio), np.log(p) - np.log(q))
-        ell = ell - np.log1p(np.sum(p - q, -1, keepdims=True) / wq)
+    with np.errstate(invalid="ignore"):
+        ell = normalised_log_ratio(p, q).astype(p.dtype, copy=False)
         ell = np.where(p > 0, np.where(q > 0, ell, np.inf), 0)
     return p / wp, q / wq, ell
 

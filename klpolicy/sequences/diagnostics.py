@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import kl_last as _kl_last
+from ..core.internal import normalised_log_ratio
 from ..core.internal import validation as V
 from ..estimators import ESTIMATORS, get_estimator
 from .bellman import per_token_kl
@@ -189,19 +190,9 @@ def sequence_kl_moments(
 
 
 def _row_log_ratio(p: NDArray, q: NDArray) -> NDArray:
-    """log(p_n / q_n) per entry of rows normalised exactly, without the rounding of log p - log q.
-
-    ``log1p((p - q) / q)`` where ``p`` and ``q`` are within a factor 1.5 (the digits of a
-    log-ratio of 1e-10 are in ``p - q``), less ``log(sum p / sum q)`` from ``sum(p - q)``:
-    rows that sum to one only within rounding are the exactly normalised distributions.
-    """
-    p = p.astype(np.float64, copy=False)
-    q = q.astype(np.float64, copy=False)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        x = (p - q) / q
-        ell = np.where(np.abs(x) < 0.5, np.log1p(x), np.log(p) - np.log(q))
-        corr = np.log1p(np.sum(p - q, axis=-1, keepdims=True) / np.sum(q, axis=-1, keepdims=True))
-    return ell - corr
+    """log(p_n / q_n) per entry of rows taken as exactly normalised (core's precise kernel)."""
+    with np.errstate(invalid="ignore"):
+        return normalised_log_ratio(p, q)
 
 
 # ------------------------------------------------------------------ diagnostics on log-prob arrays
