@@ -20,13 +20,13 @@ from numpy.typing import ArrayLike, NDArray
 from scipy.special import expit, logit
 
 from ..core.internal import validation as V
+from .optima import dpo_optimum
 from .registry import LOSSES, get_loss
 from .solvers import (
     _check_connected,
     _margin_newton,
     _minimise_margin_loss,
     laplacian_solve,
-    minimise_pair_loss,
 )
 from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
@@ -659,8 +659,7 @@ def population_optimum(
         )
     if name == "sigmoid" or (name == "robust" and o["label_smoothing"] == 0):
         eps = o["label_smoothing"] if name == "sigmoid" else 0.0
-        w = _win_weights(ref_a, preferences, mu, eps)
-        return _normalise(ref_a, minimise_pair_loss(w, ref_a > 0, b, kind="dpo"))
+        return dpo_optimum(ref_a, preferences, b, mu=mu, label_smoothing=eps)
     w = _win_weights(ref_a, preferences, mu)
     support = ref_a > 0
     if name == "ipo":
