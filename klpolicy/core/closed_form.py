@@ -624,17 +624,25 @@ def beta_for_kl(
     ValueError
         For a negative, NaN or infinite ``kl``, and for a ``kl`` above the
         largest reachable value (the greedy limit's, :func:`max_kl`); the message
-        states that maximum.
+        states that maximum. Also for a ``kl`` so small that only a ``beta``
+        above the largest float64 reaches it (rewards of 1e300 and a ``kl`` of
+        1e-300, say).
+    RuntimeError
+        When an explicit ``max_iter`` cap is reached before a row is resolved.
 
     Notes
     -----
     The KL is strictly decreasing in :math:`\beta` unless the reward is
     constant on the support. The solver works on :math:`s = \log\beta` and
-    :math:`g(s) = \log \mathrm{KL} - \log \mathrm{kl}`, brackets the root from
-    the large-:math:`\beta` guess :math:`\sqrt{\mathrm{Var}_{ref}(r)/(2\,\mathrm{kl})}`,
-    and takes Newton steps with :math:`g'(s) = -\mathrm{Var}_{\pi^*}(r)/(\beta^2 \mathrm{KL})`,
-    falling back to bisection whenever a step leaves the bracket. All rows
-    iterate together; no Python loop over rows.
+    :math:`g(s) = \log \mathrm{KL} - \log \mathrm{kl}`, decreasing on the whole
+    float range of :math:`\beta` (5e-324 to 1.8e308), which brackets the root.
+    From the large-:math:`\beta` guess :math:`\sqrt{\mathrm{Var}_{ref}(r)/(2\,\mathrm{kl})}`
+    the package's root finder (:mod:`klpolicy.core.roots`) takes Newton steps with
+    :math:`g'(s) = -\mathrm{Var}_{\pi^*}(r)/(\beta^2 \mathrm{KL})` from the
+    better bracket end, and bisects whenever a step leaves the bracket or
+    progress stalls, so it always terminates; a KL plateau followed by a drop
+    of 1e35 within a factor 2 of :math:`\beta` is crossed by bisection. All
+    rows iterate together; no Python loop over rows.
 
     References
     ----------

@@ -31,6 +31,8 @@ kl_last(p, q), entropy_last(p), cross_entropy_last(p, q)
 expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
     Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
+normalised_log_ratio(p, q)
+    ``log(p_n/q_n)`` of rows taken as exactly normalised, exact for nearly equal rows.
 monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Roots
     The one root finder for monotone inverses: safeguarded Newton with bisection,
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
@@ -40,7 +42,7 @@ from . import _validation as validation
 from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
 from ._numerics import _SERIES_RADIUS as SERIES_RADIUS
 from ._numerics import _horner_x2 as horner_x2
-from ._numerics import expm1mx, kl_terms, kl_unit_series
+from ._numerics import expm1mx, kl_terms, kl_unit_series, normalised_log_ratio
 from ._tilt import ALL as TILT_ALL
 from ._tilt import _Tilt as Tilt
 from .closed_form import _prepare as prepare
@@ -67,6 +69,7 @@ __all__ = [
     "kl_terms",
     "kl_unit_series",
     "monotone_root",
+    "normalised_log_ratio",
     "pair",
     "prepare",
     "restore",

@@ -411,12 +411,10 @@ def moments(
     k = _values(name, ell, c, lc)
     mean, var = _weighted_moments(pn, k)
     if name == "k1" and c is None and lc is None:
+        # the mean is the KL, summed from non-negative terms (the variance above is centred
+        # on the heaviest outcome's value, exact for near point masses)
         mean = _kl_last(pa, qa)
-        with np.errstate(invalid="ignore"):
-            dev = np.where(pn > 0, k - mean[..., None], 0)
-            var = np.where(
-                np.isfinite(mean), np.sum(np.where(pn > 0, pn * dev * dev, 0), -1), np.inf
-            )
+        var = np.where(np.isfinite(mean), var, np.inf)
     return mean.astype(pa.dtype)[()], var.astype(pa.dtype)[()]
 
 
