@@ -290,7 +290,7 @@ def test_a_nondeterministic_fn_is_reported():
 
 def test_bad_estimator_name_and_reduction():
     with pytest.raises(
-        ValueError, match=re.escape("`estimator` must be 'k1', 'k2' or 'k3'; got 'k4'")
+        ValueError, match=re.escape("`estimator` must be one of 'k1', 'k2', 'k3', 'abs'; got 'k4'")
     ):
         check_kl_estimator(lambda lp, lq: lp - lq, "k4")
     with pytest.raises(
@@ -479,7 +479,7 @@ ESTIMATOR_MUTANTS = [
     ("k2 without half", "k2", lambda lp, lq: (lp - lq) ** 2, "factor 1/2"),
     ("k1 in bits", "k1", lambda lp, lq: (lp - lq) / math.log(2), "bits"),
     ("k1 through probabilities", "k1", lambda lp, lq: np.log(np.exp(lp) / np.exp(lq)), None),
-    ("k1 absolute value", "k1", lambda lp, lq: np.abs(lp - lq), None),
+    ("k1 absolute value", "k1", lambda lp, lq: np.abs(lp - lq), "'abs'"),
     ("k3 is really k2", "k3", lambda lp, lq: 0.5 * (lp - lq) ** 2, "computes k2"),
     ("k3 sign of linear term", "k3", lambda lp, lq: np.expm1(lq - lp) + (lq - lp), None),
     (

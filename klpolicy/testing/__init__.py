@@ -20,6 +20,7 @@ import importlib
 from typing import Any
 
 _CHECKS = (
+    "ClampBiasWarning",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",
@@ -43,6 +44,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ClampBiasWarning",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",
