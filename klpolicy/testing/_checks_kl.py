@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from ..divergences import kl_divergence
+from ..core import kl_divergence
 from ._draws import _columns, _dist_spec, _ints
 from ._resolution import (
     EPS,
