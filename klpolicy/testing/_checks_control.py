@@ -331,6 +331,11 @@ def check_kl_controller(
                     "it moved the coefficient the wrong way (a sign error): beta must rise "
                     "when the KL is above its target and fall when it is below"
                 )
+            elif new == value:
+                why = (
+                    f"it left the coefficient at {value!r}; the exact rule moves it to {want!r}"
+                    + (" (the KL is outside the dead zone)" if kind == "deadzone" else "")
+                )
             elif want == value:
                 why = "it moved the coefficient although " + (
                     "the KL is on target"
