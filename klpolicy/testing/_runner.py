@@ -56,13 +56,25 @@ def fn_name(fn: Any) -> str:
 
 
 def to_array(out: Any) -> np.ndarray:
-    """The result of someone else's function as a float64 array (torch tensors too)."""
+    """The result of someone else's function as a float64 array (torch tensors too).
+
+    A pair ``(loss, metrics)`` whose second element is a dict, as trainer methods
+    return, counts as its first element.
+    """
+    out = first_of(out)
     if hasattr(out, "detach"):
         out = out.detach().cpu()
         if str(out.dtype) in ("torch.bfloat16", "torch.float16"):  # numpy has no bfloat16
             out = out.float()
         out = out.numpy()
     return np.asarray(out, dtype=np.float64)
+
+
+def first_of(out: Any) -> Any:
+    """``loss`` from ``(loss, metrics_dict)``; anything else unchanged."""
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+        return out[0]
+    return out
 
 
 def call(fn: Callable, inputs: dict[str, Any], *args: Any) -> np.ndarray:
@@ -77,7 +89,7 @@ def call_raw(fn: Callable, inputs: dict[str, Any], *args: Any) -> tuple[np.ndarr
         warnings.simplefilter("ignore")
         try:
             out = fn(*copies)
-            return to_array(out), out
+            return to_array(out), first_of(out)
         except Falsified:
             raise
         except Exception as exc:
