@@ -118,3 +118,23 @@ def test_import_klpolicy_app_does_not_import_hypothesis():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_pair_loss_suite_is_reached_when_installed(monkeypatch, capsys):
+    # issue 19 adds klpolicy.testing._checks_losses.check_pair_loss; simulate it being there
+    import types
+
+    calls = []
+
+    def check_pair_loss(fn, *, loss="dpo", max_examples=100):
+        calls.append((fn, loss, max_examples))
+
+    fake = types.ModuleType("klpolicy.testing._checks_losses")
+    fake.check_pair_loss = check_pair_loss
+    monkeypatch.setitem(sys.modules, "klpolicy.testing._checks_losses", fake)
+    target = "klpolicy.preference:dpo_loss"
+    assert main(["check", "pair-loss", target, "--loss", "ipo", "--max-examples", "7"]) == 0
+    import klpolicy.preference
+
+    assert calls == [(klpolicy.preference.dpo_loss, "ipo", 7)]
+    assert capsys.readouterr().out == "check_pair_loss(dpo_loss): passed (7 examples)\n"
