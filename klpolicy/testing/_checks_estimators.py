@@ -22,7 +22,6 @@ from ..core import kl_divergence
 from ._draws import _columns, _dist_spec, _ints, _value_spec
 from ._resolution import (
     EPS,
-    ESTIMATOR_NAMES,
     MAX_LOG_RATIO,
     MIN_ENTRY,
     as_dtype,
@@ -38,13 +37,19 @@ from ._runner import Falsified, call_raw, check_options, first_alternative, fmt,
 __all__ = ["ClampBiasWarning", "check_kl_estimator"]
 
 _LN2 = math.log(2.0)
-_FORMULAS = {
-    "k1": "log p(x) - log q(x)",
-    "k2": "(log p(x) - log q(x))^2 / 2",
-    "k3": "exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))",
-    "abs": "|log p(x) - log q(x)|",
-}
-_EXACT = {"k1": _est.k1, "k2": _est.k2, "k3": _est.k3, "abs": _est.abs_kl}
+
+
+def _exact(name: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """The registry's per-sample value of ``name`` as a function of ``(logp, logq)``."""
+    value = _est.get_estimator(name).value
+
+    def f(lp, lq):
+        with np.errstate(all="ignore"):
+            return np.asarray(value(np.asarray(lp, np.float64) - np.asarray(lq, np.float64)))
+
+    return f
+
+
 REDUCTIONS = (
     "none",
     "mean",
@@ -246,9 +251,7 @@ def check_kl_estimator(
     ...
     AssertionError: check_kl_estimator(<lambda>): k3 has its ratio inverted...
     """
-    if estimator not in ESTIMATOR_NAMES or estimator not in _EXACT:
-        names = ", ".join(repr(n) for n in ESTIMATOR_NAMES if n in _EXACT)
-        raise ValueError(f"`estimator` must be one of {names}; got {estimator!r}")
+    row = _est.get_estimator(estimator)  # ValueError naming `estimator` and the registry's names
     if reduction not in REDUCTIONS:
         raise ValueError(
             f"`reduction` must be one of {', '.join(map(repr, REDUCTIONS))}; got {reduction!r}"
@@ -262,7 +265,8 @@ def check_kl_estimator(
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
     lo, hi = _as_clamp(clamp)
     masked = reduction in _MASKED
-    exact_fn = _EXACT[estimator]
+    exact_fn = _exact(estimator)
+    formula = row.formula
 
     def exact_values(lp, lq):
         with np.errstate(all="ignore"):
@@ -273,14 +277,15 @@ def check_kl_estimator(
         x = lq - lp
         inputs = np.abs(lp) + np.abs(lq)
         with np.errstate(over="ignore"):
-            if estimator in ("k1", "abs"):
+            if estimator == "k3":  # the textbook form exp(x) - 1 - x
+                return (
+                    inputs * np.abs(np.expm1(x)) + np.exp(x) + 1 + np.abs(x),
+                    "exp(log q - log p), 1 and log q - log p",
+                )
+            if estimator in ("k1", "abs"):  # log p - log q: one subtraction
                 return inputs, "log p and log q"
-            if estimator == "k2":
-                return inputs * np.abs(x) + x * x, "(log p - log q) times log p and log q"
-            return (
-                inputs * np.abs(np.expm1(x)) + np.exp(x) + 1 + np.abs(x),
-                "exp(log q - log p), 1 and log q - log p",
-            )
+            scale = inputs * np.abs(row.derivative(-x)) + np.abs(row.value(-x))
+            return scale, f"log p, log q and {estimator}"
 
     def resolution(lp, lq, mask, name, how=None):
         """The rounding a correct implementation in format ``name`` makes, reduced."""
@@ -293,13 +298,8 @@ def check_kl_estimator(
 
     def tolerance(lp, lq, mask, exact_k, how=None):
         x = lq - lp
-        deriv = {
-            "k1": 1.0,
-            "abs": 1.0,
-            "k2": np.abs(x),
-            "k3": np.abs(np.expm1(x)),
-        }[estimator]
         with np.errstate(over="ignore", invalid="ignore"):
+            deriv = np.abs(row.derivative(-x))
             slack = 16 * u * (np.abs(lp) + np.abs(lq)) * deriv
             per = rtol * np.abs(exact_k) + atol + slack
         n = _count(mask, lp.size)
@@ -419,16 +419,16 @@ def check_kl_estimator(
         alternatives = [
             (
                 f"it computes |log p - log q| (TRL's and verl's 'abs'), not {estimator}: {_ABS}.",
-                lambda: red(np.abs(ell)) if estimator != "abs" else np.nan,
+                lambda: red(np.abs(ell)) if row.estimates_kl else np.nan,
             ),
             (
                 "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
-                f"whose mean under p is not KL(p||q); k3 = {_FORMULAS['k3']}.",
-                lambda: red(_est.k3(lq, lp)) if estimator == "k3" else np.nan,
+                f"whose mean under p is not KL(p||q); k3 = {_est.get_estimator('k3').formula}.",
+                lambda: red(exact_fn(lq, lp)) if estimator == "k3" else np.nan,
             ),
             (
                 "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
-                lambda: red(_est.k1(lq, lp)) if estimator == "k1" else np.nan,
+                lambda: red(exact_fn(lq, lp)) if estimator == "k1" else np.nan,
             ),
             (
                 "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
@@ -436,8 +436,8 @@ def check_kl_estimator(
             ),
             ("it returns bits (log base 2); klpolicy works in nats.", lambda: exact / _LN2),
             *[
-                (f"it computes {o}, not {estimator}.", lambda o=o: red(_EXACT[o](lp, lq)))
-                for o in ("k1", "k2", "k3")
+                (f"it computes {o}, not {estimator}.", lambda o=o: red(_exact(o)(lp, lq)))
+                for o in _est.estimator_names(kl_only=True)
                 if o != estimator
             ],
         ]
@@ -464,7 +464,7 @@ def check_kl_estimator(
             return sentence
         g, e = float(np.ravel(got)[i]), float(np.ravel(exact)[i])
         what = estimator if reduction == "none" else f"{estimator} ({reduction})"
-        return f"it differs from {what} = {_FORMULAS[estimator]}{where}: expected {e!r}, got {g!r}."
+        return f"it differs from {what} = {formula}{where}: expected {e!r}, got {g!r}."
 
     worst_bias: list = []
 
@@ -475,7 +475,7 @@ def check_kl_estimator(
         target = float(np.sum(p * exact_values(np.log(p), np.log(q))))
         if lo is None and hi is None:
             target = float(_est.moments(p, q, estimator)[0])  # exact mean under p
-        elif estimator != "abs":
+        elif row.estimates_kl:
             bias = target - float(kl_divergence(p, q))
             if not worst_bias or abs(bias) > abs(worst_bias[0]):
                 worst_bias[:] = [bias, p, q, target]
@@ -493,15 +493,13 @@ def check_kl_estimator(
         if abs(mean - target) <= tol:
             return
         res = float(np.sum(p * resolution(lp, lq, None, fmt_name, "none")))
-        if estimator == "abs":
-            what = "E_p|log p - log q|"
-        elif lo is not None or hi is not None:
+        if lo is not None or hi is not None:
             what = f"the exact mean of the clamped {estimator}, E_p[clip({estimator}, {lo}, {hi})]"
         else:
-            what = "E_p[(log p - log q)^2] / 2" if estimator == "k2" else "KL(p||q)"
+            what = "KL(p||q)" if row.unbiased else f"E_p[{formula}]"
         if abs(mean - target) <= tol + res:
             verdict = f"; the difference, {mean - target:.3g}, is {fmt_name} rounding."
-        elif estimator in ("k1", "k3") and lo is None and hi is None:
+        elif row.unbiased and lo is None and hi is None:
             verdict = "; the estimator is biased."
         else:
             verdict = "."
@@ -626,7 +624,7 @@ def _crossing(estimator: str, c: float, sign: int, near: float) -> float:
 
     def f(x):
         with np.errstate(all="ignore"):
-            return float(_EXACT[estimator](np.array([0.0]), np.array([x]))[0]) - c
+            return float(_exact(estimator)(np.array([0.0]), np.array([x]))[0]) - c
 
     a, b = 0.0, sign * near
     try:

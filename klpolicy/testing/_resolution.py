@@ -14,9 +14,8 @@ import numpy as np
 
 from .. import estimators as _est
 
-# The per-sample estimators, from ONE place: klpolicy.estimators' registry when it has one
-# (issue 15 builds it), else the names klpolicy.estimators.moments accepts.
-ESTIMATOR_NAMES: tuple[str, ...] = tuple(getattr(_est, "ESTIMATORS", ("k1", "k2", "k3", "abs")))
+# The per-sample estimators, from ONE place: klpolicy.estimators' registry.
+ESTIMATOR_NAMES: tuple[str, ...] = _est.estimator_names()
 
 # unit of least precision at 1 (numpy's eps) of each format the suites know
 EPS = {
