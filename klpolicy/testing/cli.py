@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["SUITES", "run_check"]
+__all__ = ["run_check"]
 
 # suite name on the command line -> check function name in klpolicy.testing
 SUITES = {
