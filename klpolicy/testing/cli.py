@@ -10,7 +10,9 @@ The options are the suite's keyword arguments, with dashes:
 ``--max-examples 500``, ``--rtol 1e-9``, ``--dtype float32``,
 ``--reduction masked_mean``, ``--clamp -10 10``, ``--kind adaptive``,
 ``--supports-zero-q`` / ``--no-supports-zero-q``; ``check_kl_estimator``'s
-``estimator`` is ``--estimator k3``. ``klpolicy check SUITE -h`` lists them.
+``estimator`` is ``--estimator k3``, ``check_pair_loss``'s ``loss`` is ``--loss ipo`` and
+its loss options are ``--option label_smoothing=0.1``. ``klpolicy check SUITE -h`` lists
+them.
 
 Examples
 --------
@@ -114,11 +116,38 @@ def _suite_parser(suite: str, check: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("target", metavar="module:function", help="what to check")
     for name, param in list(inspect.signature(check).parameters.items())[1:]:
-        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:  # e.g. `estimator`
-            p.add_argument("--" + name.replace("_", "-"), required=True, metavar="VALUE")
+        flag = "--" + name.replace("_", "-")
+        if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:  # `estimator`, `loss`
+            if param.default is inspect.Parameter.empty:
+                p.add_argument(flag, required=True, metavar="VALUE")
+            else:
+                p.add_argument(flag, default=param.default, metavar="VALUE")
         elif param.kind is inspect.Parameter.KEYWORD_ONLY:
-            _option(p, name, param)
+            if name == "grad":  # a function too
+                p.add_argument(flag, default=None, metavar="module:function", type=_load)
+            else:
+                _option(p, name, param)
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:  # a suite's extra options
+            p.add_argument(
+                "--option",
+                dest="_extra",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                type=_key_value,
+                help="a number passed on as KEY=VALUE (e.g. label_smoothing=0.1)",
+            )
     return p
+
+
+def _key_value(text: str) -> tuple[str, float]:
+    key, sep, value = text.partition("=")
+    try:
+        if not sep or not key.isidentifier():
+            raise ValueError
+        return key, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected KEY=NUMBER, got {text!r}") from None
 
 
 def run_check(argv: Sequence[str] | None = None) -> int:
@@ -151,13 +180,15 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         check = suites[suite]
         args = vars(_suite_parser(suite, check).parse_args(argv[1:]))
         fn = _load(args.pop("target"))
+        extra = dict(args.pop("_extra", []))
         kwargs = {k: v for k, v in args.items() if v is not None}
+        kwargs.update(extra)
         if "clamp" in kwargs:
             kwargs["clamp"] = tuple(kwargs["clamp"])
         positional = [
             kwargs.pop(n)
             for n, p in list(inspect.signature(check).parameters.items())[1:]
-            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and n in kwargs
         ]
         name = getattr(fn, "__name__", type(fn).__name__)
         with warnings.catch_warnings(record=True) as caught:

@@ -71,6 +71,7 @@ def run_page(text: str) -> list[tuple[str, str]]:
     return pairs
 
 
+@pytest.mark.slow
 def test_every_quoted_message_is_what_the_code_above_it_produces():
     pairs = run_page(DOC.read_text())
     assert len(pairs) >= 10
