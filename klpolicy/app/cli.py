@@ -212,6 +212,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", metavar="DIR", help="write the headline figures as PNG into DIR")
     d.set_defaults(func=_cmd_demo)
     _add_plot_parser(sub)
+    sub.add_parser(
+        "check",
+        help="run a klpolicy.testing suite on module:function (needs hypothesis); "
+        "klpolicy check -h lists the suites",
+    )
     return p
 
 
@@ -299,6 +304,11 @@ def _add_plot_parser(sub) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``klpolicy`` command; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"]:  # its own parser; imported lazily (it needs hypothesis)
+        from ..testing.cli import run_check
+
+        return run_check(argv[1:])
     try:
         args = _parser().parse_args(argv)
         return args.func(args)
