@@ -35,6 +35,14 @@ _STATS_MIN_SPREAD = 2.0
 ALL = frozenset({"pi", "u", "value", "kl", "mean"})
 
 
+def _exp_limit(dtype) -> float:
+    """Largest argument whose ``exp`` is comfortably finite: 707 in float64, 86 in float32.
+
+    (A fixed 700 let float32 overflow: ``ref = [1, 1e-44]`` gave a probability of inf.)
+    """
+    return float(np.floor(np.log(np.finfo(dtype).max))) - 2.0
+
+
 class _Tilt(NamedTuple):
     """Everything about pi*_beta, with the probability axis last (keepdims).
 
@@ -77,7 +85,7 @@ def _mode_log_ratio(
             d[off] = 0.0  # off the support: no weight, and no overflow below
         term = np.expm1(d)
         term *= q
-        big = d >= 700  # exp(d) alone would overflow: a subnormal reference entry
+        big = d >= _exp_limit(q.dtype)  # exp(d) would overflow: a subnormal reference entry
         if big.any():
             term[big] = np.exp(np.log(q[big]) + d[big])
         s = term.sum(axis=-1, keepdims=True) / total
@@ -115,7 +123,7 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         log_z = np.where(s > -0.5, np.log1p(s), direct)
         u = z - log_z
         # pi = ref_n e^u; the second form only for subnormal reference entries
-        pi = np.where(u < 700, ref_n * np.exp(u), np.exp(np.log(ref_n) + u))
+        pi = np.where(u < _exp_limit(dtype), ref_n * np.exp(u), np.exp(np.log(ref_n) + u))
         pi = np.where(support, pi, 0).astype(dtype, copy=False)
         value = c + beta_s * log_z
         # Large beta: re-centre on the reference mean m, where

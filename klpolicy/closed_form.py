@@ -48,6 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _tilt as _kernel
 from . import _validation as V
+from . import _xp
 from ._tilt import _Tilt
 
 __all__ = [
@@ -197,7 +198,7 @@ def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
 
 
 def optimal_policy(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating]:
     r"""The maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`.
 
@@ -262,12 +263,14 @@ def optimal_policy(
     >>> optimal_policy([0.25, 0.25, 0.5], [1.0, 1.0, 0.0], beta=0.0)
     array([0.5, 0.5, 0. ])
     """
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.optimal_policy(ref, reward, beta, axis=axis, validate=validate)
     t, ax = _solve(ref, reward, beta, axis, {"pi"})
     return _restore(t.pi, ax)
 
 
 def soft_value(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""The optimal value :math:`\beta \log \mathbb{E}_{\pi_{ref}}[e^{r/\beta}]`.
 
@@ -313,11 +316,13 @@ def soft_value(
     >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
     (1.0, 0.5)
     """
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.soft_value(ref, reward, beta, axis=axis, validate=validate)
     return _scalar(_solve(ref, reward, beta, axis, {"value"})[0].value)
 
 
 def optimal_kl(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""The KL divergence of the optimal policy from the reference.
 
@@ -359,11 +364,13 @@ def optimal_kl(
     >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], 0.5)), 6)
     0.327813
     """
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.optimal_kl(ref, reward, beta, axis=axis, validate=validate)
     return _scalar(_solve(ref, reward, beta, axis, {"kl"})[0].kl)
 
 
 def max_kl(
-    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1
+    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""The largest KL the optimal policy can reach: that of the greedy limit.
 
@@ -400,6 +407,8 @@ def max_kl(
     >>> round(float(max_kl([0.5, 0.25, 0.25], [0.0, 1.0, 1.0])), 6)  # log 2
     0.693147
     """
+    if _xp.is_foreign(ref, reward):
+        return _xp.max_kl(ref, reward, axis=axis, validate=validate)
     ref_a, rew_a = _prepare(ref, reward, axis)
     return _scalar(_greedy_kl(ref_a, rew_a)[..., None])
 

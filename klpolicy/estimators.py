@@ -36,6 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
+from . import _xp
 from ._kl_core import _exact_bias, _normalised, _setup, _values, _weighted_moments
 from ._kl_gaussian import SCHULMAN_2020_TABLE, GaussianTable, gaussian_moments, schulman_table
 from ._kl_gradients import Flow, expected_gradient, fixed_point, gradient_flow, objective_gradient
@@ -70,6 +71,8 @@ __all__ = [
 
 
 def _per_sample(name, logp, logq, clip, log_ratio_clip):
+    if _xp.is_foreign(logp, logq):  # torch, JAX, CuPy: the array-API kernel, same checks
+        return _xp.estimate(name, logp, logq, clip, log_ratio_clip)
     lp = V.as_log_probs("logp", logp, allow_neg_inf=False)
     lq = V.as_log_probs("logq", logq, allow_neg_inf=True)
     c = V.as_optional_clip("clip", clip)
