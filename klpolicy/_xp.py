@@ -124,7 +124,7 @@ def _to_numpy(x) -> np.ndarray:
     if aac.is_cupy_array(x):
         return x.get()
     arr = np.asarray(x)
-    if arr.dtype.kind == "f" and arr.dtype.itemsize < 4 or arr.dtype.kind == "V":
+    if (arr.dtype.kind == "f" and arr.dtype.itemsize < 4) or arr.dtype.kind == "V":
         arr = np.asarray(x, dtype=np.float32)
     return arr
 
@@ -337,6 +337,22 @@ def _exp_limit(xp, dtype) -> float:
     return math.floor(math.log(float(xp.finfo(dtype).max))) - 2.0
 
 
+def _div(xp, num, beta):
+    """``num / beta`` (``beta > 0``) whose derivative in ``beta`` never forms ``beta**2``.
+
+    Numerator and denominator are scaled by two constant powers of two ``p1 p2 ~ 1/beta``
+    (exact: the quotient is the same float), so autograd differentiates ``n' / m`` with
+    ``m = beta p1 p2`` in [1, 2): JAX's ``-x * y**-2`` and torch's ``(x / y) / y`` stay
+    finite (and zero where the incoming gradient is zero) even for ``beta = 1e-310``.
+    """
+    b = _stop(beta)
+    e = xp.floor(xp.log2(b))
+    e1 = xp.floor(e * 0.5)
+    p1 = xp.pow(_const(xp, 2.0, b), -e1)
+    p2 = xp.pow(_const(xp, 2.0, b), -(e - e1))
+    return ((num * p1) * p2) / ((beta * p1) * p2)
+
+
 def _scaled_diff(xp, a, b, beta, dead):
     """``(a - b) / beta`` with ``-_DEAD`` where it is below that or where ``dead`` is set.
 
@@ -352,7 +368,19 @@ def _scaled_diff(xp, a, b, beta, dead):
     raw = (_stop(num) / _stop(beta)) * scale
     drop = (raw < -_DEAD) | dead
     num = xp.where(drop, xp.zeros_like(num), num)
-    return xp.where(drop, _const(xp, -_DEAD, a), (num / beta) * scale)
+    return xp.where(drop, _const(xp, -_DEAD, a), _div(xp, num, beta) * scale)
+
+
+def _expm1_sum(xp, q, z, w, total):
+    """``sum(q * expm1(z)) / total`` whose gradient is that of ``sum(w) / total``, w = q e^z.
+
+    ``expm1``'s derivative is formed as ``expm1(z) + 1`` by torch and JAX: 0 once
+    ``expm1(z)`` rounds to -1 (z < -37), where the true ``e^z`` (1e-22 at z = -50) still
+    carries the gradient of an unlikely outcome. Forward value from expm1, gradient from exp.
+    """
+    s = xp.sum(q * xp.expm1(z), axis=-1, keepdims=True) / total
+    e = xp.sum(w, axis=-1, keepdims=True) / total
+    return _stop(s) + (e - _stop(e))
 
 
 def _safe_exp_times(xp, q, u, limit):
@@ -376,6 +404,8 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     d_lo = xp.where(big, xp.zeros_like(d), d)
     term = xp.where(big, w, q * xp.expm1(d_lo))
     s = xp.sum(term, axis=-1, keepdims=True) / total
+    e = xp.sum(w, axis=-1, keepdims=True) / total
+    s = _stop(s) + (e - _stop(e))  # expm1's gradient, from exp (see _expm1_sum)
     far = s <= -0.5  # the mode holds little reference mass
     near_s = xp.where(far, xp.zeros_like(s), s)
     log_zk = xp.where(far, xp.log(xp.sum(w, axis=-1, keepdims=True) / total), xp.log1p(near_s))
@@ -386,7 +416,14 @@ def _tilt(xp, ref, reward, beta, want):
     """pi*_beta and the statistics in ``want`` ("pi", "value", "kl", "mean", "max_kl").
 
     ``ref``, ``reward``: (..., n) one float dtype; ``beta``: (..., 1), >= 0, inf allowed.
+    Discarded branches may overflow in the forward pass (never in a selected value or a
+    gradient); numpy's warnings about them are silenced.
     """
+    with np.errstate(all="ignore"):
+        return _tilt_body(xp, ref, reward, beta, want)
+
+
+def _tilt_body(xp, ref, reward, beta, want):
     dt = ref.dtype
     zero_t = xp.zeros_like(ref)
     one_b = xp.ones_like(beta)
@@ -413,16 +450,17 @@ def _tilt(xp, ref, reward, beta, want):
     )
     if want == {"max_kl"}:
         return {"max_kl": -greedy_log_mass}
-    pi0 = xp.where(best, ref / best_mass, zero_t)
+    pi0 = _div(xp, xp.where(best, ref, zero_t), best_mass)  # select, then divide
 
     z = _scaled_diff(xp, reward, c, beta_s, ~support)  # <= 0; -_DEAD off the support
-    s = xp.sum(ref * xp.expm1(z), axis=-1, keepdims=True) / total
+    w = ref * xp.exp(z)
+    s = _expm1_sum(xp, ref, z, w, total)
     low = s <= -0.5
-    direct = xp.log(xp.sum(ref * xp.exp(z), axis=-1, keepdims=True) / total)
+    direct = xp.log(xp.sum(w, axis=-1, keepdims=True) / total)
     log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
     limit = _exp_limit(xp, dt)
-    pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
-    pi = xp.where(zero, pi0, xp.where(inf, ref_n, pi))
+    pi_b, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)  # at beta_s (1 on the limit rows)
+    pi = xp.where(zero, pi0, xp.where(inf, ref_n, pi_b))
     out["pi"] = pi
 
     if "value" in want:
@@ -433,19 +471,25 @@ def _tilt(xp, ref, reward, beta, want):
         x_raw = _scaled_diff(xp, _stop(reward), _stop(m), _stop(beta_s), ~support)
         near = xp.max(xp.where(support, xp.abs(x_raw), zero_t), axis=-1, keepdims=True) < 1
         keep = near & support
-        x = xp.where(keep, reward - m, zero_t) / beta_s
-        s2 = xp.sum(ref_n * _expm1mx(xp, x), axis=-1, keepdims=True) + xp.sum(
-            ref_n * x, axis=-1, keepdims=True
-        )
-        s2 = xp.where(near, s2, xp.zeros_like(s2))
-        value = xp.where(near, m + beta_s * xp.log1p(s2), value)
+        x = _div(xp, xp.where(keep, reward - m, zero_t), beta_s)
+        e1 = xp.sum(ref_n * _expm1mx(xp, x), axis=-1, keepdims=True)
+        e1 = xp.where(near, e1, xp.zeros_like(e1))
+        # E_ref[x] is 0 in exact arithmetic (m = E_ref[r]) and only the rounding of m: the
+        # value keeps it, the gradient is that of m + beta log1p(e1), where it would
+        # otherwise swamp dV/dbeta = -KL ~ -Var / (2 beta^2)
+        mean_x = xp.where(near, xp.sum(ref_n * x, axis=-1, keepdims=True), xp.zeros_like(e1))
+        v_near = m + beta_s * xp.log1p(e1 + mean_x)
+        g_near = m + beta_s * xp.log1p(e1)
+        v_near = _stop(v_near) + (g_near - _stop(g_near))
+        value = xp.where(near, v_near, value)
         # beta = 0: the best reward on the support, with the greedy policy as its gradient
         v0 = c + xp.sum(pi0 * xp.where(best, reward - c, zero_t), axis=-1, keepdims=True)
         out["value"] = xp.where(zero, v0, xp.where(inf, m, value))
     if "mean" in want:
         out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
     if "kl" in want:
-        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
+        # the mode of pi at beta_s, so that d = (r - r_mode) / beta_s stays below ~745
+        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi_b, support)
         terms = xp.where(support, _kl_terms(xp, pi, ref_n, u), zero_t)
         kl = xp.sum(terms, axis=-1, keepdims=True)
         out["kl"] = xp.where(zero, -greedy_log_mass, xp.where(inf, xp.zeros_like(kl), kl))
@@ -521,6 +565,11 @@ def _single(p, axis: int, validate: bool, name="p"):
 
 def _kl_rows(xp, p, q):
     """KL(p||q) along the last axis, the numpy core's careful summands, gradient-safe."""
+    with np.errstate(all="ignore"):
+        return _kl_rows_body(xp, p, q)
+
+
+def _kl_rows_body(xp, p, q):
     zero_t = xp.zeros_like(p)
     one_t = xp.ones_like(p)
     pos_p, pos_q = p > 0, q > 0
@@ -529,12 +578,14 @@ def _kl_rows(xp, p, q):
     d = p - q
     # log(W_p / W_q) from the differences, so rounding in the row sums cancels
     a = xp.log1p(xp.sum(d, axis=-1, keepdims=True) / wq)
-    ratio = xp.where(pos_q, d, zero_t) / xp.where(pos_q, q, one_t)
+    ratio = _stop(xp.where(pos_q, d, zero_t) / xp.where(pos_q, q, one_t))
     close = (xp.abs(ratio) < 0.5) & pos_q  # implies p > 0
     both = pos_p & pos_q & ~close
+    # (p - q) / q only where it is used: a huge ratio elsewhere would give 0 * inf backwards
+    ratio = _div(xp, xp.where(close, d, zero_t), xp.where(close, q, one_t))
     u = xp.where(
         close,
-        xp.log1p(xp.where(close, ratio, zero_t)),
+        xp.log1p(ratio),
         xp.log(xp.where(both, p, one_t)) - xp.log(xp.where(both, q, one_t)),
     )
     u = u - a

@@ -194,6 +194,9 @@ def kl_divergence(
         rounding); batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -255,6 +258,9 @@ def total_variation(
         Probabilities along ``axis``; batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -319,6 +325,9 @@ def entropy(
         rounding); other axes are batch axes.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -381,6 +390,9 @@ def cross_entropy(
         must match.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
