@@ -1,7 +1,7 @@
 r"""The closed form on tensors: the core's one array-API kernel, with ``dim=`` for torch users.
 
 These are the functions :func:`klpolicy.optimal_policy` and its siblings run
-on torch tensors (:mod:`klpolicy._xp`): the same careful algorithm as for
+on torch tensors (:mod:`klpolicy.core._xp`): the same careful algorithm as for
 numpy arrays, so that float64 tensors equal the numpy core to about 1e-12 at
 every extreme (``beta`` from 0 to inf including subnormal values, tied
 rewards, rewards of 1e308, reference entries of 1e-300 and 0). This module
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from klpolicy import _xp
+from klpolicy.core.internal import array_api as _xp
 
 __all__ = [
     "cross_entropy",

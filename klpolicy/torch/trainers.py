@@ -47,9 +47,10 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from klpolicy import _validation as V
 from klpolicy import sequences
-from klpolicy.closed_form import _prepare, optimal_policy
+from klpolicy.core import optimal_policy
+from klpolicy.core.internal import prepare as _prepare
+from klpolicy.core.internal import validation as V
 from klpolicy.torch._steps import ESTIMATORS, STEPS, Problem, kl_exact, step_trust_region
 from klpolicy.torch.policies import (
     AutoregressivePolicy,
@@ -129,7 +130,9 @@ def _options(method, kw) -> dict:
         raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)} for method {method!r}")
     o.update(kw)
     if o["estimator"] not in ESTIMATORS:
-        raise ValueError(f"`estimator` must be 'k1', 'k2' or 'k3'; got {o['estimator']!r}")
+        *head, last = map(repr, ESTIMATORS)
+        valid = f"{', '.join(head)} or {last}"
+        raise ValueError(f"`estimator` must be {valid}; got {o['estimator']!r}")
     if o["placement"] not in ("reward", "loss"):
         raise ValueError(f"`placement` must be 'reward' or 'loss'; got {o['placement']!r}")
     if o["labels"] not in ("sampled", "expected"):

@@ -1,0 +1,766 @@
+"""The one place that checks inputs and words the errors.
+
+Every public function of klpolicy validates its arguments through the helpers
+below, so that the same mistake always gets the same message: a ``ValueError``
+that names the argument in backticks and shows the bad value and where it is.
+Nothing is renormalised silently and no NaN is ever returned for bad input.
+
+The helpers return arrays with the probability axis moved to the end, so that
+the numerical code can always work along ``axis=-1``.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "as_beta",
+    "as_float_array",
+    "as_positive_int",
+    "as_positive_scalar",
+    "as_probabilities",
+    "as_rewards",
+    "broadcast_pair",
+    "check_beta_values",
+    "normalise_axis",
+    "result_dtype",
+    "row_sum_tolerance",
+]
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    if len(idx) == 1:
+        return f"({idx[0]},)"
+    return "(" + ", ".join(str(int(i)) for i in idx) + ")"
+
+
+def _fmt_value(v: Any) -> str:
+    v = float(v)
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return f"{v:.6g}"
+
+
+def _first(mask: NDArray[np.bool_]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0])
+
+
+def as_float_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
+    """Convert ``x`` to a real floating array, refusing complex, object and empty input."""
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"`{name}` must be an array of real numbers; got {x!r}") from exc
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)
+    ):
+        raise ValueError(f"`{name}` must be an array of real numbers; got dtype {arr.dtype}")
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.floating):
+        arr = arr.astype(np.float64)
+    return arr
+
+
+def result_dtype(*arrays: NDArray) -> np.dtype:
+    """float32 when every input is float32 (or narrower), float64 otherwise."""
+    dt = np.result_type(*[a.dtype for a in arrays], np.float32)
+    if dt not in (np.float32, np.float64):
+        dt = np.dtype(np.float64)
+    return np.dtype(dt)
+
+
+def row_sum_tolerance(dtype: np.dtype, n: int) -> float:
+    """Tolerance for ``|sum(row) - 1|``: sqrt(eps) of the dtype, widened for long rows."""
+    eps = float(np.finfo(dtype).eps)
+    return max(float(np.sqrt(eps)), 4.0 * n * eps)
+
+
+def normalise_axis(axis: Any, ndim: int, name: str = "ref") -> int:
+    """Return ``axis`` as a non-negative int, or raise naming the array."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise ValueError(f"`axis` must be an integer; got {axis!r}")
+    axis = int(axis)
+    if not -ndim <= axis < max(ndim, 1):
+        raise ValueError(
+            f"`axis` {axis} is out of bounds for `{name}` with {ndim} dimension"
+            + ("" if ndim == 1 else "s")
+        )
+    return axis % max(ndim, 1)
+
+
+def as_probabilities(
+    name: str, x: ArrayLike, axis: int = -1, *, check_sum: bool = True
+) -> NDArray[np.floating]:
+    """Validate a probability array and return it with ``axis`` moved last.
+
+    Checks: real dtype, at least one dimension, no NaN, no infinities, no
+    negative entries, and (with ``check_sum``) every row summing to one
+    within :func:`row_sum_tolerance`. The values are returned unchanged.
+    """
+    arr = as_float_array(name, x)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = normalise_axis(axis, arr.ndim, name)
+    # two reductions clear the common case (NaN propagates into both); only a bad array
+    # pays for the elementwise masks that find and word the first offending entry
+    if not (arr.min() >= 0 and arr.max() < np.inf):
+        _raise_not_finite_non_negative(name, arr)
+    if check_sum:
+        n = arr.shape[ax]
+        sums = arr.sum(axis=ax, dtype=np.float64)
+        tol = row_sum_tolerance(arr.dtype, n)
+        bad = np.abs(sums - 1.0) > tol
+        if np.ndim(bad) == 0:
+            if bad:
+                raise ValueError(
+                    f"`{name}` must sum to 1 along axis {axis}; it sums to {_fmt_value(sums)}"
+                    f" (tolerance {tol:.2g}); klpolicy never renormalises silently"
+                )
+        elif bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`{name}` must sum to 1 along axis {axis}; row {_fmt_index(idx)} sums to "
+                f"{_fmt_value(sums[idx])} (tolerance {tol:.2g}); klpolicy never renormalises silently"
+            )
+    return np.moveaxis(arr, ax, -1)
+
+
+def _raise_not_finite_non_negative(name: str, arr: NDArray) -> None:
+    nan = np.isnan(arr)
+    if nan.any():
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
+    inf = np.isinf(arr)
+    if inf.any():
+        idx = _first(inf)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    neg = arr < 0
+    if neg.any():
+        idx = _first(neg)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+
+
+def as_rewards(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
+    """Validate a finite real reward array and return it with ``axis`` moved last."""
+    arr = as_float_array(name, x)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = normalise_axis(axis, arr.ndim, name)
+    if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
+        bad = ~np.isfinite(arr)
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return np.moveaxis(arr, ax, -1)
+
+
+def broadcast_pair(name_a: str, a: NDArray, name_b: str, b: NDArray) -> tuple[NDArray, NDArray]:
+    """Broadcast two arrays whose last axis is the probability axis.
+
+    The last axes must match exactly; only the batch axes broadcast.
+    """
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"`{name_b}` must have the same size as `{name_a}` along the probability axis; "
+            f"got {b.shape[-1]} and {a.shape[-1]}"
+        )
+    try:
+        return tuple(np.broadcast_arrays(a, b))  # type: ignore[return-value]
+    except ValueError:
+        raise ValueError(
+            f"the batch shapes of `{name_a}` {a.shape[:-1]} and `{name_b}` {b.shape[:-1]} "
+            "do not broadcast"
+        ) from None
+
+
+def as_beta(
+    beta: ArrayLike, ndim: int, axis: int, *, name: str = "beta", allow_zero: bool = True
+) -> NDArray[np.float64]:
+    """Validate ``beta`` and shape it to broadcast against a last-axis array of ``ndim`` dims.
+
+    ``beta`` may be a scalar or an array that broadcasts against the batch axes
+    of the probability array, with size 1 along ``axis`` (e.g. shape ``(B, 1)``
+    for a ``(B, V)`` problem). When ``axis`` is the last axis, ``beta`` may have
+    extra leading dimensions, which become batch axes (``(B, 1)`` against a
+    single row gives ``B`` rows). ``axis`` must already be non-negative. Zero and ``inf`` are allowed (the greedy and the
+    reference limits); negative values and NaN are not.
+    """
+    b = check_beta_values(name, beta, allow_zero=allow_zero)
+    if b.ndim == 0:
+        return b.reshape((1,) * ndim)
+    if b.ndim > ndim and axis != ndim - 1:
+        raise ValueError(
+            f"`{name}` has {b.ndim} dimensions but the problem has only {ndim}; got shape {b.shape}"
+        )
+    b = b.reshape((1,) * (ndim - b.ndim) + b.shape)
+    ax = axis + (b.ndim - ndim)
+    if b.shape[ax] != 1:
+        raise ValueError(
+            f"`{name}` must have size 1 along the probability axis (one beta per row); "
+            f"got shape {np.shape(beta)}"
+        )
+    return np.moveaxis(b, ax, -1)
+
+
+def check_beta_values(
+    name: str, beta: ArrayLike, *, allow_zero: bool = True
+) -> NDArray[np.float64]:
+    """Return ``beta`` as a float64 array after checking: not empty, no NaN, >= 0 (or > 0)."""
+    try:
+        b = np.asarray(beta, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"`{name}` must be a real number or array; got {beta!r}") from exc
+    if b.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {b.shape}")
+    nan = np.isnan(b)
+    if nan.any():
+        where = "" if b.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        raise ValueError(f"`{name}` must not be NaN; found nan{where}")
+    neg = (b < 0) if allow_zero else (b <= 0)
+    if neg.any():
+        where = "" if b.ndim == 0 else f" at index {_fmt_index(_first(neg))}"
+        bad = b if b.ndim == 0 else b[_first(neg)]
+        kind = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"`{name}` must be {kind}; found {_fmt_value(bad)}{where}")
+    return b
+
+
+def as_positive_scalar(name: str, x: Any, *, allow_inf: bool = False) -> float:
+    """A single positive real number (e.g. a KL target or a coefficient)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a positive number; got {x!r}") from None
+    if np.isnan(v) or v <= 0 or (np.isinf(v) and not allow_inf):
+        raise ValueError(
+            f"`{name}` must be a positive{'' if allow_inf else ' finite'} number; got {x!r}"
+        )
+    return v
+
+
+def as_positive_int(name: str, x: Any) -> int:
+    """A single integer >= 1, refusing floats with a fractional part and bools."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    if isinstance(x, numbers.Integral):
+        v = int(x)
+    elif isinstance(x, numbers.Real) and float(x).is_integer():
+        v = int(x)
+    else:
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    if v < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    return v
+
+
+# --------------------------------------------------------------------------------------
+# sequences.py, token_trees.py, token_kl_diagnostics.py: token trees, sequence rewards,
+# log-prob arrays and masks
+# --------------------------------------------------------------------------------------
+
+
+def _shape_str(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def as_token_tree(name: str, conditionals: Any) -> list[NDArray[np.floating]]:
+    """Validate a token tree: a non-empty list whose ``t``-th array has shape ``(V,)*(t+1)``.
+
+    Every array is checked by :func:`as_probabilities` under the name
+    ``name[t]`` (so each conditional row must sum to one, also below
+    prefixes of zero probability). Returns float arrays of one common dtype.
+    """
+    if isinstance(conditionals, np.ndarray) or not isinstance(conditionals, (list, tuple)):
+        raise ValueError(
+            f"`{name}` must be a non-empty list of arrays, conditionals[t] of shape (V,)*(t+1); "
+            f"got {type(conditionals).__name__}"
+        )
+    if len(conditionals) == 0:
+        raise ValueError(f"`{name}` must be a non-empty list of arrays; got an empty list")
+    levels = []
+    size = None
+    for t, c in enumerate(conditionals):
+        arr = as_float_array(f"{name}[{t}]", c)
+        if t == 0:
+            if arr.ndim != 1:
+                raise ValueError(
+                    f"`{name}[0]` must have shape (V,) (the first token's distribution); "
+                    f"got shape {_shape_str(arr.shape)}"
+                )
+            size = arr.shape[0]
+        want = (size,) * (t + 1)
+        if arr.shape != want:
+            raise ValueError(
+                f"`{name}[{t}]` must have shape {_shape_str(want)} (vocabulary {size}, "
+                f"position {t}); got shape {_shape_str(arr.shape)}"
+            )
+        levels.append(as_probabilities(f"{name}[{t}]", arr))
+    dtype = result_dtype(*levels)
+    return [lv.astype(dtype, copy=False) for lv in levels]
+
+
+def same_tree_shape(name_a: str, a: list, name_b: str, b: list) -> None:
+    """Two token trees must share the vocabulary size and the length."""
+    va, ta, vb, tb = a[0].shape[0], len(a), b[0].shape[0], len(b)
+    if (va, ta) != (vb, tb):
+        raise ValueError(
+            f"`{name_b}` must have the same vocabulary and length as `{name_a}`; "
+            f"got V={vb}, T={tb} and V={va}, T={ta}"
+        )
+
+
+def as_sequence_rewards(name: str, x: ArrayLike, shape: tuple[int, ...], what: str) -> NDArray:
+    """Finite real array of exactly ``shape`` (``what`` says what the shape means)."""
+    arr = as_float_array(name, x)
+    if arr.shape != shape:
+        raise ValueError(
+            f"`{name}` must have shape {_shape_str(shape)} ({what}); "
+            f"got shape {_shape_str(arr.shape)}"
+        )
+    if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
+        bad = ~np.isfinite(arr)
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return arr
+
+
+def as_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_]:
+    """A (batch, T) mask of booleans or 0/1 numbers that keeps at least one token."""
+    try:
+        m = np.asarray(mask)
+    except Exception as exc:
+        raise ValueError(f"`mask` must be an array of booleans or 0/1; got {mask!r}") from exc
+    if m.shape != shape:
+        raise ValueError(
+            f"`mask` must have shape (batch, T) = {_shape_str(shape)}; "
+            f"got shape {_shape_str(m.shape)}"
+        )
+    if m.dtype != np.bool_:
+        if not (np.issubdtype(m.dtype, np.integer) or np.issubdtype(m.dtype, np.floating)):
+            raise ValueError(f"`mask` must be an array of booleans or 0/1; got dtype {m.dtype}")
+        bad = (m != 0) & (m != 1)
+        if bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`mask` must hold only booleans or 0/1; found {_fmt_value(m[idx])} "
+                f"at index {_fmt_index(idx)}"
+            )
+        m = m == 1
+    if not m.any():
+        raise ValueError("`mask` must keep at least one token; it masks every token")
+    return m
+
+
+def as_logprobs(
+    name: str, x: ArrayLike, keep: NDArray[np.bool_], *, sampled: bool
+) -> NDArray[np.floating]:
+    """Log-probabilities of shape (batch, T) or (batch, T, V), checked where ``keep`` is True.
+
+    No NaN, no ``+inf``, no value above ``sqrt(eps)``; with ``sampled`` no
+    ``-inf`` either (a sampled token had positive probability). Full-vocabulary
+    rows (3-D input) must have a log-sum-exp of zero within :func:`row_sum_tolerance`.
+    Masked positions are not inspected: padding may hold anything.
+    """
+    arr = as_float_array(name, x)
+    full = arr.ndim == 3
+    k = keep[..., None] if full else keep
+    k = np.broadcast_to(k, arr.shape)
+    tol = float(np.sqrt(np.finfo(arr.dtype).eps))
+    nan = np.isnan(arr) & k
+    if nan.any():
+        raise ValueError(
+            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+        )
+    with np.errstate(invalid="ignore"):
+        high = (arr > tol) & k
+    if high.any():
+        idx = _first(high)
+        raise ValueError(
+            f"`{name}` must hold log-probabilities (<= 0); found {_fmt_value(arr[idx])} "
+            f"at index {_fmt_index(idx)}"
+        )
+    if sampled:
+        ninf = np.isneginf(arr) & k
+        if ninf.any():
+            raise ValueError(
+                f"`{name}` must be finite at sampled tokens (they had positive probability); "
+                f"found -inf at index {_fmt_index(_first(ninf))}"
+            )
+    if full:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            a = np.where(k, arr, 0.0)
+            mx = np.max(a, axis=-1, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, 0.0)
+            lse = (mx + np.log(np.sum(np.exp(a - mx), axis=-1, keepdims=True)))[..., 0]
+        rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+        bad = (np.abs(lse) > rtol) & keep
+        if bad.any():
+            idx = _first(bad)
+            raise ValueError(
+                f"`{name}` must be normalised along the vocabulary axis (log-sum-exp 0); row "
+                f"{_fmt_index(idx)} has log-sum-exp {_fmt_value(lse[idx])} (tolerance {rtol:.2g}); "
+                "klpolicy never renormalises silently"
+            )
+    return arr
+
+
+# --------------------------------------------------------------------------------------
+# control.py: KL-coefficient controllers and their simulation
+# --------------------------------------------------------------------------------------
+
+
+def as_nonnegative_scalar(name: str, x: Any) -> float:
+    """A single finite real number >= 0 (e.g. a fixed KL coefficient)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}") from None
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"`{name}` must be a non-negative finite number; got {x!r}")
+    return v
+
+
+def as_factor(name: str, x: Any) -> float:
+    """A single finite real number strictly above 1 (a dead-zone band or a multiplier)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}") from None
+    if not np.isfinite(v) or v <= 1:
+        raise ValueError(f"`{name}` must be a finite number > 1; got {x!r}")
+    return v
+
+
+def as_kl_measurement(name: str, x: Any) -> float:
+    """A measured (possibly estimated, hence possibly negative) KL: any finite real number."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"`{name}` must be a finite real number (a KL in nats); got {x!r}"
+        ) from None
+    if not np.isfinite(v):
+        raise ValueError(f"`{name}` must be a finite real number (a KL in nats); got {v!r}")
+    return v
+
+
+def as_unit_interval(name: str, x: Any) -> float:
+    """A single real number in [0, 1) (e.g. the lag of a first-order filter)."""
+    if isinstance(x, bool):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}") from None
+    if not (0 <= v < 1):
+        raise ValueError(f"`{name}` must be a number in [0, 1); got {x!r}")
+    return v
+
+
+# --- best_of_n / overoptimization ---------------------------------------------------------
+
+
+def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
+    """An integer >= 1 or an array of them, returned as exact float64 values (<= 2**53).
+
+    Used for best-of-n sample counts. Floats are accepted only when they hold an
+    integer value (``4.0``); bools, NaN, infinities and fractional values are
+    refused, naming the first bad entry.
+    """
+    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
+        ) from exc
+    if arr.ndim == 0:
+        v = as_positive_int(name, x)
+        if v > 2**53:
+            raise ValueError(f"`{name}` must be at most 2**53 to be held exactly; got {x!r}")
+        return np.asarray(float(v))
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got dtype {arr.dtype}"
+        )
+    is_int = np.issubdtype(arr.dtype, np.integer)
+    with np.errstate(invalid="ignore"):
+        bad = (arr < 1) if is_int else (~np.isfinite(arr) | (arr < 1) | (arr != np.round(arr)))
+    if bad.any():
+        idx = _first(bad)
+        shown = str(int(arr[idx])) if is_int else _fmt_value(arr[idx])
+        raise ValueError(
+            f"`{name}` must be an integer >= 1; found {shown} at index {_fmt_index(idx)}"
+        )
+    big = arr > 2**53
+    if big.any():
+        idx = _first(big)
+        raise ValueError(
+            f"`{name}` must be at most 2**53 to be held exactly; found {arr[idx]!r} at "
+            f"index {_fmt_index(idx)}"
+        )
+    return arr.astype(np.float64)
+
+
+# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+
+
+def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
+    """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
+    try:
+        g = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a real number or array; got {x!r}") from None
+    if g.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {g.shape}")
+    bad = np.isnan(g) | (g < 0)
+    if bad.any():
+        if g.ndim == 0:
+            raise ValueError(f"`{name}` must be non-negative; found {_fmt_value(g)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be non-negative; found {_fmt_value(g[idx])} at index {_fmt_index(idx)}"
+        )
+    return g
+
+
+# ---------------------------------------------------------------------------
+# klpolicy.estimators: log-probabilities, estimator names, placements
+# ---------------------------------------------------------------------------
+
+
+def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings, or a ValueError listing the valid ones."""
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {valid}; got {value!r}")
+    return value
+
+
+def as_log_probs(name: str, x: ArrayLike, *, allow_neg_inf: bool) -> NDArray[np.floating]:
+    """Validate an array of log-probabilities (or log-densities): no NaN, no +inf.
+
+    ``-inf`` (probability zero) is refused unless ``allow_neg_inf``. Values above
+    zero are allowed: log-densities of continuous distributions can be positive.
+    """
+    arr = as_float_array(name, x)
+    nan = np.isnan(arr)
+    if nan.any():
+        where = "" if arr.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        raise ValueError(f"`{name}` must not contain NaN; found nan{where}")
+    bad = (arr == np.inf) if allow_neg_inf else np.isinf(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            val, where = arr[()], ""
+        else:
+            idx = _first(bad)
+            val, where = arr[idx], f" at index {_fmt_index(idx)}"
+        what = "must not be +inf" if allow_neg_inf else "must be finite"
+        raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
+    return arr
+
+
+def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
+    """Full log-probability vectors along ``axis`` (``-inf`` allowed) whose rows sum to one.
+
+    Returned with ``axis`` moved last; the tolerance on ``|logsumexp|`` is the
+    one :func:`row_sum_tolerance` gives for the row sums.
+    """
+    arr = as_log_probs(name, x, allow_neg_inf=True)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = normalise_axis(axis, arr.ndim, name)
+    arr = np.moveaxis(arr, ax, -1)
+    with np.errstate(divide="ignore", over="ignore"):
+        m = np.max(arr, axis=-1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0)
+        lse = np.log(np.sum(np.exp(arr - m), axis=-1)) + m[..., 0]
+    tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
+    bad = ~(np.abs(lse) <= tol)
+    if np.ndim(bad) == 0:
+        if bad:
+            raise ValueError(
+                f"`{name}` must be normalised along axis {axis} (logsumexp 0); "
+                f"its logsumexp is {_fmt_value(lse)} (tolerance {tol:.2g})"
+            )
+    elif bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be normalised along axis {axis} (logsumexp 0); row "
+            f"{_fmt_index(idx)} has logsumexp {_fmt_value(lse[idx])} (tolerance {tol:.2g})"
+        )
+    return arr
+
+
+def as_optional_clip(name: str, x: Any) -> float | None:
+    """``None`` (no clipping) or a positive number (``inf`` allowed)."""
+    if x is None:
+        return None
+    return as_positive_scalar(name, x, allow_inf=True)
+
+
+# ---------------------------------------------------------------------------
+# preference.py: log-probabilities, preference matrices, pair laws
+# ---------------------------------------------------------------------------
+
+
+def as_finite_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
+    """A real array (scalars allowed) with no NaN and no infinities, e.g. log-probabilities."""
+    arr = as_float_array(name, x)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            raise ValueError(f"`{name}` must be finite; got {_fmt_value(arr)}")
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+        )
+    return arr
+
+
+def as_closed_interval(name: str, x: Any, hi: float = 1.0) -> float:
+    """A single real number in ``[0, hi]`` (e.g. a label-smoothing probability, hi = 0.5)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}") from None
+    if not 0.0 <= v <= hi:  # also refuses NaN
+        raise ValueError(f"`{name}` must be a number in [0, {hi:g}]; got {x!r}")
+    return v
+
+
+def as_preference_matrix(
+    name: str, x: ArrayLike, n: int, *, against: str = "ref"
+) -> NDArray[np.float64]:
+    """A preference matrix ``P`` of shape ``(n, n)``: entries in [0, 1] and ``P + P.T = 1``.
+
+    ``P[i, j]`` is the probability that outcome ``i`` is preferred to outcome
+    ``j``; the diagonal must therefore be 1/2. The tolerance on
+    ``P[i, j] + P[j, i] = 1`` is :func:`row_sum_tolerance` of float64 for two terms.
+    """
+    arr = as_float_array(name, x).astype(np.float64, copy=False)
+    if arr.shape != (n, n):
+        raise ValueError(
+            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `{against}`; "
+            f"got shape {arr.shape}"
+        )
+    nan = np.isnan(arr)
+    if nan.any():
+        idx = _fmt_index(_first(nan))
+        raise ValueError(f"`{name}` must not contain NaN; found nan at index {idx}")
+    out = (arr < 0) | (arr > 1)
+    if out.any():
+        idx = _first(out)
+        raise ValueError(
+            f"`{name}` entries must lie in [0, 1]; found {_fmt_value(arr[idx])} at index "
+            f"{_fmt_index(idx)}"
+        )
+    tol = row_sum_tolerance(np.dtype(np.float64), 2)
+    s = arr + arr.T
+    bad = np.abs(s - 1.0) > tol
+    if bad.any():
+        i, j = _first(bad)
+        raise ValueError(
+            f"`{name}` must satisfy P[i, j] + P[j, i] = 1 (tolerance {tol:.2g}); "
+            f"found P[{i}, {j}] + P[{j}, {i}] = {_fmt_value(s[i, j])}"
+        )
+    return arr
+
+
+def as_pair_law(mu: ArrayLike | None, ref: NDArray, *, name: str = "mu") -> NDArray[np.float64]:
+    """The law of the ordered pair shown to the labeller, as an ``(n, n)`` matrix summing to one.
+
+    ``None`` means ``ref x ref``; a vector ``m`` of size ``n`` means ``m x m``;
+    a matrix is taken as the joint law itself. Every pair with positive mass
+    must lie inside the support of ``ref`` (``ref`` is 1-D and validated).
+    """
+    n = ref.shape[-1]
+    if mu is None:
+        joint = np.outer(ref, ref)
+    else:
+        arr = as_float_array(name, mu)
+        if arr.ndim == 1:
+            m = as_probabilities(name, arr)
+            if m.shape[-1] != n:
+                raise ValueError(
+                    f"`{name}` must have the same size as `ref` along the probability axis; "
+                    f"got {m.shape[-1]} and {n}"
+                )
+            joint = np.outer(m, m)
+        elif arr.ndim == 2:
+            if arr.shape != (n, n):
+                raise ValueError(
+                    f"`{name}` as a joint law of pairs must have shape ({n}, {n}); "
+                    f"got shape {arr.shape}"
+                )
+            as_probabilities(name, arr.reshape(-1))
+            joint = arr.astype(np.float64, copy=False)
+        else:
+            raise ValueError(
+                f"`{name}` must be a vector of size {n} or an ({n}, {n}) matrix; "
+                f"got shape {arr.shape}"
+            )
+    off = (joint > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
+    if off.any():
+        i, j = _first(off)
+        k = i if ref[i] == 0 else j
+        raise ValueError(
+            f"`{name}` puts mass {_fmt_value(joint[i, j])} on the pair ({i}, {j}) but `ref` is 0 "
+            f"at outcome {k}; log(pi/ref) is undefined there"
+        )
+    return joint.astype(np.float64, copy=False)
+
+
+def as_pair_counts(name: str, x: ArrayLike, ref: NDArray) -> NDArray[np.float64]:
+    """Counts ``C[i, j]`` of "i chosen over j": finite, >= 0, ``(n, n)``, on ref's support."""
+    n = ref.shape[-1]
+    arr = as_float_array(name, x).astype(np.float64, copy=False)
+    if arr.shape != (n, n):
+        raise ValueError(
+            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `ref`; "
+            f"got shape {arr.shape}"
+        )
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        idx = _first(bad)
+        raise ValueError(
+            f"`{name}` must be finite and non-negative; found {_fmt_value(arr[idx])} at index "
+            f"{_fmt_index(idx)}"
+        )
+    if arr.sum() == 0:
+        raise ValueError(f"`{name}` must contain at least one comparison; all counts are 0")
+    off = (arr > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
+    if off.any():
+        i, j = _first(off)
+        k = i if ref[i] == 0 else j
+        raise ValueError(
+            f"`{name}` has comparisons of the pair ({i}, {j}) but `ref` is 0 at outcome {k}; "
+            "log(pi/ref) is undefined there"
+        )
+    return arr
