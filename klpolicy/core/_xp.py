@@ -285,6 +285,7 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
     ax = V.normalise_axis(axis, ndim)
     out_dt, dt = _dtypes(xp, [ref_m, rew_m], template)
 
+    limits = True  # whether beta = 0 or inf may occur (unknown for a device array)
     if aac.is_array_api_obj(beta) and not isinstance(beta, (np.ndarray, np.generic)):
         b = beta
         if not xp.isdtype(b.dtype, "real floating"):
@@ -300,11 +301,16 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
     else:
         host = V.as_beta(beta, ndim, ax)  # validates on the host: no device traffic
         b = xp.asarray(np.ascontiguousarray(host), dtype=dt, device=device)
+        with np.errstate(under="ignore"):
+            host_dt = host.astype(np.float32) if dt == xp.float32 else host
+        # subnormal betas keep the limit branches: XLA flushes them to zero on the device
+        normal = (host_dt >= np.finfo(host_dt.dtype).tiny) & np.isfinite(host_dt)
+        limits = not bool(np.all(normal))
     shape = np.broadcast_shapes(pair, tuple(b.shape))
     ref_b = xp.broadcast_to(xp.astype(ref_m, dt), shape)
     rew_b = xp.broadcast_to(xp.astype(rew_m, dt), shape)
     b = xp.broadcast_to(b, shape[:-1] + (1,))
-    return xp, ref_b, rew_b, b, out_dt, ax - ndim
+    return xp, ref_b, rew_b, b, out_dt, ax - ndim, limits
 
 
 # --------------------------------------------------------------------------- numerics
@@ -337,6 +343,22 @@ def _exp_limit(xp, dtype) -> float:
     return math.floor(math.log(float(xp.finfo(dtype).max))) - 2.0
 
 
+def _may_need_grad(*xs) -> bool:
+    """False when no argument can carry a gradient (numpy, CuPy, torch without grad)."""
+    import array_api_compat as aac
+
+    for x in xs:
+        if aac.is_torch_array(x):
+            if x.requires_grad:
+                import torch
+
+                if torch.is_grad_enabled():
+                    return True
+        elif aac.is_jax_array(x):
+            return True  # a tracer may be differentiated: keep the scaled form
+    return False
+
+
 def _div(xp, num, beta):
     """``num / beta`` (``beta > 0``) whose derivative in ``beta`` never forms ``beta**2``.
 
@@ -345,6 +367,8 @@ def _div(xp, num, beta):
     ``m = beta p1 p2`` in [1, 2): JAX's ``-x * y**-2`` and torch's ``(x / y) / y`` stay
     finite (and zero where the incoming gradient is zero) even for ``beta = 1e-310``.
     """
+    if not _may_need_grad(num, beta):
+        return num / beta  # the same float: the scaling matters only to the derivative
     b = _stop(beta)
     e = xp.floor(xp.log2(b))
     e1 = xp.floor(e * 0.5)
@@ -412,7 +436,7 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     return xp.where(support, d - log_zk, xp.zeros_like(d))
 
 
-def _tilt(xp, ref, reward, beta, want):
+def _tilt(xp, ref, reward, beta, want, limits=True):
     """pi*_beta and the statistics in ``want`` ("pi", "value", "kl", "mean", "max_kl").
 
     ``ref``, ``reward``: (..., n) one float dtype; ``beta``: (..., 1), >= 0, inf allowed.
@@ -420,11 +444,12 @@ def _tilt(xp, ref, reward, beta, want):
     gradient); numpy's warnings about them are silenced.
     """
     with np.errstate(all="ignore"):
-        return _tilt_body(xp, ref, reward, beta, want)
+        return _tilt_body(xp, ref, reward, beta, want, limits)
 
 
-def _tilt_body(xp, ref, reward, beta, want):
-    dt = ref.dtype
+def _tilt_body(xp, ref, reward, beta, want, limits):
+    """The kernel; ``limits=False`` when ``beta`` is known (on the host) to be finite and > 0:
+    the greedy and reference branches, which every row would discard, are not computed."""
     zero_t = xp.zeros_like(ref)
     one_b = xp.ones_like(beta)
     neg_inf = _const(xp, -math.inf, ref)
@@ -432,12 +457,16 @@ def _tilt_body(xp, ref, reward, beta, want):
     total = xp.sum(ref, axis=-1, keepdims=True)
     ref_n = ref / total
     c = xp.max(xp.where(support, _stop(reward), neg_inf), axis=-1, keepdims=True)
-    zero = beta == 0
-    inf = xp.isinf(beta)
-    finite = ~(zero | inf)
-    beta_s = xp.where(finite, beta, one_b)
     out = {}
+    if limits or want == {"max_kl"}:
+        zero = beta == 0
+        inf = xp.isinf(beta)
+        beta_s = xp.where(~(zero | inf), beta, one_b)
+    else:
+        beta_s = beta
 
+    if not limits and want != {"max_kl"}:
+        return _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
     # beta = 0: all mass on the best rewards inside the support, split as ref
     best = support & (reward == c)
     rest = xp.sum(xp.where(best, zero_t, ref), axis=-1, keepdims=True) / total
@@ -451,7 +480,25 @@ def _tilt_body(xp, ref, reward, beta, want):
     if want == {"max_kl"}:
         return {"max_kl": -greedy_log_mass}
     pi0 = _div(xp, xp.where(best, ref, zero_t), best_mass)  # select, then divide
+    f = _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
+    out["pi"] = pi = xp.where(zero, pi0, xp.where(inf, ref_n, f["pi"]))
+    if "value" in want:
+        # beta = 0: the best reward on the support, with the greedy policy as its gradient
+        v0 = c + xp.sum(pi0 * xp.where(best, reward - c, zero_t), axis=-1, keepdims=True)
+        out["value"] = xp.where(zero, v0, xp.where(inf, f["m"], f["value"]))
+    if "mean" in want:
+        out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
+    if "kl" in want:
+        kl = f["kl"]
+        out["kl"] = xp.where(zero, -greedy_log_mass, xp.where(inf, xp.zeros_like(kl), kl))
+    return out
 
+
+def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
+    """pi, soft value (and the reference mean m), KL at a finite positive ``beta_s``."""
+    dt = ref.dtype
+    zero_t = xp.zeros_like(ref)
+    out = {}
     z = _scaled_diff(xp, reward, c, beta_s, ~support)  # <= 0; -_DEAD off the support
     w = ref * xp.exp(z)
     s = _expm1_sum(xp, ref, z, w, total)
@@ -459,8 +506,7 @@ def _tilt_body(xp, ref, reward, beta, want):
     direct = xp.log(xp.sum(w, axis=-1, keepdims=True) / total)
     log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
     limit = _exp_limit(xp, dt)
-    pi_b, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)  # at beta_s (1 on the limit rows)
-    pi = xp.where(zero, pi0, xp.where(inf, ref_n, pi_b))
+    pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
     out["pi"] = pi
 
     if "value" in want:
@@ -481,18 +527,15 @@ def _tilt_body(xp, ref, reward, beta, want):
         v_near = m + beta_s * xp.log1p(e1 + mean_x)
         g_near = m + beta_s * xp.log1p(e1)
         v_near = _stop(v_near) + (g_near - _stop(g_near))
-        value = xp.where(near, v_near, value)
-        # beta = 0: the best reward on the support, with the greedy policy as its gradient
-        v0 = c + xp.sum(pi0 * xp.where(best, reward - c, zero_t), axis=-1, keepdims=True)
-        out["value"] = xp.where(zero, v0, xp.where(inf, m, value))
+        out["value"] = xp.where(near, v_near, value)
+        out["m"] = m
     if "mean" in want:
         out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
     if "kl" in want:
         # the mode of pi at beta_s, so that d = (r - r_mode) / beta_s stays below ~745
-        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi_b, support)
+        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
         terms = xp.where(support, _kl_terms(xp, pi, ref_n, u), zero_t)
-        kl = xp.sum(terms, axis=-1, keepdims=True)
-        out["kl"] = xp.where(zero, -greedy_log_mass, xp.where(inf, xp.zeros_like(kl), kl))
+        out["kl"] = xp.sum(terms, axis=-1, keepdims=True)
     return out
 
 
@@ -505,26 +548,26 @@ def _finish(xp, x, out_dt):
 
 def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
-    xp, q, r, b, out_dt, ax = _problem(ref, reward, beta, axis, validate)
-    pi = _tilt(xp, q, r, b, {"pi"})["pi"]
+    xp, q, r, b, out_dt, ax, limits = _problem(ref, reward, beta, axis, validate)
+    pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
     return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
 
 
 def soft_value(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.soft_value` for any array-API library."""
-    xp, q, r, b, out_dt, _ = _problem(ref, reward, beta, axis, validate)
-    return _finish(xp, _tilt(xp, q, r, b, {"value"})["value"][..., 0], out_dt)
+    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
+    return _finish(xp, _tilt(xp, q, r, b, {"value"}, limits)["value"][..., 0], out_dt)
 
 
 def optimal_kl(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_kl` for any array-API library."""
-    xp, q, r, b, out_dt, _ = _problem(ref, reward, beta, axis, validate)
-    return _finish(xp, _tilt(xp, q, r, b, {"kl"})["kl"][..., 0], out_dt)
+    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
+    return _finish(xp, _tilt(xp, q, r, b, {"kl"}, limits)["kl"][..., 0], out_dt)
 
 
 def max_kl(ref, reward, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.max_kl` for any array-API library."""
-    xp, q, r, b, out_dt, _ = _problem(ref, reward, 0.0, axis, validate)
+    xp, q, r, b, out_dt, _, _ = _problem(ref, reward, 0.0, axis, validate)
     return _finish(xp, _tilt(xp, q, r, b, {"max_kl"})["max_kl"][..., 0], out_dt)
 
 

@@ -114,7 +114,7 @@ def assert_close(got, want, rtol=1e-12, atol=0.0):
     got, want = np.asarray(got, float), np.asarray(want, float)
     assert got.shape == want.shape, (got.shape, want.shape)
     same_inf = np.isinf(want) & (got == want)
-    err = np.where(same_inf, 0.0, np.abs(got - want))
+    err = np.abs(np.where(same_inf, 0.0, got) - np.where(same_inf, 0.0, want))
     tol = rtol * np.abs(np.where(np.isinf(want), 0, want)) + atol + 1e-300
     assert np.all(np.isfinite(got) | same_inf), (got, want)
     assert np.all(err <= tol), (got, want, np.max(err / np.maximum(np.abs(want), 1e-300)))
