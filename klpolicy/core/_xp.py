@@ -289,7 +289,7 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
     if aac.is_array_api_obj(beta) and not isinstance(beta, (np.ndarray, np.generic)):
         b = beta
         if not xp.isdtype(b.dtype, "real floating"):
-            b = xp.astype(b, dt)
+            b = xp.astype(b, dt, copy=False)
         if validate:
             _check_beta(xp, b)
         want = V.as_beta(_dummy(b.shape), ndim, ax)  # words shape errors
@@ -297,7 +297,7 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
             b = xp.reshape(b, (1,) * (ndim - b.ndim) + tuple(b.shape))
         b = xp.moveaxis(b, ax + (b.ndim - ndim), -1)
         assert tuple(b.shape) == want.shape
-        b = xp.astype(b, dt)
+        b = xp.astype(b, dt, copy=False)
     else:
         host = V.as_beta(beta, ndim, ax)  # validates on the host: no device traffic
         b = xp.asarray(np.ascontiguousarray(host), dtype=dt, device=device)
@@ -307,8 +307,8 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
         normal = (host_dt >= np.finfo(host_dt.dtype).tiny) & np.isfinite(host_dt)
         limits = not bool(np.all(normal))
     shape = np.broadcast_shapes(pair, tuple(b.shape))
-    ref_b = xp.broadcast_to(xp.astype(ref_m, dt), shape)
-    rew_b = xp.broadcast_to(xp.astype(rew_m, dt), shape)
+    ref_b = xp.broadcast_to(xp.astype(ref_m, dt, copy=False), shape)
+    rew_b = xp.broadcast_to(xp.astype(rew_m, dt, copy=False), shape)
     b = xp.broadcast_to(b, shape[:-1] + (1,))
     return xp, ref_b, rew_b, b, out_dt, ax - ndim, limits
 
@@ -590,8 +590,8 @@ def _pair(p, q, axis: int, validate: bool, names=("p", "q")):
     V.broadcast_pair(names[0], _dummy(pm.shape), names[1], _dummy(qm.shape))
     out_dt, dt = _dtypes(xp, [pm, qm], template)
     shape = np.broadcast_shapes(tuple(pm.shape), tuple(qm.shape))
-    pm = xp.broadcast_to(xp.astype(pm, dt), shape)
-    qm = xp.broadcast_to(xp.astype(qm, dt), shape)
+    pm = xp.broadcast_to(xp.astype(pm, dt, copy=False), shape)
+    qm = xp.broadcast_to(xp.astype(qm, dt, copy=False), shape)
     return xp, pm, qm, out_dt
 
 
@@ -603,7 +603,7 @@ def _single(p, axis: int, validate: bool, name="p"):
     if validate:
         _check_probabilities(xp, name, pa, ax, template, axis)
     out_dt, dt = _dtypes(xp, [pa], template)
-    return xp, xp.astype(xp.moveaxis(pa, ax, -1), dt), out_dt
+    return xp, xp.astype(xp.moveaxis(pa, ax, -1), dt, copy=False), out_dt
 
 
 def _kl_rows(xp, p, q):
@@ -697,8 +697,8 @@ def estimate(name: str, logp, logq, clip=None, log_ratio_clip=None, *, validate:
             f"the shapes of `logp` {tuple(lp.shape)} and `logq` {tuple(lq.shape)} do not broadcast"
         ) from None
     out_dt, dt = _dtypes(xp, [lp, lq], template)
-    lp = xp.broadcast_to(xp.astype(lp, dt), shape)
-    lq = xp.broadcast_to(xp.astype(lq, dt), shape)
+    lp = xp.broadcast_to(xp.astype(lp, dt, copy=False), shape)
+    lq = xp.broadcast_to(xp.astype(lq, dt, copy=False), shape)
     # ell = logp - logq; logq = -inf gives +inf (an infinite estimate), gradient-safe
     lq_inf = xp.isinf(lq)
     lq_s = xp.where(lq_inf, xp.zeros_like(lq), lq)
