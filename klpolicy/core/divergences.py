@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
+from . import _xp
 from ._numerics import kl_terms, kl_unit_series
 
 __all__ = [
@@ -177,7 +178,7 @@ def _kl_careful(p: NDArray, q: NDArray) -> NDArray:
 
 
 def kl_divergence(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Kullback-Leibler divergence :math:`\mathrm{KL}(p\|q)` in nats.
 
@@ -193,6 +194,9 @@ def kl_divergence(
         rounding); batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -232,6 +236,8 @@ def kl_divergence(
     >>> float(kl_divergence([1.0, 0.0], [0.5, 0.5]))  # log 2
     0.6931471805599453
     """
+    if _xp.is_foreign(p, q):
+        return _xp.kl_divergence(p, q, axis=axis, validate=validate)
     fast = _fast_pair(p, q, axis)
     if fast is not None:
         kl = _kl_last(*fast)
@@ -242,7 +248,7 @@ def kl_divergence(
 
 
 def total_variation(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Total-variation distance :math:`\tfrac12 \sum_y |p(y) - q(y)|`.
 
@@ -252,6 +258,9 @@ def total_variation(
         Probabilities along ``axis``; batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -274,6 +283,8 @@ def total_variation(
     >>> float(total_variation([0.88, 0.12], [0.5, 0.5]))
     0.38
     """
+    if _xp.is_foreign(p, q):
+        return _xp.total_variation(p, q, axis=axis, validate=validate)
     pa, qa = _pair(p, q, axis)
     return (0.5 * np.abs(pa - qa).sum(axis=-1))[()]
 
@@ -310,7 +321,9 @@ def _cross_entropy_last(p: NDArray, q: NDArray) -> NDArray:
         return terms.sum(axis=-1) / p64.sum(axis=-1) + log_wq
 
 
-def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floating:
+def entropy(
+    p: ArrayLike, *, axis: int = -1, validate: bool = True
+) -> NDArray[np.floating] | np.floating:
     r"""Shannon entropy :math:`H(p)` in nats.
 
     .. math::
@@ -324,6 +337,9 @@ def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floati
         rounding); other axes are batch axes.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -362,12 +378,14 @@ def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floati
     >>> divergences.entropy([[0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]]).round(6)
     array([1.386294, 0.940448])
     """
+    if _xp.is_foreign(p):
+        return _xp.entropy(p, axis=axis, validate=validate)
     pa = V.as_probabilities("p", p, axis)
     return _entropy_last(pa).astype(V.result_dtype(pa))[()]
 
 
 def cross_entropy(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Cross-entropy :math:`H(p, q)` of ``q`` relative to ``p``, in nats.
 
@@ -384,6 +402,9 @@ def cross_entropy(
         must match.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -424,6 +445,8 @@ def cross_entropy(
     >>> float(divergences.cross_entropy([1.0, 0.0], [1.0, 0.0]))
     0.0
     """
+    if _xp.is_foreign(p, q):
+        return _xp.cross_entropy(p, q, axis=axis, validate=validate)
     pa, qa = _pair(p, q, axis)
     return _cross_entropy_last(pa, qa).astype(pa.dtype)[()]
 

@@ -28,6 +28,13 @@ pair(p, q, axis, names) -> (p, q, axis_neg)
     Validate two distributions over the same outcomes.
 kl_last(p, q), entropy_last(p), cross_entropy_last(p, q)
     The divergences on validated arrays, probability axis last.
+array_api
+    The closed form, divergences and per-sample estimators written once against the
+    Python array API (:mod:`klpolicy.core._xp`), for torch/JAX/CuPy input:
+    ``is_foreign(*xs)`` (is one argument such an array), ``optimal_policy``,
+    ``soft_value``, ``optimal_kl``, ``max_kl``, ``kl_divergence``, ``cross_entropy``,
+    ``entropy``, ``total_variation`` (``axis=``, ``validate=``) and
+    ``estimate(name, logp, logq, clip, log_ratio_clip, validate=True)``.
 expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
     Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
@@ -39,6 +46,7 @@ monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Ro
 """
 
 from . import _validation as validation
+from . import _xp as array_api
 from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
 from ._numerics import _SERIES_RADIUS as SERIES_RADIUS
 from ._numerics import _horner_x2 as horner_x2
@@ -61,6 +69,7 @@ __all__ = [
     "TILT_ALL",
     "Roots",
     "Tilt",
+    "array_api",
     "cross_entropy_last",
     "entropy_last",
     "expm1mx",

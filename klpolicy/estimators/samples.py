@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..core.internal import array_api as _xp
 from ..core.internal import kl_last as _kl_last
 from ..core.internal import validation as V
 from ._exact import _exact_bias, _normalised, _setup, _values, _weighted_moments
@@ -56,6 +57,8 @@ __all__ = [
 
 
 def _per_sample(name, logp, logq, clip, log_ratio_clip):
+    if _xp.is_foreign(logp, logq):  # torch, JAX, CuPy: the array-API kernel, same checks
+        return _xp.estimate(name, logp, logq, clip, log_ratio_clip)
     lp = V.as_log_probs("logp", logp, allow_neg_inf=False)
     lq = V.as_log_probs("logq", logq, allow_neg_inf=True)
     c = V.as_optional_clip("clip", clip)
