@@ -201,3 +201,72 @@ def test_every_top_level_page_is_in_the_front_toctree():
     entries = {ln.strip() for ln in toctree.splitlines() if ln.strip() and not ln.startswith(":")}
     pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
     assert pages <= entries, f"add {sorted(pages - entries)} to the toctree of docs/index.md"
+
+
+# ---------------------------------------------------------------- one KL convention
+# KL(pi || pi_ref) is the *reverse* KL (mode-seeking), KL(pi_ref || pi) the *forward* KL
+# (mass-covering); docs/derivations/closed_form.md states it once. These patterns are the
+# ways the two have been mixed up.
+_PAGES = sorted((ROOT / "tutorials").glob("*.md")) + [
+    p  # docs/tutorials/NN_*.md are build copies of tutorials/
+    for p in sorted(DOCS.rglob("*.md"))
+    if "_build" not in p.parts and not (p.parent.name == "tutorials" and p.name[0].isdigit())
+]
+
+
+def _normalise_kl(text: str) -> str:
+    """LaTeX and plain spellings of KL(a || b) in one form: KL(pi||pi_ref), KL(pi_ref||pi)."""
+    t = re.sub(r"\\mathrm\{KL\}|\\operatorname\{KL\}|D_\{?\\?mathrm\{?KL\}?\}?", "KL", text)
+    t = re.sub(r"\\[,;!]|\\left|\\right|\\big|\\Big|[*_`]{0,1}(?=\w)", "", t)
+    t = t.replace("\\|", "||").replace("\\pi", "pi").replace("{ref}", "ref")
+    t = t.replace("{old}", "old").replace("π", "pi").replace("‖", "||")
+    t = re.sub(r"\s+", " ", t).replace("*", "")
+    t = re.sub(r"\s*\|\|\s*", "||", t)
+    return t
+
+
+_FORWARD = r"KL\(pi_?(?:ref|old)\|\|pi\)"
+_REVERSE = r"KL\(pi\|\|pi_?(?:ref|old)\)"
+_WRONG = [
+    (rf"reverse[- ]KL\W{{0,4}}{_FORWARD}", "KL(pi_ref || pi) called reverse"),
+    (rf"{_FORWARD}\W{{0,4}}(?:is )?(?:the )?reverse", "KL(pi_ref || pi) called reverse"),
+    (rf"forward[- ]KL\W{{0,4}}{_REVERSE}", "KL(pi || pi_ref) called forward"),
+    (rf"{_REVERSE}\W{{0,4}}(?:is )?(?:the )?forward", "KL(pi || pi_ref) called forward"),
+    (r"k3 in the loss[^.]{0,40}reverse", "k3 in the loss differentiates the forward KL"),
+    (r"k3 in the loss is a reverse", "k3 in the loss differentiates the forward KL"),
+    (r"reverse-KL (?:point|fixed point)", "the k3/TRPO fixed point is the forward-KL one"),
+    (r"forward-KL (?:penalty|regulari[sz]ed optimum pi\*)", "the RLHF penalty is the reverse KL"),
+]
+
+
+def test_the_kl_convention_is_stated_once():
+    text = (DOCS / "derivations" / "closed_form.md").read_text(encoding="utf-8")
+    norm = _normalise_kl(text)
+    assert "(kl-direction)=" in text
+    assert re.search(rf"reverse KL is \$?{_REVERSE}", norm), "the reverse KL is not defined"
+    assert re.search(rf"forward KL is \$?{_FORWARD}", norm), "the forward KL is not defined"
+    assert "mode-seeking" in text and "mass-covering" in text
+
+
+@pytest.mark.parametrize("path", _PAGES, ids=[str(p.relative_to(ROOT)) for p in _PAGES])
+def test_forward_and_reverse_kl_are_named_one_way(path):
+    norm = _normalise_kl(path.read_text(encoding="utf-8"))
+    found = [(why, m.group(0)) for pattern, why in _WRONG for m in re.finditer(pattern, norm, re.I)]
+    assert found == [], f"{path.name}: {found}"
+
+
+def test_the_kl_convention_check_catches_the_old_mistakes():
+    # the phrasings that used to be in tutorial 08 and would be wrong anywhere
+    bad = [
+        "## k3 in the loss: the reverse KL",
+        r"the gradient of the *reverse* KL $\mathrm{KL}(\pi_{ref}\|\pi)$.",
+        r"$\mathrm{KL}(\pi_{ref}\,\|\,\pi)$, the reverse KL,",
+        "Per token, k3 in the loss is a reverse KL at every prefix",
+        r"the *forward* KL $\mathrm{KL}(\pi\,\|\,\pi_{ref})$, the RLHF penalty",
+        "reverse-KL point at the policy-dependent coefficient",
+    ]
+    for line in bad:
+        norm = _normalise_kl(line)
+        assert any(re.search(p, norm, re.I) for p, _ in _WRONG), line
+    good = r"the *forward* KL $\mathrm{KL}(\pi_{ref}\|\pi)$ (mass-covering), not the *reverse* KL"
+    assert not any(re.search(p, _normalise_kl(good), re.I) for p, _ in _WRONG)
