@@ -27,7 +27,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
 # kernels draw inline whatever the environment says (MPLBACKEND=Agg would hide every figure);
-# this process writes files and switches itself to Agg in klpolicy.demo.write_figures
+# this process writes files and switches itself to Agg in klpolicy.app.demo.write_figures
 os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
 
 import klpolicy  # noqa: E402
@@ -110,7 +110,7 @@ nb_execution_excludepatterns = list(_torch_tutorials) if _skip_torch else []
 
 
 def _write_figures() -> None:
-    from klpolicy.demo import write_figures
+    from klpolicy.app.demo import write_figures
 
     write_figures(DOCS / "_figures")
 

@@ -6,6 +6,6 @@ collect_ignore_glob = []
 if importlib.util.find_spec("torch") is None:
     collect_ignore_glob.append("torch/*")
 if importlib.util.find_spec("matplotlib") is None:
-    collect_ignore_glob += ["plotting.py", "demo.py"]
+    collect_ignore_glob += ["plotting/*", "app/demo.py"]
 if importlib.util.find_spec("hypothesis") is None:
     collect_ignore_glob.append("testing/*")

@@ -29,9 +29,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from . import _validation as V
-from ._numerics import expm1mx
-from .closed_form import _prepare, _tilt, beta_for_kl, optimal_policy
+from .core import beta_for_kl, optimal_policy
+from .core.internal import expm1mx
+from .core.internal import prepare as _prepare
+from .core.internal import tilt as _tilt
+from .core.internal import validation as V
 
 __all__ = ["ppo_clip_step", "trust_region_beta", "trust_region_step"]
 

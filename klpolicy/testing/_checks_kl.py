@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import estimators as _est
-from ..divergences import kl_divergence
+from ..core import kl_divergence
 from ._draws import _columns, _dist_spec, _ints, _value_spec
 from ._runner import (
     EPS,

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from .. import closed_form as _cf
+from .. import core as _cf
 from . import strategies as kst
 from ._runner import (
     EPS,

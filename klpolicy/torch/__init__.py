@@ -15,9 +15,12 @@ Modules
     autoregressive :class:`AutoregressivePolicy` (a GRU over tokens).
 ``klpolicy.torch.trainers``
     :func:`fit_policy`, :func:`fit_sequence_policy`, :func:`fit_reference`.
-``klpolicy.torch.targets``
-    where the biased trainers converge (numpy): :func:`grpo_fixed_point`,
-    :func:`token_k3_fixed_point`.
+
+A leaf: it uses the numpy side's public API, and nothing on the numpy side
+imports it. The numpy functions that used to be re-exported here
+(``grpo_fixed_point``, ``token_k3_fixed_point``: :mod:`klpolicy.estimators`;
+``trust_region_step``, ``ppo_clip_step``: :mod:`klpolicy.trust_region`) are still
+reachable under their old names, with a :class:`DeprecationWarning` naming their home.
 
 Importing ``klpolicy`` never imports torch; importing ``klpolicy.torch`` does.
 """
@@ -45,16 +48,37 @@ from klpolicy.torch.policies import (
     TabularPolicy,
     default_device,
 )
-from klpolicy.torch.targets import grpo_fixed_point, token_k3_fixed_point
 from klpolicy.torch.trainers import (
     FitResult,
     fit_policy,
     fit_reference,
     fit_sequence_policy,
 )
-from klpolicy.trust_region import ppo_clip_step, trust_region_step
 
 del _torch
+
+# Old homes of numpy functions: still importable from here, with a pointer to their home.
+_MOVED = {
+    "grpo_fixed_point": "klpolicy.estimators",
+    "token_k3_fixed_point": "klpolicy.estimators",
+    "ppo_clip_step": "klpolicy.trust_region",
+    "trust_region_step": "klpolicy.trust_region",
+}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"klpolicy.torch.{name} is a numpy function; import it from {_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AutoregressivePolicy",
@@ -65,14 +89,10 @@ __all__ = [
     "fit_policy",
     "fit_reference",
     "fit_sequence_policy",
-    "grpo_fixed_point",
     "k1",
     "k2",
     "k3",
     "kl_divergence",
     "optimal_policy",
-    "ppo_clip_step",
     "soft_value",
-    "token_k3_fixed_point",
-    "trust_region_step",
 ]

@@ -3,7 +3,7 @@ r"""Tensor twins of the closed form: same contract as the numpy core, on tensors
 Each function takes tensors (or anything ``torch.as_tensor`` accepts), keeps
 the device and dtype of its first tensor argument, is differentiable with
 respect to every floating input, and on CPU in float64 equals the numpy core
-(:mod:`klpolicy.closed_form`, :mod:`klpolicy.divergences`) to about 1e-12.
+(:mod:`klpolicy.core.closed_form`, :mod:`klpolicy.core.divergences`) to about 1e-12.
 Probabilities lie along ``dim`` (default -1); the other dimensions broadcast.
 
 Zeros of the reference are handled as in the core: they stay zero, their
@@ -21,7 +21,7 @@ import torch
 __all__ = ["k1", "k2", "k3", "kl_divergence", "optimal_policy", "soft_value"]
 
 _SERIES_RADIUS = 0.2
-# exp(x) - 1 - x = sum_{k>=2} x^k / k!  (16 terms, as in klpolicy._numerics)
+# exp(x) - 1 - x = sum_{k>=2} x^k / k!  (16 terms, as in klpolicy.core._numerics)
 _EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]
 
 

@@ -47,9 +47,10 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
-from klpolicy import _validation as V
 from klpolicy import sequences
-from klpolicy.closed_form import _prepare, optimal_policy
+from klpolicy.core import optimal_policy
+from klpolicy.core.internal import prepare as _prepare
+from klpolicy.core.internal import validation as V
 from klpolicy.torch._steps import ESTIMATORS, STEPS, Problem, kl_exact, step_trust_region
 from klpolicy.torch.policies import (
     AutoregressivePolicy,

@@ -1,0 +1,388 @@
+"""The ``klpolicy`` command: solve small problems from the shell and run the demo.
+
+Examples
+--------
+``klpolicy solve --ref 0.5 0.5 --reward 1 0 --beta 0.5`` prints the optimal
+policy, its log-ratio to the reference, the KL, the expected reward and the
+soft value. Several ``--beta`` values give one column each; ``--kl TARGET``
+solves for the beta that spends that KL; ``--json`` prints machine-readable
+output. ``klpolicy demo`` prints the worked example of the KL penalty;
+``klpolicy demo --out DIR`` also writes the headline figures as PNG files.
+``klpolicy plot FIGURE ... -o FILE`` draws one figure of
+:mod:`klpolicy.plotting` from inputs given on the command line, e.g.
+``klpolicy plot beta-sweep --ref 0.5 0.5 --reward 1 0 -o sweep.png``
+(``klpolicy plot -h`` lists the figures). matplotlib is imported only by these
+two.
+
+Bad input prints one line, ``klpolicy: error: ...``, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from .. import __version__
+from ..core import beta_for_kl, optimal_kl, optimal_policy, soft_value
+
+__all__ = ["main", "solve_table"]
+
+
+def _fmt(x: float, width: int = 10) -> str:
+    if math.isinf(x):
+        s = "inf" if x > 0 else "-inf"
+    elif x == 0 or 1e-4 <= abs(x) < 1e6:
+        s = f"{x:.6f}"
+    else:
+        s = f"{x:.4e}"
+    return s.rjust(width)
+
+
+def _beta_label(b: float) -> str:
+    return "inf" if math.isinf(b) else f"{b:g}"
+
+
+def solve_table(ref: Sequence[float], reward: Sequence[float], betas: Sequence[float]) -> dict:
+    """Everything ``klpolicy solve`` prints, as a dictionary (the ``--json`` payload).
+
+    Examples
+    --------
+    >>> out = solve_table([0.5, 0.5], [1.0, 0.0], [0.5])
+    >>> [round(p, 4) for p in out["columns"][0]["policy"]]
+    [0.8808, 0.1192]
+    """
+    ref_a = np.asarray(ref, dtype=float)
+    rew_a = np.asarray(reward, dtype=float)
+    cols = []
+    for b in betas:
+        pi = optimal_policy(ref_a, rew_a, b)
+        with np.errstate(divide="ignore"):
+            lr = np.where(
+                ref_a > 0,
+                np.log(np.where(pi > 0, pi, 1)) - np.log(np.where(ref_a > 0, ref_a, 1)),
+                0,
+            )
+            lr = np.where((pi == 0) & (ref_a > 0), -np.inf, lr)
+        cols.append(
+            {
+                "beta": float(b),
+                "policy": [float(x) for x in pi],
+                "log_ratio": [float(x) if ref_a[i] > 0 else None for i, x in enumerate(lr)],
+                "kl": float(optimal_kl(ref_a, rew_a, b)),
+                "expected_reward": float(np.dot(pi, rew_a)),
+                "soft_value": float(soft_value(ref_a, rew_a, b)),
+            }
+        )
+    return {"ref": [float(x) for x in ref_a], "reward": [float(x) for x in rew_a], "columns": cols}
+
+
+def _print_table(out: dict, file=None) -> None:
+    file = file or sys.stdout
+    cols = out["columns"]
+    single = len(cols) == 1
+    head = ["action", "ref", "reward"]
+    for c in cols:
+        head.append(f"pi*(b={_beta_label(c['beta'])})")
+        if single:
+            head.append("log ratio")
+    w = max(12, max(len(h) for h in head) + 1)
+    print("".join(h.rjust(w) for h in head), file=file)
+    for i, (q, r) in enumerate(zip(out["ref"], out["reward"])):
+        row = [str(i).rjust(w), _fmt(q, w), _fmt(r, w)]
+        for c in cols:
+            row.append(_fmt(c["policy"][i], w))
+            if single:
+                lr = c["log_ratio"][i]
+                row.append("(off support)".rjust(w) if lr is None else _fmt(lr, w))
+        print("".join(row), file=file)
+    print(file=file)
+    for key, label in [
+        ("kl", "KL(pi*||ref)"),
+        ("expected_reward", "E_pi*[r]"),
+        ("soft_value", "soft value"),
+    ]:
+        print(label.rjust(3 * w) + "".join(_fmt(c[key], w) for c in cols), file=file)
+
+
+def _json_safe(x):
+    """Strict JSON: infinities become the strings "inf" and "-inf"."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_json_safe(v) for v in x]
+    if isinstance(x, float) and math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return x
+
+
+def _cmd_solve(args: argparse.Namespace) -> int:
+    betas = list(args.beta or [])
+    if args.kl is not None:
+        betas.append(float(beta_for_kl(args.ref, args.reward, args.kl)))
+    if not betas:
+        raise ValueError("give at least one `--beta` or a `--kl` target")
+    out = solve_table(args.ref, args.reward, betas)
+    if args.kl is not None:
+        out["kl_target"] = args.kl
+        out["beta_for_kl"] = betas[-1]
+    if args.json:
+        json.dump(_json_safe(out), sys.stdout, indent=2, allow_nan=False)
+        print()
+    else:
+        if args.kl is not None:
+            print(f"beta for KL = {args.kl:g} nats: {betas[-1]:.10g}\n")
+        _print_table(out)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import worked_example, write_figures
+
+    if args.out is not None:
+        _need_matplotlib("klpolicy demo --out")
+    worked_example()
+    if args.out is not None:
+        paths = write_figures(args.out)
+        print(f"\nWrote {len(paths)} figures:")
+        for path in paths:
+            print(f"  {path}")
+    return 0
+
+
+def _need_matplotlib(what: str) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ValueError(
+            f"{what} needs matplotlib; install it with `pip install 'klpolicy[plot]'`"
+        ) from None
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")  # files only: never open a window
+
+
+def _plot_beta_sweep(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    lo, hi = a.beta_range
+    return plotting.beta_sweep(
+        a.ref, a.reward, betas=np.geomspace(lo, hi, 400), mark=a.mark or (), ax=ax
+    )
+
+
+def _plot_frontier(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    if a.best_of_n and importlib.util.find_spec("klpolicy.best_of_n") is None:
+        raise ValueError("`--best-of-n` needs klpolicy.best_of_n, which this installation lacks")
+    lo, hi = a.beta_range
+    return plotting.frontier(
+        a.ref, a.reward, betas=np.geomspace(lo, hi, 300), best_of_n=a.best_of_n, ax=ax
+    )
+
+
+def _plot_token_kl(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    kl = np.asarray(a.kl, dtype=float)
+    if a.rows is not None:
+        if a.rows < 1 or kl.size % a.rows:
+            raise ValueError(
+                f"`--rows` = {a.rows} must be positive and divide the {kl.size} `--kl` values"
+            )
+        kl = kl.reshape(a.rows, -1)
+    return plotting.token_kl(kl, ax=ax)
+
+
+def _plot_controller_trace(a: argparse.Namespace, ax):
+    from .. import control, plotting
+
+    if a.controller == "fixed":
+        ctl = control.FixedKLController(a.init_beta)
+    elif a.controller == "adaptive":
+        ctl = control.AdaptiveKLController(a.init_beta, target=a.target, horizon=a.horizon)
+    elif a.controller == "dead-zone":
+        ctl = control.DeadZoneKLController(a.init_beta, target=a.target)
+    else:
+        ctl = control.LagrangianKLController(a.init_beta, target=a.target, lr=a.lr)
+    trace = control.simulate(ctl, a.ref, a.reward, steps=a.steps, lag=a.lag)
+    return plotting.controller_trace(trace, target=a.target, ax=ax)
+
+
+def _plot_kl_budget(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    return plotting.kl_budget(a.d, a.gold, a.proxy, ax=ax)
+
+
+def _plot_estimator_histograms(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    return plotting.estimator_histograms(a.p, a.q, n=a.n, rng=a.seed, ax=ax)
+
+
+def _plot_fixed_points(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    lo, hi = a.beta_range
+    return plotting.fixed_points(a.ref, a.reward, betas=np.geomspace(lo, hi, 40), ax=ax)
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    _need_matplotlib("klpolicy plot")
+    import matplotlib.pyplot as plt
+
+    from ..plotting import save_figure
+
+    for module in args.needs:
+        if importlib.util.find_spec(f"klpolicy.{module}") is None:
+            raise ValueError(
+                f"`klpolicy plot {args.figure}` needs klpolicy.{module}, "
+                "which this installation lacks"
+            )
+    try:
+        save_figure(lambda ax: args.draw(args, ax), args.output, dpi=args.dpi, title=args.title)
+    except OSError as exc:
+        raise ValueError(f"cannot write `-o` {args.output!r}: {exc.strerror or exc}") from None
+    finally:
+        plt.close("all")
+    print(args.output)
+    return 0
+
+
+class _ArgumentError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors become one line, not usage plus traceback."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise _ArgumentError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="klpolicy",
+        description="Exact KL-regularised policies: pi* = ref * exp(r / beta) / Z.",
+    )
+    p.add_argument("--version", action="version", version=f"klpolicy {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("solve", help="solve one problem and print the table")
+    s.add_argument("--ref", type=float, nargs="+", required=True, help="reference probabilities")
+    s.add_argument("--reward", type=float, nargs="+", required=True, help="rewards")
+    s.add_argument(
+        "--beta", type=float, nargs="+", action="extend", help="one or more KL coefficients"
+    )
+    s.add_argument("--kl", type=float, help="solve for the beta that spends this KL (nats)")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=_cmd_solve)
+    d = sub.add_parser("demo", help="print the worked example; with --out, write the figures")
+    d.add_argument("--out", metavar="DIR", help="write the headline figures as PNG into DIR")
+    d.set_defaults(func=_cmd_demo)
+    _add_plot_parser(sub)
+    return p
+
+
+def _add_plot_parser(sub) -> None:
+    pl = sub.add_parser("plot", help="draw one figure into a file (needs matplotlib)")
+    figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+
+    def fig(name: str, draw, help: str, needs: tuple[str, ...] = ()):
+        f = figs.add_parser(name, help=help)
+        f.add_argument("-o", "--output", required=True, metavar="FILE", help="image file")
+        f.add_argument("--title", help="replace the figure's title")
+        f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")
+        f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
+        return f
+
+    def problem(f, ref="--ref", reward="--reward") -> None:
+        f.add_argument(ref, type=float, nargs="+", required=True, help="reference probabilities")
+        f.add_argument(reward, type=float, nargs="+", required=True, help="rewards")
+
+    def beta_range(f, lo: float, hi: float) -> None:
+        f.add_argument(
+            "--beta-range",
+            type=float,
+            nargs=2,
+            default=(lo, hi),
+            metavar=("LO", "HI"),
+            help=f"beta grid, log-spaced (default {lo:g} {hi:g})",
+        )
+
+    f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)")
+    problem(f)
+    beta_range(f, 1e-2, 1e2)
+    f.add_argument("--mark", type=float, nargs="*", default=[0.5, 2.0], help="betas to mark")
+
+    f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
+    problem(f)
+    beta_range(f, 1e-3, 1e3)
+    f.add_argument(
+        "--best-of-n", type=int, nargs="*", default=None, metavar="N", help="best-of-n points"
+    )
+
+    f = fig("token-kl", _plot_token_kl, "KL at each position (heatmap with --rows)")
+    f.add_argument("--kl", type=float, nargs="+", required=True, help="per-position KL (nats)")
+    f.add_argument("--rows", type=int, help="reshape the values into ROWS sequences (heatmap)")
+
+    f = fig("controller-trace", _plot_controller_trace, "a KL controller's closed loop")
+    problem(f)
+    f.add_argument(
+        "--controller",
+        choices=("adaptive", "dead-zone", "fixed", "lagrangian"),
+        default="adaptive",
+    )
+    f.add_argument("--init-beta", type=float, default=1.0, help="initial coefficient")
+    f.add_argument("--target", type=float, default=0.1, help="KL target (nats)")
+    f.add_argument("--horizon", type=float, default=10.0, help="adaptive controller's horizon")
+    f.add_argument("--lr", type=float, default=1.0, help="Lagrangian controller's step size")
+    f.add_argument("--steps", type=int, default=100)
+    f.add_argument("--lag", type=float, default=0.0, help="policy lag in [0, 1)")
+
+    f = fig("kl-budget", _plot_kl_budget, "gold (and proxy) reward against sqrt(KL)")
+    f.add_argument("--d", type=float, nargs="+", required=True, help="sqrt(KL) of each point")
+    f.add_argument("--gold", type=float, nargs="+", required=True, help="gold reward")
+    f.add_argument("--proxy", type=float, nargs="+", help="proxy reward")
+
+    f = fig(
+        "estimator-histograms",
+        _plot_estimator_histograms,
+        "k1/k2/k3 per-sample spread",
+        ("estimators",),
+    )
+    f.add_argument("--p", type=float, nargs="+", required=True, help="sampling distribution")
+    f.add_argument("--q", type=float, nargs="+", required=True, help="reference distribution")
+    f.add_argument("--n", type=int, default=20000, help="samples")
+    f.add_argument("--seed", type=int, default=0)
+
+    f = fig(
+        "fixed-points",
+        _plot_fixed_points,
+        "E[r] where each estimator placement converges",
+        ("estimators",),
+    )
+    problem(f)
+    beta_range(f, 0.05, 20.0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``klpolicy`` command; returns the exit status."""
+    try:
+        args = _parser().parse_args(argv)
+        return args.func(args)
+    except _ArgumentError as exc:
+        print(f"klpolicy: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"klpolicy: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""The core: the closed form of the KL-regularised problem and the divergences.
+
+``max_pi E_pi[r] - beta KL(pi || ref)`` is attained at ``pi* = ref exp(r / beta) / Z``.
+:mod:`~klpolicy.core.closed_form` computes it and every quantity of it exactly
+(soft value, KL, expected reward, frontier, the inverse ``beta_for_kl``);
+:mod:`~klpolicy.core.divergences` computes KL, entropy, cross-entropy and total
+variation. The careful kernel lives in ``_tilt``, the precise numerics in
+``_numerics`` and the generic input checks in ``_validation``; other subpackages
+reach those through :mod:`klpolicy.core.internal` only. Core imports nothing else
+from klpolicy. Everything here is re-exported by :mod:`klpolicy`.
+"""
+
+from .closed_form import (
+    Frontier,
+    beta_for_kl,
+    expected_reward,
+    frontier,
+    max_kl,
+    objective,
+    optimal_kl,
+    optimal_policy,
+    soft_value,
+)
+from .divergences import (
+    cross_entropy,
+    effective_support,
+    entropy,
+    kl_divergence,
+    total_variation,
+)
+
+__all__ = [
+    "Frontier",
+    "beta_for_kl",
+    "cross_entropy",
+    "effective_support",
+    "entropy",
+    "expected_reward",
+    "frontier",
+    "kl_divergence",
+    "max_kl",
+    "objective",
+    "optimal_kl",
+    "optimal_policy",
+    "soft_value",
+    "total_variation",
+]

@@ -1,0 +1,419 @@
+r"""The exponential tilt :math:`\pi^*_\beta \propto \pi_{ref} e^{r/\beta}`: the core's kernel.
+
+Two paths compute the same quantities for validated rows (probability axis last):
+
+* the **fast path**, row block by row block: ``w = ref * exp((r - c) / beta)``,
+  ``pi = w / sum(w)``; one exponential per entry and a few multiply/add passes
+  over a block that stays in the CPU cache;
+* the **careful path** (:func:`_tilt_careful`): the log-space method of the
+  module docstring of :mod:`klpolicy.core.closed_form` (log1p of an expm1 sum at large
+  beta, mean-centred soft value, greedy and reference limits).
+
+A row takes the fast path only when that is provably as accurate as the careful
+path (see :func:`_fast_rows`): every ``ref * exp(z)`` on the support is a normal
+float (no underflow, no subnormal reference entry), ``beta`` is finite and
+positive, and, when statistics are requested, ``beta`` is small enough
+(``spread / beta >= 2``) that the careful path would not use its large-beta
+refinements either. Every other row is handed to the careful path.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._numerics import expm1mx, kl_terms, kl_unit_series
+
+# Bytes per array in one row block: the block's reference, reward, output and a
+# few scratch arrays stay within a 2 MiB L2 cache.
+_BLOCK_BYTES = 1 << 18
+# Statistics take the fast path only when spread / beta >= this (see _fast_rows).
+_STATS_MIN_SPREAD = 2.0
+
+ALL = frozenset({"pi", "u", "value", "kl", "mean"})
+
+
+class _Tilt(NamedTuple):
+    """Everything about pi*_beta, with the probability axis last (keepdims).
+
+    Fields that were not requested are ``None``.
+    """
+
+    pi: NDArray  # pi*_beta
+    u: NDArray  # log(pi*/ref_n) on the support, -inf where pi* = 0 on the support
+    value: NDArray  # beta log Z (soft value), keepdims
+    kl: NDArray  # KL(pi* || ref), keepdims
+    mean: NDArray  # E_pi*[r], keepdims
+    var: NDArray | None = None  # E_pi*[((r - mean) / beta)^2] = Var_pi*(r) / beta^2, keepdims
+
+
+def _mode_log_ratio(
+    q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: NDArray, fill: float = -np.inf
+) -> NDArray:
+    """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
+
+    With ``k`` the most likely outcome of ``pi*`` and ``d = (r - r_k) / beta``,
+    ``u = d - log(sum(ref * exp(d)) / sum(ref))``, and the log is taken as
+    ``log1p(sum(ref * expm1(d)) / sum(ref))``. The mode's own log-ratio ``-log1p(S)``
+    is then exact even when it is 1e-34 (a reference of 1 - 1e-33 whose tiny
+    alternative gains weight), where ``z - log Z`` with ``z`` centred on the best
+    reward carries a rounding of eps * |z| that, squared, would swamp such a KL.
+    ``q``, ``r``, ``pi``: (rows, n); ``beta`` and ``total``: (rows,) or (rows, 1). The
+    division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
+    Entries off the support get ``fill``.
+    """
+    beta = np.reshape(beta, (-1, 1))
+    total = np.reshape(total, (-1, 1))
+    rows = np.arange(q.shape[0])
+    rk = r[rows, np.argmax(pi, axis=-1)][:, None]
+    off = q <= 0
+    any_off = bool(off.any())
+    with np.errstate(all="ignore"):
+        d = np.subtract(r, rk, dtype=q.dtype)
+        d /= beta
+        if any_off:
+            d[off] = 0.0  # off the support: no weight, and no overflow below
+        term = np.expm1(d)
+        term *= q
+        big = d >= 700  # exp(d) alone would overflow: a subnormal reference entry
+        if big.any():
+            term[big] = np.exp(np.log(q[big]) + d[big])
+        s = term.sum(axis=-1, keepdims=True) / total
+        log_zk = np.log1p(s)
+        far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
+        if far.size:
+            w = q[far] * np.exp(d[far])
+            log_zk[far] = np.log(w.sum(axis=-1, keepdims=True) / total[far])
+        d -= log_zk
+        if any_off:
+            d[off] = fill
+        return d
+
+
+def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
+    """pi*_beta and its statistics by the log-space method (probability axis last).
+
+    ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
+    (greedy limit) and inf (reference) alongside finite positive values.
+    """
+    dtype = ref.dtype
+    support = ref > 0
+    total = ref.sum(axis=-1, keepdims=True)
+    ref_n = ref / total
+    neg_inf = np.asarray(-np.inf, dtype=dtype)
+    c = np.max(np.where(support, reward, neg_inf), axis=-1, keepdims=True)
+
+    finite = (beta > 0) & np.isfinite(beta)
+    beta_s = np.where(finite, beta, np.ones_like(beta))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        # z = (r - c) / beta <= 0 on the support
+        z = np.where(support, (reward - c) / beta_s, neg_inf)
+        s = np.sum(ref * np.expm1(z), axis=-1, keepdims=True) / total
+        direct = np.log(np.sum(ref * np.exp(z), axis=-1, keepdims=True) / total)
+        log_z = np.where(s > -0.5, np.log1p(s), direct)
+        u = z - log_z
+        # pi = ref_n e^u; the second form only for subnormal reference entries
+        pi = np.where(u < 700, ref_n * np.exp(u), np.exp(np.log(ref_n) + u))
+        pi = np.where(support, pi, 0).astype(dtype, copy=False)
+        value = c + beta_s * log_z
+        # Large beta: re-centre on the reference mean m, where
+        # V = m + beta log1p(E[expm1mx(x)] + E[x]), x = (r - m)/beta, has no cancellation
+        # between m and the O(Var/beta) correction.
+        m = np.sum(ref_n * reward, axis=-1, keepdims=True)
+        x = np.where(support, (reward - m) / beta_s, 0)
+        near = np.max(np.abs(x), axis=-1, keepdims=True) < 1
+        if near.any():
+            x = np.where(near, x, 0)
+            s2 = np.sum(ref_n * expm1mx(x), axis=-1, keepdims=True) + np.sum(
+                ref_n * x, axis=-1, keepdims=True
+            )
+            value = np.where(near, m + beta_s * np.log1p(s2), value)
+
+        # beta = 0: all mass on the best rewards inside the support, split as ref
+        best = support & (reward == c)
+        rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
+        best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
+        # log of the reference mass on the best set: log1p(-rest) is exact when the mass is
+        # near 1; log(mass) when it is small (even subnormal, where 1 - rest rounds to 0)
+        greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
+        pi0 = np.where(best, ref / best_mass, 0)
+        u0 = np.where(best, -greedy_log_mass, neg_inf)
+
+        if "u" in want or "kl" in want:
+            shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
+            u = _mode_log_ratio(
+                np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
+                np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
+                np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
+                np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
+                np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
+            ).reshape(shape)
+
+        zero = beta == 0
+        inf = np.isinf(beta)
+        pi = np.where(zero, pi0, np.where(inf, ref_n, pi)).astype(dtype, copy=False)
+        u = np.where(zero, u0, np.where(inf, 0, u))
+        kl = np.sum(np.where(support, kl_terms(pi, ref_n, u), 0), axis=-1, keepdims=True)
+        mean = np.sum(pi * reward, axis=-1, keepdims=True)
+        value = np.where(zero, c, np.where(inf, m, value))
+        kl = np.where(zero, -greedy_log_mass, np.where(inf, 0, kl))
+        var = None
+        if "var" in want:
+            xm = np.where(support, (reward - mean) / beta_s, 0)
+            var = np.sum(pi * xm * xm, axis=-1, keepdims=True)
+            var = np.where(finite, var, 0).astype(dtype, copy=False)
+    return _Tilt(pi, u, value.astype(dtype), kl.astype(dtype), mean.astype(dtype), var)
+
+
+# --------------------------------------------------------------------------- fast path
+
+
+# By item size: (low, high) exponent bounds that keep exp(z) weights normal and their
+# sum finite, and the |r| / beta below which the shift by max(r) is skipped (it then
+# costs a pass and changes nothing: exp(r / beta) is exact to |r / beta| * 1.5 ulp).
+_RANGE = {4: (-86.0, 80.0), 8: (-700.0, 700.0)}
+_NO_SHIFT = {4: 8.0, 8: 50.0}
+
+
+def _rows_per_block(n: int, itemsize: int) -> int:
+    return max(1, _BLOCK_BYTES // max(1, n * itemsize))
+
+
+class _Sweep:
+    """Per-row reductions and fast-path results of one sweep over the row blocks."""
+
+    def __init__(self, rows: int, dtype):
+        self.qmin, self.total, self.rmax, self.rmin, self.c, self.w_sum = (
+            np.empty(rows, dtype) for _ in range(6)
+        )
+
+
+def _sweep(ref, reward, ib, want, pi_out, res):
+    """One pass over row blocks: the validators' reductions and the optimistic fast path.
+
+    For every row, whatever its values: ``w = ref * exp((r - c) * ib)`` with
+    ``c = max(r)`` when ``|r| / beta`` exceeds a few tens (else ``c = 0``, an
+    exact no-op), ``pi = w / sum(w)`` and the requested statistics. Rows where
+    that is not provably accurate are detected afterwards (:func:`_fast_ok`) and
+    recomputed by the careful path; rows with invalid values make the caller
+    raise. Each block is read from memory once and stays in cache.
+    """
+    rows, n = ref.shape
+    dtype = ref.dtype
+    sw = _Sweep(rows, dtype)
+    step = _rows_per_block(n, dtype.itemsize)
+    nb = min(step, rows)
+    scratch = {}
+
+    def buf(name, k):
+        if name not in scratch:
+            scratch[name] = np.empty((nb, n), dtype)
+        return scratch[name][:k]
+
+    shift_above = _NO_SHIFT[dtype.itemsize]
+    need_z = "kl" in want or "u" in want
+    for start in range(0, rows, step):
+        s = slice(start, min(start + step, rows))
+        q, r, ibs = ref[s], reward[s], ib[s]
+        k = q.shape[0]
+        q.min(axis=-1, out=sw.qmin[s])
+        q.sum(axis=-1, out=sw.total[s])
+        r.max(axis=-1, out=sw.rmax[s])
+        r.min(axis=-1, out=sw.rmin[s])
+        mag = np.maximum(np.abs(sw.rmax[s]), np.abs(sw.rmin[s])) * ibs
+        shift = ~(mag <= shift_above)  # also NaN: such rows are redone or refused
+        c = sw.c[s]
+        c[...] = 0
+        c[shift] = sw.rmax[s][shift]
+        w = pi_out[s] if pi_out is not None else buf("w", k)
+        ibc = ibs[:, None]
+        z = buf("z", k) if need_z else w
+        if shift.any():
+            np.subtract(r, c[:, None], out=z)
+            np.multiply(z, ibc, out=z)
+        else:
+            np.multiply(r, ibc, out=z)
+        np.exp(z, out=w)
+        np.multiply(w, q, out=w)
+        w_sum = w.sum(axis=-1, out=sw.w_sum[s])
+        np.multiply(w, (1 / w_sum)[:, None], out=w)  # w is now pi
+        if len(res):
+            _block_stats(
+                q, r, c, ibs, sw.total[s], w_sum, w, z, s, res, buf, sw.rmin[s], sw.rmax[s]
+            )
+    return sw
+
+
+def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
+    """Soft value, mean, KL and variance of the fast rows of one block."""
+    k = q.shape[0]
+    log_z = np.log(w_sum / total)  # log of sum(ref_n exp(z))
+    if "value" in res:
+        res["value"][s, 0] = c + log_z / ib
+    mean = None
+    t = buf("t", k)
+    if "mean" in res or "var" in res:
+        np.multiply(pi, r, out=t)
+        mean = t.sum(axis=-1)
+        if "mean" in res:
+            res["mean"][s, 0] = mean
+    if "kl" in res or "u" in res:
+        np.subtract(z, log_z[:, None], out=z)  # u = log(pi / ref_n)
+    if "kl" in res:
+        qn = buf("qn", k)
+        np.multiply(q, (1 / total)[:, None], out=qn)
+        # the careful path's non-negative summands: pi (u - 1) + ref_n, series for |u| < 0.2
+        np.subtract(z, 1, out=t)
+        np.multiply(t, pi, out=t)
+        np.add(t, qn, out=t)
+        kl = t.sum(axis=-1)
+        # Each summand carries an absolute error of about eps * ref_n * (3 + |z| + |log Z|)
+        # (the rounding of u = z - log Z), whichever form evaluates it; the series for
+        # |u| < 0.2 only removes the cancellation in pi (u - 1) + ref_n, worth at most
+        # eps * ref_n * 3 per summand. Rows whose KL dwarfs that (relative 64 eps) skip it.
+        zmax = np.maximum(np.abs((rmin - c) * ib), np.abs((rmax - c) * ib))
+        scale = 4 + zmax + np.abs(log_z)
+        need = np.nonzero(kl * 64 < scale)[0]
+        # The rounding of u itself, eps * scale per entry, moves the KL by about
+        # eps * scale * sqrt(2 KL) (first order) and (eps * scale)^2 (second order): where
+        # that is not below 1e-14 KL, u is recomputed relative to the row's mode, whose own
+        # log-ratio is then exact (a reference of 1 - 1e-33 gives KLs of 1e-34).
+        recentre = kl < 1e-4 * scale * scale
+        for i in need:
+            if recentre[i]:
+                z[i] = _mode_log_ratio(
+                    q[i : i + 1],
+                    r[i : i + 1],
+                    1 / ib[i : i + 1],
+                    total[i : i + 1],
+                    pi[i : i + 1],
+                    0.0,
+                )[0]
+                np.subtract(z[i], 1, out=t[i])
+                np.multiply(t[i], pi[i], out=t[i])
+                np.add(t[i], qn[i], out=t[i])
+            _series_where_small(t[i], qn[i], z[i], buf("m", 1)[0])
+            kl[i] = t[i].sum()
+        res["kl"][s, 0] = kl
+    if "u" in res:
+        res["u"][s] = np.where(q > 0, z, -np.inf)
+    if "var" in res:
+        np.subtract(r, mean[:, None], out=t)
+        np.multiply(t, ib[:, None], out=t)
+        np.multiply(t, t, out=t)
+        np.multiply(t, pi, out=t)
+        res["var"][s, 0] = t.sum(axis=-1)
+
+
+def _series_where_small(terms: NDArray, qn: NDArray, u: NDArray, scratch: NDArray) -> None:
+    """``terms = qn * kl_unit(u)`` by the series where ``|u| < 0.2``, in place.
+
+    Only the (usually few) entries concerned are gathered, as flat boolean
+    selections of the block.
+    """
+    np.abs(u, out=scratch)
+    small = np.less(scratch, 0.2).reshape(-1)
+    if small.any():
+        u_s = u.reshape(-1)[small]
+        terms.reshape(-1)[small] = qn.reshape(-1)[small] * kl_unit_series(u_s)
+
+
+def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
+    """Rows where the sweep's one-exp result is provably as accurate as the careful path.
+
+    * ``0 < 1/beta < inf``: finite positive beta (the limits are the careful path's);
+    * no overflow: ``(max r - c) / beta + log n`` stays below the largest exponent, so
+      every ``exp(z)`` (also off the support) and their sum are finite;
+    * no underflow: ``log(min ref) + (min r - c) / beta > low`` on the support
+      (``low = -700`` in float64), so every weight ``ref * exp(z)`` on the support
+      is a normal float and ``pi = w / sum(w)`` is exact to a few ulp (the careful
+      path loses digits only where the true ``pi`` is subnormal; here nothing
+      underflows, and no subnormal reference entry is used);
+    * with statistics, ``(max r - min r) / beta >= 2`` on the support: there the
+      careful path uses neither its mean-centred soft value (it does when
+      ``max |r - E_ref r| < beta``) nor ``log1p`` for a log-partition near 0.
+    """
+    low, high = _RANGE[ref.dtype.itemsize]
+    qpos, r_lo, r_hi = sw.qmin.copy(), sw.rmin.copy(), sw.rmax.copy()
+    zero = np.nonzero(sw.qmin == 0)[0]
+    if zero.size:  # rows with zeros: smallest entry, smallest and best reward on the support
+        qz, rz = ref[zero], reward[zero]
+        sup = qz > 0
+        qpos[zero] = np.min(np.where(sup, qz, np.inf), axis=-1)
+        r_lo[zero] = np.min(np.where(sup, rz, np.inf), axis=-1)
+        r_hi[zero] = np.max(np.where(sup, rz, -np.inf), axis=-1)
+    n = ref.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ok = (ib > 0) & np.isfinite(ib)
+        ok &= (sw.rmax - sw.c) * ib + np.log(n) < high
+        ok &= np.log(qpos) + (r_lo - sw.c) * ib > low
+        if stats:
+            ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
+    return ok
+
+
+def _valid(sw: _Sweep, check) -> bool:
+    """What the validators check, from the sweep's reductions (NaN fails every comparison)."""
+    tol, in64, ref = check
+    if not (np.all(sw.qmin >= 0) and np.all(np.isfinite(sw.rmax)) and np.all(np.isfinite(sw.rmin))):
+        return False
+    dev = np.abs(sw.total - 1.0)
+    if in64 and np.any(dev > 0.5 * tol):  # borderline in float32: sum in float64 as they do
+        dev = np.abs(ref.sum(axis=-1, dtype=np.float64) - 1.0)
+    return bool(np.all(dev <= tol))
+
+
+def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None):
+    """The kernel on 2-D rows: ``ref``, ``reward`` (rows, n), ``beta`` (rows, 1), one dtype.
+
+    Returns a dict of the requested fields (statistics of shape (rows, 1)), or
+    ``None`` when ``check`` (``(tol, in64)``, the row-sum tolerance of the
+    validators) finds an invalid value.
+    """
+    rows, n = ref.shape
+    dtype = ref.dtype
+    res = {k: np.empty((rows, n if k == "u" else 1), dtype) for k in want if k != "pi"}
+    pi_out = np.empty((rows, n), dtype) if "pi" in want else None
+    with np.errstate(all="ignore"):
+        ib = (1 / beta[:, 0]).astype(dtype, copy=False)
+        sw = _sweep(ref, reward, ib, want, pi_out, res)
+    if check is not None and not _valid(sw, (*check, ref)):
+        return None
+    slow = np.nonzero(~_fast_ok(ref, reward, ib, sw, stats=bool(res)))[0]
+    if slow.size:
+        t = _tilt_careful(ref[slow], reward[slow], beta[slow], want)
+        if pi_out is not None:
+            pi_out[slow] = t.pi
+        for k in res:
+            res[k][slow] = getattr(t, k)
+    if pi_out is not None:
+        res["pi"] = pi_out
+    return res
+
+
+def tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL, check=None):
+    """pi*_beta and the statistics in ``want`` for inputs with the probability axis last.
+
+    ``ref`` and ``reward`` have one dtype and broadcast to (..., n); ``beta``
+    broadcasts with shape (..., 1). Returns a :class:`_Tilt` whose unrequested
+    fields are ``None``, or ``None`` when ``check`` finds an invalid value.
+    """
+    want = frozenset(want)
+    beta = np.asarray(beta)
+    if beta.ndim == 0:
+        beta = beta.reshape((1,) * ref.ndim)
+    shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape[:-1] + (1,))
+    n = shape[-1]
+    ref2 = np.broadcast_to(ref, shape).reshape(-1, n)
+    rew2 = np.broadcast_to(reward, shape).reshape(-1, n)
+    b2 = np.broadcast_to(beta, shape[:-1] + (1,)).reshape(-1, 1).astype(ref.dtype, copy=False)
+    out = _tilt_rows(ref2, rew2, b2, want, check=check)
+    if out is None:
+        return None
+    keep = shape[:-1] + (1,)
+    fields = {k: (out[k].reshape(shape) if k in out else None) for k in ("pi", "u")}
+    for k in ("value", "kl", "mean", "var"):
+        fields[k] = out[k].reshape(keep) if k in out else None
+    return _Tilt(**fields)

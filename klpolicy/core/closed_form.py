@@ -1,0 +1,746 @@
+r"""The closed form of the KL-regularised policy problem.
+
+For a reference distribution :math:`\pi_{ref}` over a finite set of outcomes,
+a reward :math:`r` and a coefficient :math:`\beta \ge 0`,
+
+.. math::
+
+    \max_\pi \; \mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi \,\|\, \pi_{ref})
+    \quad\text{is attained at}\quad
+    \pi^*_\beta(y) = \frac{\pi_{ref}(y)\, e^{r(y)/\beta}}{Z_\beta},
+    \qquad Z_\beta = \mathbb{E}_{\pi_{ref}}\big[e^{r/\beta}\big],
+
+with optimal value :math:`\beta \log Z_\beta` (the *soft value*). This module
+computes :math:`\pi^*_\beta`, the soft value, the KL and expected reward of
+:math:`\pi^*_\beta`, the reward-KL frontier, and the inverse map from a KL
+budget to :math:`\beta`, exactly and stably, including the two limits
+(:math:`\beta = 0`: greedy on the best rewards inside the reference's support;
+:math:`\beta = \infty`: the reference).
+
+Numerical method
+----------------
+With :math:`c = \max_{y:\pi_{ref}(y)>0} r(y)` and :math:`z = (r - c)/\beta \le 0`,
+the log-partition is :math:`L = \log \sum_y \bar\pi_{ref}(y) e^{z(y)}` where
+:math:`\bar\pi_{ref}` is the reference divided by its (rounding-level) row sum.
+It is evaluated as ``log1p(sum(ref * expm1(z)) / sum(ref))`` whenever that sum
+is above -1/2 (large beta: no cancellation, every summand has the same sign),
+and as ``log(sum(ref * exp(z)) / sum(ref))`` otherwise (small beta: the
+maximiser's term is exactly ``ref_max``). The log-ratio
+:math:`u = \log(\pi^*/\pi_{ref}) = z - L` is then exact to a few ulp, and the KL
+is summed from non-negative terms ``ref * (u e^u - e^u + 1)`` so that it keeps
+full relative precision even when it is 1e-30 (beta = 1e8).
+
+That careful path is the reference. Most rows take a fast path instead
+(:mod:`klpolicy.core._tilt`): ``w = ref * exp((r - c)/beta)`` and ``pi = w / sum(w)``,
+one exponential per entry, in row blocks that stay in the CPU cache, with the
+input checks fused into the same sweep. A row takes it only where that is
+provably as accurate (every weight a normal float, finite positive ``beta``,
+and for statistics ``spread / beta >= 2``); the other rows are recomputed by
+the careful path. See ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from . import _tilt as _kernel
+from . import _validation as V
+from ._tilt import _Tilt
+
+__all__ = [
+    "Frontier",
+    "beta_for_kl",
+    "expected_reward",
+    "frontier",
+    "max_kl",
+    "objective",
+    "optimal_kl",
+    "optimal_policy",
+    "soft_value",
+]
+
+
+def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int):
+    """Validate (ref, reward) and return them broadcast, probability axis last, one dtype."""
+    ref_a = V.as_probabilities("ref", ref, axis)
+    rew_a = V.as_rewards("reward", reward, axis)
+    ref_a, rew_a = V.broadcast_pair("ref", ref_a, "reward", rew_a)
+    dtype = V.result_dtype(ref_a, rew_a)
+    return ref_a.astype(dtype, copy=False), rew_a.astype(dtype, copy=False)
+
+
+def _setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
+    """Validate a full problem; return (ref, reward, beta, axis_neg), probability axis last.
+
+    ``ref`` and ``reward`` are broadcast to the common shape (including any
+    leading batch axes ``beta`` brings), ``beta`` to that shape with size 1
+    last. ``axis_neg`` is the negative position of the probability axis in the
+    caller's layout, for :func:`_restore`.
+    """
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    ndim = ref_a.ndim
+    ax = V.normalise_axis(axis, ndim)
+    b = V.as_beta(beta, ndim, ax)
+    shape = np.broadcast_shapes(ref_a.shape, b.shape)
+    ref_a = np.broadcast_to(ref_a, shape)
+    rew_a = np.broadcast_to(rew_a, shape)
+    b = np.broadcast_to(b, shape[:-1] + (1,))
+    if ref_a.dtype == np.float32:
+        b = b.astype(np.float32)
+    return ref_a, rew_a, b, ax - ndim
+
+
+def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
+    """The structural part of :func:`_setup`; the value checks run inside the kernel's blocks.
+
+    Returns ``(ref, reward, beta, axis_neg, check)`` for float inputs whose
+    shapes, axis and ``beta`` are valid, and ``None`` otherwise (then
+    :func:`_setup` runs and words the error). ``check`` is what the kernel needs
+    to detect NaN, infinities, negative entries and rows that do not sum to one
+    with the validators' tolerance, reading every block once while it is in cache.
+    """
+    ref_a, rew_a = np.asarray(ref), np.asarray(reward)
+    floats = (np.float32, np.float64)
+    if ref_a.dtype not in floats or rew_a.dtype not in floats:
+        return None
+    if ref_a.ndim == 0 or rew_a.ndim == 0 or ref_a.size == 0 or rew_a.size == 0:
+        return None
+    try:
+        ax_ref = V.normalise_axis(axis, ref_a.ndim, "ref")
+        ax_rew = V.normalise_axis(axis, rew_a.ndim, "reward")
+        ref_m, rew_m = np.moveaxis(ref_a, ax_ref, -1), np.moveaxis(rew_a, ax_rew, -1)
+        if ref_m.shape[-1] != rew_m.shape[-1]:
+            return None
+        pair = np.broadcast_shapes(ref_m.shape, rew_m.shape)
+        ax = V.normalise_axis(axis, len(pair))
+        b = V.as_beta(beta, len(pair), ax)
+        shape = np.broadcast_shapes(pair, b.shape)
+    except ValueError:
+        return None
+    dtype = V.result_dtype(ref_m, rew_m)
+    b = np.broadcast_to(b, shape[:-1] + (1,))
+    if dtype == np.float32:
+        b = b.astype(np.float32)
+    check = (
+        V.row_sum_tolerance(ref_a.dtype, shape[-1]),
+        dtype == np.float32,  # the validators sum in float64
+    )
+    return (
+        ref_m.astype(dtype, copy=False),
+        rew_m.astype(dtype, copy=False),
+        b,
+        ax - len(pair),
+        check,
+    )
+
+
+def _solve(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int, want) -> tuple:
+    """Validate and run the kernel; return ``(_Tilt, axis_neg)``."""
+    fs = _fast_setup(ref, reward, beta, axis)
+    if fs is not None:
+        ref_a, rew_a, b, ax, check = fs
+        t = _kernel.tilt(ref_a, rew_a, b, want, check=check)
+        if t is not None:
+            return t, ax
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)  # raises for invalid values
+    return _kernel.tilt(ref_a, rew_a, b, want), ax
+
+
+def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Tilt:
+    """pi*_beta and its statistics for validated inputs (probability axis last).
+
+    ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
+    (greedy limit) and inf (reference) alongside finite positive values.
+    ``want`` names the fields to compute (``pi``, ``u``, ``value``, ``kl``,
+    ``mean``, ``var``); the others are ``None``. Rows take the one-exp fast path
+    of :mod:`klpolicy.core._tilt` where it is provably as accurate as the careful
+    log-space path, and the careful path otherwise.
+    """
+    return _kernel.tilt(ref, reward, beta, want)
+
+
+def _restore(x: NDArray, axis_neg: int) -> NDArray:
+    return np.moveaxis(x, -1, axis_neg)
+
+
+def _scalar(x: NDArray):
+    """Drop the kept probability axis; 0-d results become numpy scalars."""
+    return x[..., 0][()]
+
+
+def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
+    """KL of the greedy limit per row, ``-log`` of the reference mass on the best set.
+
+    For validated inputs (probability axis last); the same formula as the
+    careful path's ``beta = 0`` branch, in row blocks that stay in cache.
+    """
+    shape = np.broadcast_shapes(ref.shape, reward.shape)
+    n = shape[-1]
+    q2 = np.broadcast_to(ref, shape).reshape(-1, n)
+    r2 = np.broadcast_to(reward, shape).reshape(-1, n)
+    out = np.empty(q2.shape[0], ref.dtype)
+    step = _kernel._rows_per_block(n, ref.dtype.itemsize)
+    for start in range(0, q2.shape[0], step):
+        q, r = q2[start : start + step], r2[start : start + step]
+        support = q > 0
+        c = np.max(np.where(support, r, -np.inf), axis=-1, keepdims=True)
+        best = support & (r == c)
+        total = q.sum(axis=-1)
+        rest = np.sum(np.where(best, 0, q), axis=-1) / total
+        mass = np.sum(np.where(best, q, 0), axis=-1) / total
+        with np.errstate(divide="ignore"):
+            out[start : start + step] = -np.where(rest < 0.5, np.log1p(-rest), np.log(mass))
+    return out.reshape(shape[:-1])
+
+
+def optimal_policy(
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating]:
+    r"""The maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`.
+
+    .. math::
+
+        \pi^*_\beta(y) = \frac{\pi_{ref}(y)\, \exp(r(y)/\beta)}
+                              {\sum_{y'} \pi_{ref}(y')\, \exp(r(y')/\beta)}
+
+    Parameters
+    ----------
+    ref : array_like
+        Reference probabilities along ``axis`` (non-negative, rows summing to 1).
+    reward : array_like
+        Finite rewards, same size as ``ref`` along ``axis``; batch axes broadcast.
+    beta : float or array_like
+        KL coefficient (temperature), ``>= 0``. ``0`` gives the greedy limit and
+        ``np.inf`` the reference. An array broadcasts over the batch axes and has
+        size 1 along ``axis`` (e.g. shape ``(B, 1)`` for ``(B, V)`` inputs).
+    axis : int, optional
+        The probability axis (default -1).
+
+    Returns
+    -------
+    ndarray
+        :math:`\pi^*_\beta`, with the broadcast shape of ``ref`` and ``reward``;
+        float32 when the inputs are float32, float64 otherwise.
+
+    Raises
+    ------
+    ValueError
+        For negative, NaN or non-normalised ``ref``; non-finite ``reward``;
+        negative or NaN ``beta``; sizes that differ along ``axis``.
+
+    Notes
+    -----
+    Entries where ``ref`` is zero stay exactly zero at every ``beta`` (the
+    optimum never leaves the reference's support). As ``beta -> 0`` the mass
+    concentrates on the best rewards inside the support, split in proportion
+    to ``ref``; this is the value returned at ``beta = 0``. The computation
+    works in log space relative to the best reward on the support, so it is
+    exact for rewards of size 1e6, ``beta`` from 1e-8 to 1e8 and reference
+    entries of 1e-300 (relative error about 1e-13 against mpmath).
+
+    References
+    ----------
+    .. [1] Ziegler et al., "Fine-Tuning Language Models from Human Preferences",
+       2019, arXiv:1909.08593.
+    .. [2] Rafailov et al., "Direct Preference Optimization: Your Language Model
+       is Secretly a Reward Model", 2023, arXiv:2305.18290, eq. (4).
+
+    Examples
+    --------
+    The worked example: two responses of reference probability 0.5, rewards 1
+    and 0.
+
+    >>> import numpy as np
+    >>> from klpolicy import optimal_policy
+    >>> optimal_policy([0.5, 0.5], [1.0, 0.0], beta=0.5).round(4)
+    array([0.8808, 0.1192])
+    >>> optimal_policy([0.5, 0.5], [1.0, 0.0], beta=2.0).round(4)
+    array([0.6225, 0.3775])
+    >>> optimal_policy([0.25, 0.25, 0.5], [1.0, 1.0, 0.0], beta=0.0)
+    array([0.5, 0.5, 0. ])
+    """
+    t, ax = _solve(ref, reward, beta, axis, {"pi"})
+    return _restore(t.pi, ax)
+
+
+def soft_value(
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
+    r"""The optimal value :math:`\beta \log \mathbb{E}_{\pi_{ref}}[e^{r/\beta}]`.
+
+    .. math::
+
+        V_\beta = \beta \log \sum_y \pi_{ref}(y)\, e^{r(y)/\beta}
+                = \max_\pi \; \mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})
+
+    Parameters
+    ----------
+    ref, reward, beta, axis
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    ndarray or float
+        The soft value for each batch row (the probability axis removed). It
+        rises from :math:`\mathbb{E}_{ref}[r]` at ``beta = inf`` to the best
+        reward on the support at ``beta = 0``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`optimal_policy`.
+
+    Notes
+    -----
+    Evaluated as ``c + beta * log1p(E_ref[expm1((r - c)/beta)])`` with ``c``
+    the best reward on the support, so that at large ``beta`` the small
+    correction ``Var_ref(r) / (2 beta)`` is not lost to rounding. The absolute
+    error is a few ulp of ``max |r|``.
+
+    References
+    ----------
+    .. [1] Haarnoja et al., "Reinforcement Learning with Deep Energy-Based
+       Policies", 2017, arXiv:1702.08165 (the soft value).
+
+    Examples
+    --------
+    >>> from klpolicy import soft_value
+    >>> round(float(soft_value([0.5, 0.5], [1.0, 0.0], 0.5)), 10)  # 0.5 * log((e^2 + 1) / 2)
+    0.7168904152
+    >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
+    (1.0, 0.5)
+    """
+    return _scalar(_solve(ref, reward, beta, axis, {"value"})[0].value)
+
+
+def optimal_kl(
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
+    r"""The KL divergence of the optimal policy from the reference.
+
+    .. math::
+
+        \mathrm{KL}(\pi^*_\beta \| \pi_{ref})
+          = \frac{\mathbb{E}_{\pi^*_\beta}[r] - V_\beta}{\beta}
+
+    Parameters
+    ----------
+    ref, reward, beta, axis
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    ndarray or float
+        KL in nats for each batch row. Decreasing in ``beta``, from
+        :func:`max_kl` at ``beta = 0`` to 0 at ``beta = inf``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`optimal_policy`.
+
+    Notes
+    -----
+    Summed from the non-negative terms ``ref (u e^u - e^u + 1)`` with
+    ``u = log(pi*/ref)``, not from the difference above, so that the
+    relative precision holds at large ``beta`` where the KL behaves like
+    ``Var_ref(r) / (2 beta^2)``.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593.
+
+    Examples
+    --------
+    >>> from klpolicy import optimal_kl
+    >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], 0.5)), 6)
+    0.327813
+    """
+    return _scalar(_solve(ref, reward, beta, axis, {"kl"})[0].kl)
+
+
+def max_kl(
+    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
+    r"""The largest KL the optimal policy can reach: that of the greedy limit.
+
+    .. math::
+
+        \mathrm{KL}_{max} = \lim_{\beta\to 0}\mathrm{KL}(\pi^*_\beta\|\pi_{ref})
+                          = -\log \pi_{ref}(\arg\max r)
+
+    where :math:`\pi_{ref}(\arg\max r)` is the reference mass on the set of
+    best rewards inside the support.
+
+    Parameters
+    ----------
+    ref, reward, axis
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    ndarray or float
+        For each batch row, in nats.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`optimal_policy`.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593.
+
+    Examples
+    --------
+    >>> from klpolicy import max_kl
+    >>> round(float(max_kl([0.5, 0.25, 0.25], [0.0, 1.0, 1.0])), 6)  # log 2
+    0.693147
+    """
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    return _scalar(_greedy_kl(ref_a, rew_a)[..., None])
+
+
+def expected_reward(
+    pi: ArrayLike, reward: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
+    r"""Expected reward :math:`\mathbb{E}_\pi[r] = \sum_y \pi(y) r(y)`.
+
+    Parameters
+    ----------
+    pi : array_like
+        Probabilities along ``axis``.
+    reward : array_like
+        Finite rewards of the same size along ``axis``.
+    axis : int, optional
+        The probability axis.
+
+    Returns
+    -------
+    ndarray or float
+        One value per batch row.
+
+    Raises
+    ------
+    ValueError
+        For invalid probabilities or rewards, as in :func:`optimal_policy`.
+
+    References
+    ----------
+    .. [1] Sutton and Barto, "Reinforcement Learning: An Introduction", 2018.
+
+    Examples
+    --------
+    >>> from klpolicy import expected_reward
+    >>> float(expected_reward([0.25, 0.75], [1.0, 0.0]))
+    0.25
+    """
+    p = V.as_probabilities("pi", pi, axis)
+    r = V.as_rewards("reward", reward, axis)
+    p, r = V.broadcast_pair("pi", p, "reward", r)
+    return np.sum(p * r, axis=-1)[()]
+
+
+def objective(
+    pi: ArrayLike, ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating] | np.floating:
+    r"""The KL-regularised objective :math:`J_\beta(\pi) = \mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`.
+
+    Parameters
+    ----------
+    pi : array_like
+        The policy to evaluate (probabilities along ``axis``).
+    ref, reward, beta, axis
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    ndarray or float
+        :math:`J_\beta(\pi)` per batch row; ``-inf`` when ``pi`` puts mass off
+        the reference's support (and ``beta > 0``). At ``beta = 0`` it is
+        :math:`\mathbb{E}_\pi[r]`; at ``beta = inf`` it is
+        :math:`\mathbb{E}_\pi[r]` if ``pi`` equals the reference and ``-inf``
+        otherwise.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`optimal_policy`, and for an invalid ``pi``.
+
+    Notes
+    -----
+    The identity :math:`J_\beta(\pi) = V_\beta - \beta\,\mathrm{KL}(\pi\|\pi^*_\beta)`
+    shows that :func:`soft_value` is the maximum and :func:`optimal_policy`
+    the unique maximiser.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593.
+
+    Examples
+    --------
+    >>> from klpolicy import objective, optimal_policy, soft_value
+    >>> ref, r = [0.5, 0.5], [1.0, 0.0]
+    >>> bool(abs(objective(optimal_policy(ref, r, 0.5), ref, r, 0.5) - soft_value(ref, r, 0.5)) < 1e-15)
+    True
+    """
+    from .divergences import kl_divergence
+
+    p = V.as_probabilities("pi", pi, axis)
+    ref_a, rew_a, b, _ = _setup(ref, reward, beta, axis)
+    p, ref_a = V.broadcast_pair("pi", p, "ref", ref_a)
+    p, rew_a = V.broadcast_pair("pi", p, "reward", rew_a)
+    b = b[..., 0]
+    kl = kl_divergence(p, ref_a)
+    er = np.sum(p * rew_a, axis=-1)
+    with np.errstate(invalid="ignore"):
+        pen = np.where(b == 0, 0.0, np.where(kl == 0, 0.0, b * kl))
+    return (er - pen)[()]
+
+
+class Frontier(NamedTuple):
+    """The reward-KL trade-off curve of :math:`\\pi^*_\\beta` along a grid of ``beta``.
+
+    Each field has shape ``betas.shape + batch_shape``.
+    """
+
+    beta: NDArray
+    expected_reward: NDArray
+    kl: NDArray
+    soft_value: NDArray
+
+
+def frontier(ref: ArrayLike, reward: ArrayLike, betas: ArrayLike, *, axis: int = -1) -> Frontier:
+    r"""Expected reward, KL and soft value of :math:`\pi^*_\beta` along a grid of ``beta``.
+
+    .. math::
+
+        \beta \mapsto \big(\mathrm{KL}(\pi^*_\beta\|\pi_{ref}),\;
+        \mathbb{E}_{\pi^*_\beta}[r]\big), \qquad
+        \frac{d\,\mathbb{E}_{\pi^*_\beta}[r]}{d\,\mathrm{KL}} = \beta
+
+    The curve is the upper boundary of what any policy can reach in the
+    reward-KL plane: no policy with the same KL has a larger expected reward.
+
+    Parameters
+    ----------
+    ref, reward, axis
+        As in :func:`optimal_policy`.
+    betas : array_like
+        Grid of coefficients (``>= 0``, ``inf`` allowed), any shape.
+
+    Returns
+    -------
+    Frontier
+        Named tuple ``(beta, expected_reward, kl, soft_value)``; each array has
+        shape ``betas.shape + batch_shape``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`optimal_policy`.
+
+    References
+    ----------
+    .. [1] Gao, Schulman and Hilton, "Scaling Laws for Reward Model
+       Overoptimization", 2022, arXiv:2210.10760.
+
+    Examples
+    --------
+    >>> from klpolicy import frontier
+    >>> f = frontier([0.5, 0.5], [1.0, 0.0], [0.0, 0.5, 2.0, float("inf")])
+    >>> f.expected_reward.round(4)
+    array([1.    , 0.8808, 0.6225, 0.5   ])
+    >>> f.kl.round(4)
+    array([0.6931, 0.3278, 0.0303, 0.    ])
+    """
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    grid = V.check_beta_values("betas", betas)
+    flat = grid.reshape(-1)
+    batch = ref_a.shape[:-1]
+    b = flat.reshape((-1,) + (1,) * len(batch) + (1,)).astype(ref_a.dtype)
+    r_b = np.broadcast_to(ref_a, (flat.size,) + ref_a.shape)
+    w_b = np.broadcast_to(rew_a, (flat.size,) + rew_a.shape)
+    t = _tilt(r_b, w_b, b, {"value", "kl", "mean"})
+    shape = grid.shape + batch
+    return Frontier(
+        beta=np.broadcast_to(grid.reshape(grid.shape + (1,) * len(batch)), shape).copy(),
+        expected_reward=t.mean[..., 0].reshape(shape),
+        kl=t.kl[..., 0].reshape(shape),
+        soft_value=t.value[..., 0].reshape(shape),
+    )
+
+
+def beta_for_kl(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    kl: ArrayLike,
+    *,
+    axis: int = -1,
+    rtol: float = 1e-13,
+    max_iter: int = 200,
+) -> NDArray[np.floating] | np.floating:
+    r"""The coefficient at which the optimal policy spends a given KL budget.
+
+    Solves :math:`\mathrm{KL}(\pi^*_\beta\|\pi_{ref}) = \mathrm{kl}` for
+    :math:`\beta`, for every batch row at once, using
+
+    .. math::
+
+        \frac{d\,\mathrm{KL}(\pi^*_\beta\|\pi_{ref})}{d\beta}
+          = -\frac{\mathrm{Var}_{\pi^*_\beta}(r)}{\beta^3}.
+
+    Parameters
+    ----------
+    ref, reward, axis
+        As in :func:`optimal_policy`.
+    kl : float or array_like
+        Target KL in nats, ``>= 0``, broadcasting over the batch shape.
+    rtol : float, optional
+        Relative tolerance on the attained KL.
+    max_iter : int, optional
+        Iteration cap of the safeguarded Newton solver.
+
+    Returns
+    -------
+    ndarray or float
+        ``beta`` per batch row (the probability axis removed; pass
+        ``beta[..., None]`` back to :func:`optimal_policy` for batches).
+        ``kl = 0`` gives ``inf``; ``kl`` equal to :func:`max_kl` gives 0.
+
+    Raises
+    ------
+    ValueError
+        For a negative, NaN or infinite ``kl``, and for a ``kl`` above the
+        largest reachable value (the greedy limit's, :func:`max_kl`); the message
+        states that maximum.
+
+    Notes
+    -----
+    The KL is strictly decreasing in :math:`\beta` unless the reward is
+    constant on the support. The solver works on :math:`s = \log\beta` and
+    :math:`g(s) = \log \mathrm{KL} - \log \mathrm{kl}`, brackets the root from
+    the large-:math:`\beta` guess :math:`\sqrt{\mathrm{Var}_{ref}(r)/(2\,\mathrm{kl})}`,
+    and takes Newton steps with :math:`g'(s) = -\mathrm{Var}_{\pi^*}(r)/(\beta^2 \mathrm{KL})`,
+    falling back to bisection whenever a step leaves the bracket. All rows
+    iterate together; no Python loop over rows.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593 (a target KL for beta).
+
+    Examples
+    --------
+    >>> from klpolicy import beta_for_kl, optimal_kl
+    >>> b = beta_for_kl([0.5, 0.5], [1.0, 0.0], 0.1)
+    >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], b)), 12)
+    0.1
+    """
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    batch = ref_a.shape[:-1]
+    target = np.asarray(kl, dtype=np.float64)
+    if np.isnan(target).any():
+        raise ValueError("`kl` must not be NaN")
+    if (target < 0).any() or np.isinf(target).any():
+        bad = target[(target < 0) | np.isinf(target)].flat[0]
+        raise ValueError(f"`kl` must be a finite non-negative number of nats; got {bad:g}")
+    try:
+        batch = np.broadcast_shapes(batch, target.shape)
+    except ValueError:
+        raise ValueError(
+            f"`kl` of shape {target.shape} does not broadcast against the batch shape {batch}"
+        ) from None
+    ref_b = np.broadcast_to(ref_a, batch + ref_a.shape[-1:]).astype(np.float64, copy=False)
+    rew_b = np.broadcast_to(rew_a, batch + rew_a.shape[-1:]).astype(np.float64, copy=False)
+    tgt = np.broadcast_to(target, batch)[..., None].astype(np.float64)
+
+    kmax = _greedy_kl(ref_b, rew_b)[..., None]
+    over = tgt > kmax * (1 + 4 * np.finfo(np.float64).eps)
+    if over.any():
+        idx = tuple(int(i) for i in np.argwhere(over[..., 0])[0]) if batch else ()
+        where = f" for row {idx}" if batch else ""
+        raise ValueError(
+            f"`kl` = {float(tgt[idx][0]) if batch else float(tgt[0]):g} is above the largest KL "
+            f"reachable{where}: {float(kmax[idx][0]) if batch else float(kmax[0]):.6g} nats "
+            "(the greedy limit beta -> 0)"
+        )
+    at_zero = tgt == 0
+    at_max = (tgt >= kmax) & ~at_zero
+    active = ~(at_zero | at_max)
+
+    support = ref_b > 0
+    ref_n = ref_b / ref_b.sum(-1, keepdims=True)
+    # initial guess from the large-beta expansion KL ~ Var_ref(r) / (2 beta^2), computed on
+    # rewards scaled by their spread so that tiny or huge rewards do not under/overflow
+    top = np.max(np.where(support, rew_b, -np.inf), -1, keepdims=True)
+    spread = top - np.min(np.where(support, rew_b, np.inf), -1, keepdims=True)
+    spread = np.where(spread > 0, spread, 1.0)
+    mu = np.sum(ref_n * rew_b, -1, keepdims=True)
+    # off the support the scaled deviation can overflow (spread is the support's): drop it
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = np.where(support, (rew_b - mu) / spread, 0.0)
+        var_n = np.sum(ref_n * dev * dev, -1, keepdims=True)
+    safe_t = np.where(active, tgt, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.log(spread) + 0.5 * np.log(np.where(active, var_n, 1.0) / (2 * safe_t))
+    s = np.where(np.isfinite(s), s, np.log(spread))
+
+    # the solver works on rows (rows, n); only rows still iterating are recomputed
+    n = ref_b.shape[-1]
+    ref_r, rew_r = ref_b.reshape(-1, n), rew_b.reshape(-1, n)
+    s, lo_shape = s.reshape(-1, 1), s.shape
+    active, safe_t = active.reshape(-1, 1), safe_t.reshape(-1, 1)
+
+    def g_and_slope(s_, rows):
+        """g and its slope for the given rows: one exp pass plus policy, KL and variance."""
+        every = rows.size == ref_r.shape[0]  # no copy while every row still iterates
+        sel = slice(None) if every else rows
+        t = _tilt(ref_r[sel], rew_r[sel], np.exp(s_[sel]), {"kl", "var"})
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.log(t.kl) - np.log(safe_t[sel]), -t.var / t.kl
+
+    # bracket: lo has g > 0 (KL too big, beta too small), hi has g < 0
+    lo = np.full_like(s, -np.inf)
+    hi = np.full_like(s, np.inf)
+    g, slope = np.zeros_like(s), np.zeros_like(s)
+    # expansion step while a row is not bracketed yet; it doubles at each expansion so that
+    # plateaus of the KL (rewards tied to 1e-290) are crossed in tens of steps, not hundreds
+    width = np.full_like(s, 2.0)
+    live = np.nonzero(active[:, 0])[0]
+    g[live], slope[live] = g_and_slope(s, live)
+    for _ in range(max_iter):
+        done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
+        if done.all():
+            break
+        lo = np.where(active & (g > 0), np.maximum(lo, s), lo)
+        hi = np.where(active & (g < 0), np.minimum(hi, s), hi)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            newton = s - g / slope
+        bracketed = np.isfinite(lo) & np.isfinite(hi)
+        ok = np.isfinite(newton) & (newton > lo) & (newton < hi)
+        # unbracketed side: expand geometrically in beta, with a growing stride
+        expand = np.where(g > 0, s + width, s - width)
+        with np.errstate(invalid="ignore"):
+            mid = 0.5 * (lo + hi)
+        step = np.where(ok, newton, np.where(bracketed, mid, expand))
+        # clamp Newton's step when not yet bracketed so it cannot jump absurdly far
+        step = np.where(~bracketed & ok, np.clip(newton, s - 8.0, s + 8.0), step)
+        width = np.where(~done & ~bracketed & ~ok, 2 * width, width)
+        s = np.where(done, s, step)
+        live = np.nonzero(~done[:, 0])[0]
+        g[live], slope[live] = g_and_slope(s, live)
+    else:
+        done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
+        if not done.all():
+            bad = int(np.argwhere(~done[:, 0])[0][0])
+            raise RuntimeError(
+                f"beta_for_kl did not converge in {max_iter} iterations (first unconverged row "
+                f"{bad}, relative KL error {float(np.expm1(abs(g[bad, 0]))):.3g}); "
+                "raise `max_iter` or report the problem"
+            )
+    s = s.reshape(lo_shape)
+    beta = np.where(at_zero, np.inf, np.where(at_max, 0.0, np.exp(s)))
+    return beta[..., 0][()]

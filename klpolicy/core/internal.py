@@ -1,0 +1,70 @@
+"""The internal interface of :mod:`klpolicy.core`: the one door into core besides its public API.
+
+Internal: other klpolicy subpackages use these names; users should not (they may
+change without notice). Everything else in ``klpolicy.core`` whose name starts with
+an underscore is private to core. An architecture test
+(``tests/test_architecture.py``) fails if another subpackage imports a private name
+of core, or of any other subpackage, directly.
+
+What it offers
+--------------
+validation
+    The generic checkers (probability arrays, rewards, beta, scalars with bounds,
+    log-probabilities, masks, KL budgets, ...). Each takes the caller's argument
+    name and raises a ``ValueError`` that names it.
+prepare(ref, reward, axis) -> (ref, reward)
+    Validate a ``(ref, reward)`` pair; broadcast, probability axis last, one dtype.
+setup(ref, reward, beta, axis) -> (ref, reward, beta, axis_neg)
+    Validate a whole problem; ``beta`` shaped ``(..., 1)``; ``axis_neg`` for :func:`restore`.
+restore(x, axis_neg)
+    Move the probability axis back where the caller had it.
+tilt(ref, reward, beta, want=TILT_ALL) -> Tilt
+    The careful closed-form kernel on validated inputs: ``pi``, ``u = log(pi/ref)``,
+    ``value``, ``kl``, ``mean`` (those named in ``want``), with the greedy
+    (``beta = 0``) and reference (``beta = inf``) limits.
+Tilt, TILT_ALL
+    The kernel's result type and the set of all its fields.
+pair(p, q, axis, names) -> (p, q, axis_neg)
+    Validate two distributions over the same outcomes.
+kl_last(p, q), entropy_last(p), cross_entropy_last(p, q)
+    The divergences on validated arrays, probability axis last.
+expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
+    Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
+    ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
+"""
+
+from . import _validation as validation
+from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
+from ._numerics import _SERIES_RADIUS as SERIES_RADIUS
+from ._numerics import _horner_x2 as horner_x2
+from ._numerics import expm1mx, kl_terms, kl_unit_series
+from ._tilt import ALL as TILT_ALL
+from ._tilt import _Tilt as Tilt
+from .closed_form import _prepare as prepare
+from .closed_form import _restore as restore
+from .closed_form import _setup as setup
+from .closed_form import _tilt as tilt
+from .divergences import _cross_entropy_last as cross_entropy_last
+from .divergences import _entropy_last as entropy_last
+from .divergences import _kl_last as kl_last
+from .divergences import _pair as pair
+
+__all__ = [
+    "EXPM1MX_COEFFICIENTS",
+    "SERIES_RADIUS",
+    "TILT_ALL",
+    "Tilt",
+    "cross_entropy_last",
+    "entropy_last",
+    "expm1mx",
+    "horner_x2",
+    "kl_last",
+    "kl_terms",
+    "kl_unit_series",
+    "pair",
+    "prepare",
+    "restore",
+    "setup",
+    "tilt",
+    "validation",
+]

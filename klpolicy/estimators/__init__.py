@@ -1,0 +1,44 @@
+"""KL estimators: per-sample estimates, their exact moments and bias, and where training lands.
+
+Samples ``x ~ p`` with ``logp = log p(x)``, ``logq = log q(x)`` give per-sample
+estimates of ``KL(p || q)``: k1 = logp - logq, k2 = (logp - logq)^2 / 2,
+k3 = exp(logq - logp) - 1 - (logq - logp) (Schulman 2020).
+
+* :mod:`~klpolicy.estimators.samples`: the per-sample estimators, exact moments and bias.
+* :mod:`~klpolicy.estimators.offpolicy`: moments and bias under another sampling law.
+* :mod:`~klpolicy.estimators.gaussian`: moments for Gaussian log-ratios, Schulman's table.
+* :mod:`~klpolicy.estimators.gradients`: expected gradients of an estimator placed in
+  the reward or in the loss, the gradient flow and its fixed point.
+* :mod:`~klpolicy.estimators.targets`: where GRPO-style trainers converge.
+"""
+
+from .gaussian import SCHULMAN_2020_TABLE, GaussianTable, gaussian_moments, schulman_table
+from .gradients import Flow, expected_gradient, fixed_point, gradient_flow, objective_gradient
+from .offpolicy import off_policy_bias, off_policy_moments
+from .samples import abs_kl, bias, full_kl, k1, k2, k3, moments, sample_estimates
+from .targets import grpo_expected_update, grpo_fixed_point, token_k3_fixed_point
+
+__all__ = [
+    "SCHULMAN_2020_TABLE",
+    "Flow",
+    "GaussianTable",
+    "abs_kl",
+    "bias",
+    "expected_gradient",
+    "fixed_point",
+    "full_kl",
+    "gaussian_moments",
+    "gradient_flow",
+    "grpo_expected_update",
+    "grpo_fixed_point",
+    "k1",
+    "k2",
+    "k3",
+    "moments",
+    "objective_gradient",
+    "off_policy_bias",
+    "off_policy_moments",
+    "sample_estimates",
+    "schulman_table",
+    "token_k3_fixed_point",
+]

@@ -1,0 +1,512 @@
+r"""Expected gradients of KL-estimator placements and where training converges.
+
+Implementation module of :func:`klpolicy.estimators.expected_gradient`,
+:func:`klpolicy.estimators.objective_gradient` and
+:func:`klpolicy.estimators.fixed_point` (import them from there).
+
+A tabular softmax policy :math:`\pi = \mathrm{softmax}(\theta)` is trained on
+:math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})` with the KL
+replaced by a per-sample estimator :math:`k(\ell)`,
+:math:`\ell = \log\pi(y) - \log\pi_{ref}(y)`, :math:`y \sim \pi`. With
+:math:`\partial_{\theta_j} \log\pi(y) = \delta_{yj} - \pi_j`, the two
+placements have the exact expected gradients
+
+* reward: :math:`g_j = \pi_j (R_j - \mathbb{E}_\pi R)`, :math:`R = r - \beta k(\ell)`
+  (the estimate is a reward; score-function gradient, no gradient through k);
+* loss: :math:`g_j = \pi_j (r_j - \mathbb{E}_\pi r) - \beta\,\pi_j (k'_j - \mathbb{E}_\pi k')`,
+  :math:`k' = \partial k / \partial \log\pi` (the sample is held fixed and the
+  estimate is differentiated through the log-probability).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..core import optimal_policy
+from ..core.internal import expm1mx
+from ..core.internal import restore as _restore
+from ..core.internal import setup as _setup
+from ..core.internal import validation as V
+
+__all__ = ["Flow", "expected_gradient", "fixed_point", "gradient_flow", "objective_gradient"]
+
+
+def _k(name: str, ell: NDArray) -> NDArray:
+    if name == "k1":
+        return ell
+    if name == "k2":
+        return 0.5 * ell * ell
+    if name == "k3":
+        return expm1mx(-ell)
+    return np.abs(ell)
+
+
+def _prepare(logits, ref, reward, beta, axis):
+    """Validated (theta, ref, reward, beta, axis_neg) with the probability axis last."""
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    if np.isinf(b).any():
+        raise ValueError("`beta` must be finite for a gradient; got inf")
+    th = V.as_log_probs("logits", logits, allow_neg_inf=True)
+    if th.ndim == 0:
+        raise ValueError(f"`logits` must have at least one dimension; got a scalar {th.item()!r}")
+    th = np.moveaxis(th, V.normalise_axis(axis, th.ndim, "logits"), -1)
+    th, ref_a = V.broadcast_pair("logits", th, "ref", ref_a)
+    th, rew_a = V.broadcast_pair("logits", th, "reward", rew_a)
+    b = np.broadcast_to(b, (*th.shape[:-1], 1))
+    dead = np.all(th == -np.inf, axis=-1)
+    if dead.any():
+        idx = tuple(int(i) for i in np.argwhere(dead)[0]) if dead.ndim else ()
+        raise ValueError(f"`logits` must have a finite entry in every row; row {idx} is all -inf")
+    off = (th > -np.inf) & (ref_a == 0)
+    if off.any():
+        idx = tuple(int(i) for i in np.argwhere(off)[0])
+        raise ValueError(
+            f"`logits` put probability where `ref` is zero (index {idx}); every KL "
+            "estimate is infinite there (use -inf logits off the reference's support)"
+        )
+    dtype = np.result_type(th.dtype, ref_a.dtype, np.float32)
+    return th.astype(dtype), ref_a.astype(dtype), rew_a.astype(dtype), b.astype(dtype), ax
+
+
+def _policy(th: NDArray) -> tuple[NDArray, NDArray]:
+    """softmax and log-softmax along the last axis (-inf logits allowed)."""
+    m = np.max(th, axis=-1, keepdims=True)
+    z = th - m
+    with np.errstate(under="ignore"):
+        e = np.exp(z)
+    s = e.sum(-1, keepdims=True)
+    return e / s, z - np.log(s)
+
+
+def _centre(pi: NDArray, x: NDArray) -> NDArray:
+    """pi * (x - E_pi x), with entries where pi = 0 contributing 0 (never sampled)."""
+    x = np.where(pi > 0, x, 0)
+    return pi * (x - np.sum(pi * x, axis=-1, keepdims=True))
+
+
+def _grad(th, ref, rew, b, name, placement):
+    pi, logpi = _policy(th)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ell = np.where(pi > 0, logpi - np.log(ref), 0)
+        if placement == "reward":
+            # pi * R with pi * k evaluated so that rare actions (ref/pi huge) stay finite:
+            # for k3, pi * (e^{-l} - 1 + l) = ref - pi + pi * l
+            if name == "k3":
+                pk = np.where(ell < -1, ref - pi + pi * ell, pi * expm1mx(-ell))
+            else:
+                pk = pi * _k(name, ell)
+            pr = np.where(pi > 0, pi * rew - b * pk, 0)
+            return pr - pi * np.sum(pr, axis=-1, keepdims=True)
+        g = _centre(pi, rew)
+        if name == "k1":
+            return g  # k' = 1: E_pi[grad log pi] = 0
+        if name == "k2":
+            pk = pi * ell
+        elif name == "k3":
+            pk = np.where(pi > 0, pi - ref, 0)  # pi (1 - ref/pi), no overflow
+        else:
+            pk = pi * np.sign(ell)
+        return g - b * (pk - pi * np.sum(pk, axis=-1, keepdims=True))
+
+
+def expected_gradient(
+    logits: ArrayLike,
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str,
+    placement: str,
+    axis: int = -1,
+) -> NDArray[np.floating]:
+    r"""Exact expected on-policy gradient when the KL term is a per-sample estimator.
+
+    .. math::
+
+        \text{reward:}\quad g_j = \pi_j\big(R_j - \mathbb{E}_\pi R\big),\ \
+        R = r - \beta\, k(\ell); \qquad
+        \text{loss:}\quad g_j = \pi_j\big(r_j - \mathbb{E}_\pi r\big)
+            - \beta\,\pi_j\big(k'(\ell_j) - \mathbb{E}_\pi k'\big)
+
+    with :math:`\pi = \mathrm{softmax}(\theta)`, :math:`\ell = \log\pi - \log\pi_{ref}`
+    and :math:`k' = \partial k/\partial\log\pi`: 1 for k1, :math:`\ell` for k2,
+    :math:`1 - \pi_{ref}/\pi` for k3, :math:`\mathrm{sign}\,\ell` for abs.
+
+    Parameters
+    ----------
+    logits : array_like
+        Policy logits :math:`\theta` along ``axis`` (``-inf`` allowed, giving
+        probability zero; required wherever ``ref`` is zero).
+    ref : array_like
+        Reference probabilities.
+    reward : array_like
+        Finite rewards.
+    beta : float or array_like
+        Finite KL coefficient ``>= 0`` (one per batch row, as in
+        :func:`klpolicy.optimal_policy`).
+    estimator : {"k1", "k2", "k3", "abs"}
+        The per-sample KL estimate.
+    placement : {"reward", "loss"}
+        ``"reward"``: the estimate is subtracted from the reward and enters
+        through the score function, as in InstructGPT-style PPO and TRL's
+        PPO trainer. ``"loss"``: ``beta * k`` is added to the loss and
+        differentiated through :math:`\log\pi(y)` with the sample fixed, as in
+        GRPO.
+    axis : int, optional
+        The probability axis.
+
+    Returns
+    -------
+    ndarray
+        :math:`\mathbb{E}_{y\sim\pi}[\hat g]` with respect to the logits, the
+        ascent direction of the objective (minus the gradient of the loss),
+        with the broadcast shape of the inputs. It sums to zero along
+        ``axis``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``estimator`` or ``placement``; ``logits`` that give
+        probability where ``ref`` is zero, or a row of all ``-inf``; invalid
+        ``ref``, ``reward`` or ``beta`` (including ``beta = inf``).
+
+    Notes
+    -----
+    The true gradient of :math:`\mathbb{E}_\pi[r] - \beta\mathrm{KL}(\pi\|\pi_{ref})`
+    (:func:`objective_gradient`) is reproduced exactly by k1 in the reward and
+    by k2 in the loss, since :math:`\mathbb{E}_\pi[\ell\,\nabla\log\pi] = \nabla\mathrm{KL}`.
+    k1 in the loss contributes nothing (:math:`\mathbb{E}_\pi[\nabla\log\pi] = 0`);
+    k3 in the loss contributes :math:`\beta(\pi - \pi_{ref})`, the gradient of
+    the forward :math:`\mathrm{KL}(\pi_{ref}\|\pi)`. Entries with
+    :math:`\pi_j = 0` are never sampled and contribute zero.
+
+    References
+    ----------
+    .. [1] Tang and Munos, "On a few pitfalls in KL divergence gradient
+       estimation for RL", 2025, arXiv:2506.09477.
+    .. [2] Shao et al., 2024, arXiv:2402.03300 (GRPO: k3 in the loss).
+    .. [3] Ouyang et al., "Training language models to follow instructions with
+       human feedback", 2022, arXiv:2203.02155 (KL in the reward).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy.estimators import expected_gradient, objective_gradient
+    >>> th, ref, r = np.log([0.7, 0.3]), [0.5, 0.5], [1.0, 0.0]
+    >>> expected_gradient(th, ref, r, 0.5, estimator="k3", placement="loss").round(4)
+    array([ 0.11, -0.11])
+    >>> objective_gradient(th, ref, r, 0.5).round(4)
+    array([ 0.121, -0.121])
+    """
+    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    place = V.as_choice("placement", placement, V.PLACEMENTS)
+    th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
+    return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
+
+
+def objective_gradient(
+    logits: ArrayLike, ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+) -> NDArray[np.floating]:
+    r"""The true gradient of the KL-regularised objective with respect to the logits.
+
+    .. math:: \nabla_{\theta_j} = \pi_j \big(f_j - \mathbb{E}_\pi f\big), \qquad
+              f = r - \beta \log(\pi/\pi_{ref})
+
+    Parameters
+    ----------
+    logits, ref, reward, beta, axis
+        As in :func:`expected_gradient`.
+
+    Returns
+    -------
+    ndarray
+        Same shape as :func:`expected_gradient`'s; zero exactly at
+        :math:`\pi^*_\beta` (:func:`klpolicy.optimal_policy`).
+
+    Raises
+    ------
+    ValueError
+        As in :func:`expected_gradient`.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy import optimal_policy
+    >>> from klpolicy.estimators import objective_gradient
+    >>> pi = optimal_policy([0.5, 0.5], [1.0, 0.0], 0.5)
+    >>> bool(np.abs(objective_gradient(np.log(pi), [0.5, 0.5], [1.0, 0.0], 0.5)).max() < 1e-15)
+    True
+    """
+    th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
+    return _restore(_grad(th, ref_a, rew_a, b, "k1", "reward"), ax)
+
+
+# ---------------------------------------------------------------------------
+# fixed points
+# ---------------------------------------------------------------------------
+
+
+def _forward_kl_optimum(ref: NDArray, rew: NDArray, b: NDArray) -> NDArray:
+    r"""argmax_pi E_pi[r] - beta KL(ref || pi), rows along the last axis.
+
+    pi_j = ref_j / (u + d_j), d_j = (r_max - r_j)/beta, with u in [W_best, 1]
+    the unique root of sum_j ref_j / (u + d_j) = 1 (W_best: the reference
+    mass on the best rewards). Bisection on log u, then Newton polishing.
+    """
+    support = ref > 0
+    ref_n = ref / ref.sum(-1, keepdims=True)
+    c = np.max(np.where(support, rew, -np.inf), -1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        d = np.where(support, (c - rew) / b, np.inf)
+        d = np.where(b == np.inf, np.where(support, 0.0, np.inf), d)
+        d = np.where(b == 0, np.where(support & (rew == c), 0.0, np.inf), d)
+    w_best = np.sum(np.where(d == 0, ref_n, 0), -1, keepdims=True)
+
+    def f(u):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.sum(np.where(support, ref_n / (u + d), 0), -1, keepdims=True) - 1.0
+
+    lo, hi = np.log(w_best), np.zeros_like(w_best)
+    for _ in range(110):
+        mid = 0.5 * (lo + hi)
+        pos = f(np.exp(mid)) > 0
+        lo, hi = np.where(pos, mid, lo), np.where(pos, hi, mid)
+    u = np.exp(0.5 * (lo + hi))
+    for _ in range(2):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fp = -np.sum(np.where(support, ref_n / (u + d) ** 2, 0), -1, keepdims=True)
+            step = np.where(fp < 0, f(u) / fp, 0)
+        u = np.clip(u - step, w_best, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pi = np.where(support, ref_n / (u + d), 0)
+    return pi / pi.sum(-1, keepdims=True)
+
+
+class Flow(NamedTuple):
+    """Result of :func:`gradient_flow`: the final policy and the recorded trajectory."""
+
+    policy: NDArray  # final policy, the broadcast shape of the inputs
+    logits: NDArray  # final logits (-inf off the reference's support)
+    history: NDArray  # shape (n_records,) + policy.shape
+    steps: NDArray  # the step numbers of the records, shape (n_records,)
+
+
+def gradient_flow(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str,
+    placement: str,
+    steps: int = 1000,
+    lr: float = 1.0,
+    logits: ArrayLike | None = None,
+    record_every: int = 1,
+    axis: int = -1,
+) -> Flow:
+    r"""Deterministic training: gradient ascent on the logits along the exact expected gradient.
+
+    .. math:: \theta_{t+1} = \theta_t
+              + \eta\, \mathbb{E}_{y\sim\pi_{\theta_t}}[\hat g(\theta_t)],
+              \qquad \theta_0 = \log \pi_{ref}
+
+    the infinite-batch limit of on-policy training with :func:`expected_gradient`.
+
+    Parameters
+    ----------
+    ref, reward, beta, estimator, placement, axis
+        As in :func:`expected_gradient`.
+    steps : int, optional
+        Number of updates (default 1000).
+    lr : float, optional
+        Step size :math:`\eta > 0` (default 1).
+    logits : array_like, optional
+        Starting logits; default ``log(ref)`` (training starts at the reference).
+    record_every : int, optional
+        Keep every ``record_every``-th policy in ``history`` (the first and
+        the last are always kept).
+
+    Returns
+    -------
+    Flow
+        ``policy`` and ``logits`` after ``steps`` updates, ``history`` of the
+        recorded policies (shape ``(n_records,) + policy.shape``) and their
+        ``steps``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`expected_gradient`; for ``steps < 1``, ``record_every < 1``
+        or a non-positive ``lr``.
+
+    Notes
+    -----
+    Use it to watch the placements that :func:`fixed_point` refuses: with k2
+    or k3 in the reward the probability of some actions keeps decaying towards
+    zero and the support shrinks.
+
+    References
+    ----------
+    .. [1] Williams, "Simple statistical gradient-following algorithms for
+       connectionist reinforcement learning", 1992, Machine Learning 8.
+
+    Examples
+    --------
+    >>> from klpolicy.estimators import gradient_flow
+    >>> f = gradient_flow([0.5, 0.5], [1.0, 0.0], 0.5, estimator="k3", placement="loss", steps=500)
+    >>> f.policy.round(4)
+    array([0.809, 0.191])
+    """
+    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    place = V.as_choice("placement", placement, V.PLACEMENTS)
+    steps = V.as_positive_int("steps", steps)
+    every = V.as_positive_int("record_every", record_every)
+    lr = V.as_positive_scalar("lr", lr)
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    if logits is None:
+        with np.errstate(divide="ignore"):
+            logits = _restore(np.log(ref_a), ax)
+    th, ref_a, rew_a, b, ax = _prepare(logits, _restore(ref_a, ax), _restore(rew_a, ax), b, axis)
+    hist, marks = [_policy(th)[0]], [0]
+    for t in range(1, steps + 1):
+        step = _grad(th, ref_a, rew_a, b, name, place)
+        th = np.where(np.isfinite(th), th + lr * step, th)
+        th = th - np.max(th, axis=-1, keepdims=True)
+        if t % every == 0 or t == steps:
+            hist.append(_policy(th)[0])
+            marks.append(t)
+    history = np.stack([_restore(h, ax) for h in hist])
+    return Flow(_restore(_policy(th)[0], ax), _restore(th, ax), history, np.asarray(marks))
+
+
+def fixed_point(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str,
+    placement: str,
+    axis: int = -1,
+) -> NDArray[np.floating]:
+    r"""The policy that on-policy gradient training converges to for an estimator and placement.
+
+    .. math::
+
+        \begin{array}{lll}
+        \text{k1, reward;\ k2, loss:} & \pi^*_\beta \propto \pi_{ref}\, e^{r/\beta}
+          & \text{(the KL-regularised optimum)}\\
+        \text{k1, loss:} & \pi^*_0 & \text{(greedy: no KL gradient at all)}\\
+        \text{k3, loss:} & \pi_j = \dfrac{\beta\,\pi_{ref}(j)}{\beta + m - r_j},\
+          m = \mathbb{E}_\pi[r]
+          & \text{(argmax of } \mathbb{E}_\pi r - \beta\mathrm{KL}(\pi_{ref}\|\pi))\\
+        \text{k2, k3 in the reward:} & \text{none: the support collapses (ValueError)}
+        \end{array}
+
+    Parameters
+    ----------
+    ref : array_like
+        Reference probabilities along ``axis``; training starts at the
+        reference (logits ``log ref``), so entries where it is zero stay zero.
+    reward : array_like
+        Finite rewards.
+    beta : float or array_like
+        KL coefficient ``>= 0``. ``0`` gives the greedy policy for every
+        placement; ``inf`` gives the reference, except for k1 in the loss
+        (greedy at every ``beta``) and k2 or k3 in the reward (refused).
+    estimator : {"k1", "k2", "k3"}
+        The per-sample KL estimate (``"abs"`` is refused, see Raises).
+    placement : {"reward", "loss"}
+        As in :func:`expected_gradient`.
+    axis : int, optional
+        The probability axis.
+
+    Returns
+    -------
+    ndarray
+        The limiting policy, with the broadcast shape of ``ref`` and ``reward``.
+        :func:`expected_gradient` vanishes there.
+
+    Raises
+    ------
+    ValueError
+        For ``estimator="abs"`` (its derivative jumps at :math:`\ell = 0`:
+        the stationarity condition is set-valued and plain gradient training
+        chatters instead of converging); for k2 or k3 in the reward with
+        ``beta > 0`` (no interior fixed point is reached, see Notes; simulate
+        with :func:`gradient_flow`); for invalid inputs.
+
+    Notes
+    -----
+    *k3 in the loss* (GRPO). The expected gradient is
+    :math:`\pi_j (r_j - m) - \beta(\pi_j - \pi_{ref}(j))`; setting it to zero
+    gives the formula above, with :math:`\beta + m - r_j > 0`. Writing
+    :math:`u = (\beta + m - r_{max})/\beta` and :math:`d_j = (r_{max} - r_j)/\beta`,
+    :math:`\pi_j = \pi_{ref}(j)/(u + d_j)` and :math:`u` is the unique root in
+    :math:`[\pi_{ref}(\arg\max r), 1]` of the decreasing function
+    :math:`\sum_j \pi_{ref}(j)/(u + d_j) - 1`, found by bisection on
+    :math:`\log u` and polished with Newton steps. It agrees with
+    :math:`\pi^*_\beta` to first order in :math:`1/\beta`, but its tails are
+    polynomial, :math:`u/(u + d_j)`, rather than :math:`e^{-d_j}`: at small
+    ``beta`` it keeps far more mass on bad responses and never becomes greedy.
+
+    *k2 and k3 in the reward* (TRL's ``kl_penalty="mse"``, or k3 as a reward).
+    Both estimates are large for rare responses (:math:`\ell \ll 0`), and in
+    the reward they get no gradient through :math:`\log\pi`: a response
+    whose probability falls is penalised more, so it falls further. For two
+    actions with a uniform reference the penalised-reward gap
+    :math:`R_1 - R_2 = r_1 - r_2 + \tfrac\beta2 \log\tfrac{p}{1-p}\,
+    \log\tfrac{1}{4p(1-p)}` (k2, :math:`p = \pi_1`) stays above
+    :math:`r_1 - r_2 > 0` for every :math:`p > 1/2`, so training goes to the
+    greedy vertex at every ``beta``. In general the expected-gradient flow
+    from the reference drives some probabilities to zero and
+    where it ends depends on the path, so no fixed point is returned;
+    :func:`gradient_flow` simulates it. At ``beta = 0`` every placement is
+    plain reward maximisation and the greedy policy is returned.
+
+    References
+    ----------
+    .. [1] Tang and Munos, 2025, arXiv:2506.09477.
+    .. [2] Shao et al., 2024, arXiv:2402.03300.
+    .. [3] Ouyang et al., 2022, arXiv:2203.02155.
+
+    Examples
+    --------
+    >>> from klpolicy.estimators import fixed_point
+    >>> ref, r = [0.5, 0.5], [1.0, 0.0]
+    >>> fixed_point(ref, r, 0.5, estimator="k1", placement="reward").round(4)
+    array([0.8808, 0.1192])
+    >>> fixed_point(ref, r, 0.5, estimator="k3", placement="loss").round(4)  # 1/(1 + sqrt 5) - ...
+    array([0.809, 0.191])
+    >>> fixed_point(ref, r, 0.5, estimator="k1", placement="loss")
+    array([1., 0.])
+    """
+    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    place = V.as_choice("placement", placement, V.PLACEMENTS)
+    if name == "abs":
+        raise ValueError(
+            "`estimator` 'abs' has no fixed point here: its derivative jumps at "
+            "log pi = log ref, so gradient training does not converge; use 'k1', 'k2' or 'k3'"
+        )
+    if (name, place) in (("k1", "reward"), ("k2", "loss")):
+        return optimal_policy(ref, reward, beta, axis=axis)
+    if (name, place) == ("k1", "loss"):
+        ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+        return _restore(optimal_policy(ref_a, rew_a, np.zeros_like(b)), ax)
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    if place == "loss":  # k3
+        return _restore(_forward_kl_optimum(ref_a, rew_a, b).astype(ref_a.dtype), ax)
+    if (b > 0).any():
+        raise ValueError(
+            f"{name!r} in the reward has no fixed point for `beta` > 0: the estimate "
+            "penalises rare responses most, so on-policy training drives some "
+            "probabilities to zero instead of converging to an interior policy; "
+            "simulate it with klpolicy.estimators.gradient_flow"
+        )
+    return _restore(optimal_policy(ref_a, rew_a, b), ax)

@@ -1,0 +1,34 @@
+"""Figures for lectures and self-study (matplotlib; ``import klpolicy`` never imports it).
+
+* :mod:`~klpolicy.plotting.figures`: one function per figure, each drawing on ``ax``
+  when given, in the lecture style otherwise.
+* :mod:`~klpolicy.plotting.save`: :func:`save_figure`, draw one figure and write it.
+
+A leaf: it uses the library's public API and nothing in the library imports it.
+"""
+
+from .figures import (
+    OKABE_ITO,
+    beta_sweep,
+    controller_trace,
+    estimator_histograms,
+    fixed_points,
+    frontier,
+    kl_budget,
+    lecture_style,
+    token_kl,
+)
+from .save import save_figure
+
+__all__ = [
+    "OKABE_ITO",
+    "beta_sweep",
+    "controller_trace",
+    "estimator_histograms",
+    "fixed_points",
+    "frontier",
+    "kl_budget",
+    "lecture_style",
+    "save_figure",
+    "token_kl",
+]

@@ -1,0 +1,284 @@
+"""The one-exp fast path of the core and its switch to the careful log-space path.
+
+Rows are routed per row (klpolicy.core._tilt._fast_ok): these tests build rows on
+both sides of every condition, check which path each row takes, and compare
+both paths with the 400-digit mpmath references of tests/_mpref.py (recipe
+there). Small block sizes (monkeypatched) make every row its own block, so that
+the block-wise validation and routing are exercised on small arrays.
+"""
+
+from __future__ import annotations
+
+import re
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import klpolicy as kp
+from klpolicy.core import _tilt as K
+from klpolicy.core import _validation as V
+
+from .. import _mpref as R
+
+
+@pytest.fixture(params=[1 << 18, 64], ids=["default-blocks", "one-row-blocks"])
+def blocks(request, monkeypatch):
+    monkeypatch.setattr(K, "_BLOCK_BYTES", request.param)
+    return request.param
+
+
+def _routes(ref, reward, beta, stats=False):
+    """Which rows take the fast path (True) for validated 2-D inputs and per-row beta."""
+    ref, reward = np.asarray(ref, float), np.asarray(reward, float)
+    b = np.asarray(beta, float).reshape(-1, 1)
+    with np.errstate(all="ignore"):
+        ib = 1 / b[:, 0]
+        res = {"value": np.empty((ref.shape[0], 1))} if stats else {}
+        sw = K._sweep(ref, reward, ib, frozenset(res), None, res)
+    return K._fast_ok(ref, reward, ib, sw, stats=stats)
+
+
+# rows of 4 entries, each with its beta; True where the fast path is provably exact
+ROWS = [
+    # (name, ref, reward, beta, fast for pi, fast for statistics)
+    ("plain", [0.1, 0.2, 0.3, 0.4], [1.0, -0.5, 0.3, 2.0], 0.5, True, True),
+    ("big offset", [0.25, 0.25, 0.25, 0.25], [1e6, 1e6 + 1, 1e6 - 2, 1e6 + 0.5], 0.1, True, True),
+    ("tiny ref", [1e-300, 0.3, 0.3, 0.4 - 1e-300], [3.0, 0.0, 1.0, -1.0], 1.0, True, True),
+    ("tinier ref", [1e-305, 0.3, 0.3, 0.4 - 1e-305], [3.0, 0.0, 1.0, -1.0], 1.0, False, False),
+    ("underflow", [0.25, 0.25, 0.25, 0.25], [0.0, 1.0, 2.0, 800.0], 1.0, False, False),
+    ("zeros ok", [0.0, 0.5, 0.0, 0.5], [5.0, 1.0, -3.0, 0.2], 0.2, True, True),
+    ("zeros, huge off support", [0.5, 0.0, 0.5, 0.0], [0.0, 1e6, 1.0, 0.0], 1e-3, False, False),
+    ("greedy", [0.1, 0.2, 0.3, 0.4], [1.0, -0.5, 0.3, 2.0], 0.0, False, False),
+    ("reference", [0.1, 0.2, 0.3, 0.4], [1.0, -0.5, 0.3, 2.0], np.inf, False, False),
+    ("large beta", [0.1, 0.2, 0.3, 0.4], [1.0, -0.5, 0.3, 2.0], 10.0, True, False),
+    ("constant reward", [0.1, 0.2, 0.3, 0.4], [2.0, 2.0, 2.0, 2.0], 1.0, True, False),
+]
+
+
+def test_rows_are_routed_as_documented():
+    ref = np.array([r[1] for r in ROWS])
+    reward = np.array([r[2] for r in ROWS])
+    beta = np.array([r[3] for r in ROWS])
+    np.testing.assert_array_equal(_routes(ref, reward, beta), [r[4] for r in ROWS])
+    np.testing.assert_array_equal(_routes(ref, reward, beta, stats=True), [r[5] for r in ROWS])
+
+
+@pytest.mark.usefixtures("blocks")
+def test_mixed_batch_matches_mpmath_row_by_row():
+    ref = np.array([r[1] for r in ROWS])
+    reward = np.array([r[2] for r in ROWS])
+    beta = np.array([r[3] for r in ROWS])[:, None]
+    pi = kp.optimal_policy(ref, reward, beta)
+    value = kp.soft_value(ref, reward, beta)
+    kl = kp.optimal_kl(ref, reward, beta)
+    for i, (name, q, r, b, *_) in enumerate(ROWS):
+        np.testing.assert_array_equal(pi[i], kp.optimal_policy(q, r, b), err_msg=name)
+        if b == 0 or np.isinf(b):
+            continue  # the limits: tested in test_closed_form
+        want = R.to_float(R.optimal_policy(q, r, b))
+        normal = want > 1e-290
+        assert np.all(np.abs(pi[i][normal] / want[normal] - 1) < 2e-12), name
+        assert np.all(pi[i][~normal] <= 1e-290), name
+        spread = np.ptp(np.asarray(r)[np.asarray(q) > 0])
+        v = float(R.soft_value(q, r, b))
+        assert abs(value[i] - v) <= 1e-12 * abs(v) + 8 * np.finfo(float).eps * spread, name
+        k = float(R.optimal_kl(q, r, b))
+        assert abs(kl[i] - k) <= 1e-11 * k + 1e-300, name
+
+
+@pytest.mark.parametrize("margin", [-2.0, -0.5, 0.5, 2.0])
+def test_both_sides_of_the_underflow_threshold(margin):
+    # log(min ref) + (min r - max r)/beta = -700 + margin: fast above, careful below
+    q = np.array([1e-200, 0.5, 0.5 - 1e-200])
+    gap = 700 + margin + np.log(1e-200)  # (max r - min r) / beta
+    r = np.array([0.0, gap, gap / 2])
+    assert _routes(q[None], r[None], [1.0])[0] == (margin < 0)
+    got = kp.optimal_policy(q, r, 1.0)
+    want = R.to_float(R.optimal_policy(q, r, 1.0))
+    normal = want > 1e-290
+    assert np.all(np.abs(got[normal] / want[normal] - 1) < 2e-12)
+    assert kp.optimal_kl(q, r, 1.0) == pytest.approx(float(R.optimal_kl(q, r, 1.0)), rel=1e-11)
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.3, 1.0, 3.0])
+def test_fast_rows_against_mpmath(beta):
+    rng = np.random.default_rng(int(beta * 1000))
+    ref = rng.dirichlet(np.full(9, 0.7), size=4)
+    reward = rng.normal(size=(4, 9)) * 2
+    assert _routes(ref, reward, np.full(4, beta)).all()
+    pi = kp.optimal_policy(ref, reward, beta)
+    kl = kp.optimal_kl(ref, reward, beta)
+    value = kp.soft_value(ref, reward, beta)
+    for i in range(4):
+        want = R.to_float(R.optimal_policy(ref[i], reward[i], beta))
+        normal = want > 1e-290
+        assert np.all(np.abs(pi[i][normal] / want[normal] - 1) < 2e-12)
+        assert kl[i] == pytest.approx(float(R.optimal_kl(ref[i], reward[i], beta)), rel=1e-12)
+        v = float(R.soft_value(ref[i], reward[i], beta))
+        assert abs(value[i] - v) <= 1e-12 * abs(v) + 8 * np.finfo(float).eps * np.ptp(reward[i])
+
+
+def test_small_kl_rows_keep_relative_precision():
+    # KL ~ 1e-10: the non-negative series summands are needed (no cancellation allowed)
+    ref = np.array([[0.2, 0.3, 0.5], [0.25, 0.25, 0.5]])
+    reward = np.array([[0.0, 1e-4, 3e-5], [1.0, 1.00001, 0.99999]])
+    kl = kp.optimal_kl(ref, reward, 0.7)
+    for i in range(2):
+        assert kl[i] == pytest.approx(float(R.optimal_kl(ref[i], reward[i], 0.7)), rel=1e-11)
+
+
+def test_float32_matches_float64():
+    rng = np.random.default_rng(5)
+    ref = rng.dirichlet(np.ones(300), size=6)
+    reward = rng.normal(size=(6, 300))
+    for beta in [0.1, 1.0]:
+        p64 = kp.optimal_policy(ref, reward, beta)
+        p32 = kp.optimal_policy(ref.astype(np.float32), reward.astype(np.float32), beta)
+        assert p32.dtype == np.float32
+        np.testing.assert_allclose(p32, p64, rtol=2e-5, atol=1e-30)
+        k32 = kp.optimal_kl(ref.astype(np.float32), reward.astype(np.float32), beta)
+        assert k32.dtype == np.float32
+        np.testing.assert_allclose(k32, kp.optimal_kl(ref, reward, beta), rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- validation in blocks
+
+
+def _slow_message(fn):
+    with pytest.raises(ValueError) as info:
+        fn()
+    return str(info.value)
+
+
+@pytest.mark.usefixtures("blocks")
+@pytest.mark.parametrize(
+    ("where", "value", "array"),
+    [
+        ((5, 2), np.nan, "ref"),
+        ((5, 2), -0.1, "ref"),
+        ((6, 0), np.inf, "ref"),
+        ((7, 3), 0.9, "ref"),  # the row no longer sums to one
+        ((5, 1), np.nan, "reward"),
+        ((6, 2), -np.inf, "reward"),
+        ((7, 0), np.inf, "reward"),
+    ],
+)
+def test_a_bad_value_in_a_late_block_gets_the_validators_message(where, value, array):
+    rng = np.random.default_rng(0)
+    ref = rng.dirichlet(np.ones(4), size=8)
+    reward = rng.normal(size=(8, 4))
+    (ref if array == "ref" else reward)[where] = value
+    if array == "ref":
+        msg = _slow_message(lambda: V.as_probabilities("ref", ref))
+    else:
+        msg = _slow_message(lambda: V.as_rewards("reward", reward))
+    for fn in (kp.optimal_policy, kp.soft_value, kp.optimal_kl):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            fn(ref, reward, 0.5)
+
+
+def test_bad_ref_is_reported_before_a_bad_beta():
+    with pytest.raises(ValueError, match=re.escape("`ref` must be non-negative")):
+        kp.optimal_policy([[0.5, 0.5], [1.5, -0.5]], [1.0, 0.0], -1.0)
+    with pytest.raises(ValueError, match=re.escape("`beta` must be non-negative")):
+        kp.optimal_policy([[0.5, 0.5], [0.5, 0.5]], [1.0, 0.0], -1.0)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def test_peak_memory_is_about_the_output():
+    rng = np.random.default_rng(1)
+    ref = rng.dirichlet(np.ones(4096), size=64)
+    reward = rng.normal(size=(64, 4096))
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    kp.optimal_policy(ref, reward, 0.5)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    # the returned array plus block-sized scratch (here a few rows)
+    assert peak < 1.25 * ref.nbytes
+
+
+# --------------------------------------------------------------------------- kl_divergence
+
+
+@pytest.mark.parametrize(
+    ("p", "q"),
+    [
+        ([0.7, 0.2, 0.1, 0.0], [0.1, 0.2, 0.3, 0.4]),  # p < q/2 and p = 0: log difference
+        ([0.1, 0.2, 0.3, 0.4], [0.7, 0.2, 0.1 - 1e-300, 1e-300]),  # q tiny: ratio huge
+        ([0.25, 0.25, 0.25, 0.25], [0.25 + 1e-9, 0.25 - 1e-9, 0.25, 0.25]),  # nearly equal
+        ([1e-300, 0.5, 0.5 - 1e-300, 0.0], [0.5, 1e-300, 0.5 - 1e-300, 0.0]),
+    ],
+)
+def test_kl_divergence_fast_path_against_mpmath(p, q):
+    got = kp.kl_divergence(p, q)
+    assert got == pytest.approx(float(R.kl(p, q)), rel=1e-12)
+    # the same rows inside a batch, and on the axis 0 layout
+    batch = kp.kl_divergence([p, q, p], [q, p, q])
+    assert batch[0] == got and batch[2] == got
+    assert kp.kl_divergence(np.array([p, p]).T, np.array([q, q]).T, axis=0)[1] == got
+
+
+def test_kl_divergence_off_support_is_infinite_in_a_batch():
+    p = np.array([[0.5, 0.5], [1.0, 0.0], [0.0, 1.0]])
+    q = np.array([[1.0, 0.0], [1.0, 0.0], [0.5, 0.5]])
+    np.testing.assert_array_equal(kp.kl_divergence(p, q), [np.inf, 0.0, np.log(2)])
+
+
+def test_kl_divergence_bad_input_keeps_its_message():
+    with pytest.raises(ValueError, match=re.escape("`q` must not contain NaN; found nan at")):
+        kp.kl_divergence([[0.5, 0.5], [0.5, 0.5]], [[0.5, 0.5], [np.nan, 0.5]])
+    with pytest.raises(ValueError, match=re.escape("`p` must be non-negative; found -0.5")):
+        kp.kl_divergence([1.5, -0.5], [0.5, 0.5])
+
+
+# --------------------------------------------------------------------------- beta_for_kl
+
+
+def test_beta_for_kl_batch_mixing_paths_matches_single_rows():
+    ref = np.array([r[1] for r in ROWS[:6]])
+    reward = np.array([r[2] for r in ROWS[:6]])
+    target = 0.5 * kp.max_kl(ref, reward)
+    beta = kp.beta_for_kl(ref, reward, target)
+    np.testing.assert_allclose(kp.optimal_kl(ref, reward, beta[:, None]), target, rtol=1e-11)
+    for i in range(ref.shape[0]):
+        assert kp.beta_for_kl(ref[i], reward[i], target[i]) == pytest.approx(beta[i], rel=1e-11)
+
+
+# --------------------------------------------------------------------------- fast == careful
+
+
+@given(
+    st.integers(1, 4),
+    st.integers(1, 12),
+    st.floats(-12, 6),
+    st.floats(-3, 3),
+    st.integers(0, 2**32 - 1),
+)
+def test_kernel_equals_the_careful_path(rows, n, log10_beta, log10_scale, seed):
+    # whatever the routing, every field agrees with the careful log-space path
+    rng = np.random.default_rng(seed)
+    ref = rng.dirichlet(np.full(n, 0.5), size=rows)
+    ref[rng.random((rows, n)) < 0.2] = 0.0
+    ref[:, 0] += 1e-3
+    ref /= ref.sum(-1, keepdims=True)
+    reward = rng.normal(size=(rows, n)) * 10.0**log10_scale
+    beta = np.full((rows, 1), 10.0**log10_beta)
+    fast = K.tilt(ref, reward, beta, {"pi", "value", "kl", "mean", "var"})
+    slow = K._tilt_careful(ref, reward, beta, {"var"})
+    np.testing.assert_allclose(fast.pi, slow.pi, rtol=1e-12, atol=1e-290)
+    spread = np.ptp(reward, axis=-1, keepdims=True)
+    eps = np.finfo(float).eps
+    assert np.all(np.abs(fast.value - slow.value) <= 1e-13 * np.abs(slow.value) + 8 * eps * spread)
+    np.testing.assert_allclose(fast.kl, slow.kl, rtol=1e-11, atol=1e-300)
+    scale = np.abs(reward).max(-1, keepdims=True)
+    assert np.all(np.abs(fast.mean - slow.mean) <= 1e-12 * scale)
+    # Var_pi(r)/beta^2 is only Newton's slope; both paths centre r on a rounded mean, so
+    # the absolute error is about (eps max|r| / beta)^2 when one outcome takes all the mass
+    noise = (16 * eps * scale / beta) ** 2
+    assert np.all(np.abs(fast.var - slow.var) <= 1e-9 * slow.var + noise)

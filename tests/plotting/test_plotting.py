@@ -1,0 +1,260 @@
+"""klpolicy.plotting and klpolicy.app.demo: the figures hold the exact numbers they claim to show."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+import klpolicy  # noqa: E402
+from klpolicy import plotting  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _sigmoid(x: float) -> float:
+    return float(np.exp(x) / (np.exp(x) + 1.0))
+
+
+def test_import_klpolicy_does_not_import_matplotlib():
+    code = "import sys, klpolicy, klpolicy.app.cli, klpolicy.app.demo; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_beta_sweep_marks_the_worked_example():
+    ax = plotting.beta_sweep()
+    assert ax.get_xscale() == "log"
+    curves, marks = ax.lines[:2], ax.lines[2:]
+    # the curves are pi*_beta on the default grid, action by action
+    grid = np.geomspace(1e-2, 1e2, 400)
+    pi = klpolicy.optimal_policy([0.5, 0.5], [1.0, 0.0], grid[:, None])
+    for i, line in enumerate(curves):
+        np.testing.assert_array_equal(line.get_xdata(), grid)
+        np.testing.assert_allclose(line.get_ydata(), pi[:, i], rtol=0, atol=0)
+    # the marked points: e^2/(e^2+1) = 0.8808 at beta 0.5 and e^0.5/(e^0.5+1) = 0.6225 at 2
+    assert [(float(m.get_xdata()[0]), float(m.get_ydata()[0])) for m in marks] == [
+        pytest.approx((0.5, _sigmoid(2.0)), rel=1e-14),
+        pytest.approx((2.0, _sigmoid(0.5)), rel=1e-14),
+    ]
+    assert [t.get_text() for t in ax.texts] == ["0.88 at β=0.5", "0.62 at β=2"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["y=0, r=1", "y=1, r=0"]
+
+
+def test_beta_sweep_custom_problem_labels_and_marks():
+    ax = plotting.beta_sweep(
+        [0.2, 0.3, 0.5], [0.0, 1.0, 2.0], betas=[0.1, 1, 10], labels="abc", mark=[1.0]
+    )
+    assert len(ax.lines) == 4
+    np.testing.assert_allclose(
+        ax.lines[2].get_ydata(),
+        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], [[0.1], [1], [10]])[:, 2],
+    )
+    assert float(ax.lines[3].get_ydata()[0]) == pytest.approx(
+        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], 1.0)[0], rel=1e-15
+    )
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
+
+
+def test_frontier_curve_is_klpolicy_frontier():
+    ref, reward = [0.25, 0.25, 0.5], [1.0, 0.5, 0.0]
+    betas = np.geomspace(1e-2, 1e2, 50)
+    ax = plotting.frontier(ref, reward, betas=betas, best_of_n=None)
+    f = klpolicy.frontier(ref, reward, betas)
+    assert len(ax.lines) == 1
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), f.kl)
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), f.expected_reward)
+
+
+def test_frontier_best_of_n_points_are_exact_and_below_the_curve():
+    from klpolicy import best_of_n as bon
+
+    ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
+    ns = [1, 2, 4, 8]
+    ax = plotting.frontier(ref, reward, best_of_n=ns)
+    points = ax.lines[1]
+    kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
+    er = [float(bon.best_of_n_expected_reward(ref, reward, n)) for n in ns]
+    np.testing.assert_allclose(points.get_xdata(), kl, rtol=1e-12)
+    np.testing.assert_allclose(points.get_ydata(), er, rtol=1e-12)
+    assert [t.get_text() for t in ax.texts] == ["n=1", "n=2", "n=4", "n=8"]
+    # no policy beats the frontier: E[r] of pi* at best-of-n's KL is at least best-of-n's
+    for k, e in zip(kl[1:], er[1:]):
+        b = klpolicy.beta_for_kl(ref, reward, k)
+        pi = klpolicy.optimal_policy(ref, reward, b)
+        assert float(klpolicy.expected_reward(pi, reward)) >= e - 1e-12
+
+
+def test_kl_budget_lines_and_fits():
+    d = np.linspace(0, 3, 7)
+    gold, proxy = d * (1 - 0.3 * d), d
+
+    def fit(x):
+        return 0.5 * x
+
+    ax = plotting.kl_budget(d, gold, proxy, fits={"half": fit}, label="toy")
+    assert [ln.get_label() for ln in ax.lines] == ["toy gold reward", "toy proxy reward", "half"]
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), gold)
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), proxy)
+    xs = ax.lines[2].get_xdata()
+    np.testing.assert_allclose(ax.lines[2].get_ydata(), 0.5 * xs)
+    assert xs[0] == pytest.approx(1e-6) and xs[-1] == 3.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (([0, 1, 2], [0, 1]), "`gold` must have the shape of `d`; got (2,) and (3,)"),
+        (([0, 1], [0, 1], [0, 1, 2]), "`proxy` must have the shape of `d`; got (3,) and (2,)"),
+    ],
+)
+def test_kl_budget_bad_shapes(args, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plotting.kl_budget(*args)
+
+
+def test_token_kl_bar_chart_and_heatmap():
+    kl = [0.5, 0.1, 0.05, 0.02]
+    ax = plotting.token_kl(kl)
+    assert [p.get_height() for p in ax.patches] == kl
+    assert ax.get_title() == "Where the KL sits (total 0.67 nats)"
+    batch = np.arange(6.0).reshape(2, 3) / 10
+    ax = plotting.token_kl(batch)
+    np.testing.assert_array_equal(ax.images[0].get_array(), batch)
+    assert ax.get_ylabel() == "sequence"
+    with pytest.raises(
+        ValueError, match=re.escape("`kl` must have shape (T,) or (B, T); got shape (1, 1, 2)")
+    ):
+        plotting.token_kl(np.zeros((1, 1, 2)))
+
+
+def test_controller_trace_draws_kl_beta_and_target():
+    from klpolicy.control import AdaptiveKLController, simulate
+
+    ref, r = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
+    tr = simulate(AdaptiveKLController(1.0, target=0.1, horizon=4), ref, r, steps=50)
+    ax = plotting.controller_trace(tr)
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), tr.kl)
+    assert list(ax.lines[1].get_ydata()) == [0.1, 0.1]  # the target, from trace.target
+    np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), tr.beta)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["KL", "target", "β"]
+
+
+@pytest.mark.parametrize(
+    ("trace", "message"),
+    [
+        (object(), "`trace` must have `.kl` and `.beta` arrays; got object"),
+        (
+            SimpleNamespace(kl=[1.0, 2.0], beta=[1.0]),
+            "`trace.kl` and `trace.beta` must have one shape; got (2,) and (1,)",
+        ),
+    ],
+)
+def test_controller_trace_bad_trace(trace, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        plotting.controller_trace(trace)
+
+
+def test_estimator_histograms_true_kl_line():
+    p, q = [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]
+    ax = plotting.estimator_histograms(p, q, n=500, rng=1)
+    assert float(ax.lines[-1].get_xdata()[0]) == pytest.approx(
+        float(klpolicy.kl_divergence(p, q)), rel=1e-15
+    )
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [lab.split()[0] for lab in labels] == ["k1", "k2", "k3", "true"]
+
+
+def test_fixed_points_exact_curve_and_k1_in_reward_coincide():
+    ref, r = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
+    betas = [0.5, 1.0, 2.0]
+    ax = plotting.fixed_points(ref, r, betas=betas)
+    exact = klpolicy.frontier(ref, r, betas).expected_reward
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), exact, rtol=1e-15)
+    # k1 in the reward converges to pi*_beta
+    np.testing.assert_allclose(ax.lines[1].get_ydata(), exact, rtol=1e-9)
+
+
+def test_own_axes_get_the_lecture_style_and_given_axes_keep_theirs():
+    ax = plotting.beta_sweep()
+    assert ax.title.get_fontsize() == 15
+    assert ax.xaxis.label.get_fontsize() == 14
+    with matplotlib.rc_context({"axes.titlesize": 9, "axes.labelsize": 8}):
+        _, mine = plt.subplots()
+        out = plotting.beta_sweep(ax=mine)
+    assert out is mine
+    assert mine.title.get_fontsize() == 9 and mine.xaxis.label.get_fontsize() == 8
+
+
+def test_okabe_ito_palette():
+    assert plotting.OKABE_ITO[0] == "#000000" and len(plotting.OKABE_ITO) == 8
+
+
+# --------------------------------------------------------------------------- demo
+
+
+def test_write_figures_writes_pngs(tmp_path):
+    from klpolicy.app import demo
+
+    names = demo.available_figures()
+    assert names[:4] == ["beta_sweep", "frontier", "token_kl", "controller_trace"]
+    paths = demo.write_figures(tmp_path / "figs")
+    assert [p.name for p in paths] == [f"{n}.png" for n in names]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plt.get_fignums() == []  # every figure closed
+
+
+def test_write_figures_unknown_name(tmp_path):
+    from klpolicy.app import demo
+
+    with pytest.raises(
+        ValueError, match=re.escape("unknown figure 'nope'; choose from beta_sweep")
+    ):
+        demo.write_figures(tmp_path, ["nope"])
+
+
+def test_demo_token_problem_concentrates_kl_at_the_ends():
+    from klpolicy.app import demo
+    from klpolicy.sequences import per_token_kl
+
+    policy, ref = demo.token_problem()
+    kl = per_token_kl(policy, ref)
+    # the reward acts on the first two tokens and the last one
+    assert kl[0] > kl[2] and kl[-1] > kl[2]
+    # chain rule: per-token KLs sum to the KL of the joint
+    from klpolicy.sequences import joint
+
+    total = klpolicy.kl_divergence(joint(policy).ravel(), joint(ref).ravel())
+    assert float(kl.sum()) == pytest.approx(float(total), rel=1e-12)
+
+
+def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
+    """Jupyter's inline backend turns interactive mode on when it loads with the first figure;
+    the lecture style's context must not turn it off again (later figures would not show)."""
+    real_subplots = plt.subplots
+
+    def loading_backend(*args, **kwargs):
+        matplotlib.interactive(True)
+        return real_subplots(*args, **kwargs)
+
+    was = matplotlib.is_interactive()
+    try:
+        matplotlib.interactive(False)
+        monkeypatch.setattr(plt, "subplots", loading_backend)
+        plotting.token_kl([0.1, 0.2])
+        assert matplotlib.is_interactive()
+    finally:
+        matplotlib.interactive(was)

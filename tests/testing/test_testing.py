@@ -1,0 +1,723 @@
+"""Tests of klpolicy.testing: strategies, check suites (correct code passes, mutants fail), plugin.
+
+Every check is run with its default settings (100 derandomised examples), so
+these tests also show that the suites run in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.special as sps
+import scipy.stats
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import klpolicy
+import klpolicy.control
+import klpolicy.estimators
+import klpolicy.preference
+from klpolicy.testing import (
+    check_dpo_loss,
+    check_kl_controller,
+    check_kl_divergence,
+    check_kl_estimator,
+    check_optimal_policy,
+    check_soft_value,
+)
+from klpolicy.testing import strategies as kst
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _t(x):
+    return torch.as_tensor(x, dtype=torch.float64)
+
+
+def fails(check, fn, *args, match=None, **kwargs):
+    """Assert that the check raises AssertionError (whose message matches ``match``)."""
+    with pytest.raises(AssertionError) as info:
+        check(fn, *args, **kwargs)
+    msg = str(info.value)
+    assert "Falsifying input:" in msg
+    if match is not None:
+        assert re.search(match, msg), msg
+    return msg
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+@given(kst.distributions(min_size=2, max_size=5, min_entry=1e-30))
+def test_distributions_are_normalised_within_bounds(p):
+    assert p.dtype == np.float64 and 2 <= p.size <= 5
+    assert (p >= 0).all() and abs(p.sum() - 1) <= 4 * p.size * np.finfo(float).eps
+    assert (p[p > 0] >= 1e-30).all()
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+@given(kst.distributions(min_size=st.integers(3, 4), max_size=4, zeros=False))
+def test_distributions_strategy_bounds_and_no_zeros(p):
+    assert p.size in (3, 4) and (p > 0).all()
+
+
+def test_distributions_reach_tiny_entries_and_zeros():
+    seen = {"tiny": False, "zero": False}
+
+    @settings(max_examples=200, derandomize=True, database=None, deadline=None)
+    @given(kst.distributions())
+    def probe(p):
+        seen["tiny"] |= bool((p[p > 0] <= 1e-250).any())
+        seen["zero"] |= bool((p == 0).any())
+
+    probe()
+    assert seen == {"tiny": True, "zero": True}
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+@given(kst.problems(max_size=5, allow_zero_beta=True, allow_inf_beta=True))
+def test_problems_are_valid_klpolicy_inputs(problem):
+    ref, reward, beta = problem
+    assert ref.shape == reward.shape and 1 <= ref.size <= 5
+    assert np.isfinite(reward).all() and (np.abs(reward) <= 1e6).all()
+    assert beta in (0.0, math.inf) or 1e-8 <= beta <= 1e8
+    pi = klpolicy.optimal_policy(ref, reward, beta)
+    assert pi.shape == ref.shape
+
+
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+@given(kst.betas(min_beta=1e-2, max_beta=1e2))
+def test_betas_within_bounds(beta):
+    assert 1e-2 <= beta <= 1e2
+
+
+def test_betas_shrink_to_one_and_include_limits_on_request():
+    from hypothesis import find
+
+    assert find(kst.betas(), lambda b: True) == 1.0
+    assert find(kst.betas(allow_zero=True), lambda b: b == 0) == 0.0
+    assert find(kst.betas(allow_inf=True), lambda b: b == math.inf) == math.inf
+
+
+def test_distributions_shrink_to_uniform():
+    from hypothesis import find
+
+    p = find(kst.distributions(min_size=3), lambda p: True)
+    assert p.tolist() == [1 / 3, 1 / 3, 1 / 3]
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(kst.token_trees(max_vocab=3, max_length=3))
+def test_token_trees_have_the_sequences_layout(tree):
+    v = tree[0].shape[0]
+    for t, cond in enumerate(tree):
+        assert cond.shape == (v,) * (t + 1)
+        assert np.allclose(cond.sum(axis=-1), 1, rtol=0, atol=1e-14)
+        assert (cond >= 0).all()
+
+
+@settings(max_examples=30, derandomize=True, database=None, deadline=None)
+@given(kst.token_trees(max_vocab=3, max_length=3), kst.betas(min_beta=1e-2, max_beta=1e2))
+def test_token_trees_are_valid_klpolicy_sequences_inputs(tree, beta):
+    import klpolicy.sequences as seq
+
+    v, t_len = tree[0].shape[0], len(tree)
+    p = seq.joint(tree)
+    assert p.shape == (v,) * t_len and abs(p.sum() - 1) < 1e-12
+    reward = np.arange(p.size, dtype=float).reshape(p.shape) / p.size
+    result = seq.soft_bellman(tree, reward, beta)
+    # the tree's soft value at the root is the soft value of the joint problem
+    assert float(np.ravel(result.value[0])[0]) == pytest.approx(
+        float(klpolicy.soft_value(p.ravel(), reward.ravel(), beta)), rel=1e-9, abs=1e-12
+    )
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(kst.preference_pairs(max_size=4, min_logp=-100.0))
+def test_preference_pairs_are_log_probabilities(batch):
+    n = batch.policy_chosen.size
+    assert 1 <= n <= 4
+    for x in batch:
+        assert x.shape == (n,) and (x <= 0).all() and (x >= -100).all()
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(kst.log_ratios(min_value=-5.0, max_value=2.0))
+def test_log_ratios_within_bounds(x):
+    assert (x >= -5).all() and (x <= 2).all()
+
+
+@settings(max_examples=40, derandomize=True, database=None, deadline=None)
+@given(kst.rewards(min_size=2, max_size=2, min_value=5.0, max_value=6.0))
+def test_rewards_within_bounds(r):
+    assert r.shape == (2,) and (r >= 5).all() and (r <= 6).all()
+
+
+BAD_STRATEGY_ARGS = [
+    (
+        kst.distributions,
+        {"min_size": 3, "max_size": 2},
+        "`min_size` = 3 must not exceed `max_size` = 2",
+    ),
+    (kst.distributions, {"min_size": 0}, "`min_size` must be >= 1; got 0"),
+    (kst.distributions, {"max_size": 2.5}, "`max_size` must be an integer or a strategy; got 2.5"),
+    (kst.distributions, {"min_entry": 0.0}, "`min_entry` must lie in (0, 1]; got 0.0"),
+    (
+        kst.distributions,
+        {"min_entry": 0.2, "max_size": 4},
+        "`min_entry` = 0.2 is too large for `max_size` = 4: it must be at most "
+        "0.5 / max_size = 0.125",
+    ),
+    (
+        kst.rewards,
+        {"min_value": 1.0, "max_value": -1.0},
+        "`min_value` = 1.0 must not exceed `max_value` = -1.0",
+    ),
+    (kst.rewards, {"max_value": math.inf}, "`max_value` must be a finite number; got inf"),
+    (
+        kst.betas,
+        {"min_beta": 0.0},
+        "`min_beta` must be positive; got 0.0 (pass allow_zero=True to include beta = 0)",
+    ),
+    (
+        kst.betas,
+        {"max_beta": math.inf},
+        "`max_beta` must be finite; got inf (pass allow_inf=True to include beta = inf)",
+    ),
+    (
+        kst.betas,
+        {"min_beta": 2.0, "max_beta": 1.0},
+        "`min_beta` = 2.0 must not exceed `max_beta` = 1.0",
+    ),
+    (kst.betas, {"min_beta": math.nan}, "`min_beta` must be a finite number; got nan"),
+    (
+        kst.problems,
+        {"min_reward": 3.0, "max_reward": 2.0},
+        "`min_value` = 3.0 must not exceed `max_value` = 2.0",
+    ),
+    (
+        kst.token_trees,
+        {"max_vocab": 100, "max_length": 3},
+        "a tree with `max_vocab` = 100 and `max_length` = 3 has 1000000 leaves; "
+        "at most 100,000 are allowed",
+    ),
+    (
+        kst.token_trees,
+        {"min_length": 4, "max_length": 3},
+        "`min_length` = 4 must not exceed `max_length` = 3",
+    ),
+    (kst.preference_pairs, {"min_logp": 0.0}, "`min_logp` must be negative; got 0.0"),
+    (
+        kst.log_ratios,
+        {"min_value": 1.0, "max_value": 0.0},
+        "`min_value` = 1.0 must not exceed `max_value` = 0.0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("strategy", "kwargs", "msg"), BAD_STRATEGY_ARGS)
+def test_impossible_bounds_fail_at_once(strategy, kwargs, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        strategy(**kwargs)  # built, never drawn
+    with pytest.raises(kst.InvalidArgument):
+        strategy(**kwargs)
+
+
+def test_bounds_given_as_strategies_are_checked_when_drawn():
+    @settings(max_examples=1, database=None)
+    @given(kst.distributions(min_size=st.just(5), max_size=2))
+    def draw_one(p):
+        pass
+
+    msg = "`min_size` = 5 must not exceed `max_size` = 2"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        draw_one()
+
+
+def test_bounds_are_keyword_only():
+    with pytest.raises(TypeError):
+        kst.distributions(1, 3)
+
+
+# --------------------------------------------------------------------------- check options
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"max_examples": 0}, "`max_examples` must be a positive integer; got 0"),
+        ({"max_examples": 1.5}, "`max_examples` must be a positive integer; got 1.5"),
+        ({"rtol": 0.0}, "`rtol` must be a number in (0, 1); got 0.0"),
+        ({"rtol": "x"}, "`rtol` must be a number in (0, 1); got 'x'"),
+    ],
+)
+def test_bad_check_options(kwargs, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        check_kl_divergence(lambda p, q: 0.0, **kwargs)
+
+
+def test_an_exception_in_fn_is_reported_with_the_input():
+    def strict(p, q):
+        if (np.asarray(q) == 0).any():
+            raise ValueError("q has a zero")
+        return sps.rel_entr(p, q).sum()
+
+    msg = fails(check_kl_divergence, strict, match="it raised ValueError: q has a zero")
+    assert "supports_*" in msg
+    check_kl_divergence(strict, supports_zero_q=False)
+
+
+def test_a_nondeterministic_fn_is_reported():
+    calls = iter(range(10**6))
+
+    def flaky(p, q):  # wrong once, on its 50th call only
+        return sps.rel_entr(p, q).sum() + (next(calls) == 50) * 1e-3
+
+    with pytest.raises(AssertionError, match="different results on the same input"):
+        check_kl_divergence(flaky)
+
+
+def test_bad_estimator_name_and_reduction():
+    with pytest.raises(
+        ValueError, match=re.escape("`estimator` must be 'k1', 'k2' or 'k3'; got 'k4'")
+    ):
+        check_kl_estimator(lambda lp, lq: lp - lq, "k4")
+    with pytest.raises(
+        ValueError, match=re.escape("`reduction` must be 'none', 'mean' or 'sum'; got 'avg'")
+    ):
+        check_dpo_loss(lambda *a: 0.0, reduction="avg")
+
+
+# --------------------------------------------------------------------------- optimal policy
+
+
+def softmax_policy(ref, reward, beta):
+    return sps.softmax(np.log(ref) + reward / beta)
+
+
+def torch_policy(ref, reward, beta):
+    return torch.softmax(torch.log(_t(ref)) + _t(reward) / beta, dim=-1)
+
+
+def test_optimal_policy_passes_correct_implementations():
+    check_optimal_policy(klpolicy.optimal_policy, supports_inf_beta=True)
+    check_optimal_policy(softmax_policy)
+    check_optimal_policy(torch_policy)
+
+
+def test_klpolicy_greedy_limit_is_normalised():
+    # regression: found by check_optimal_policy(klpolicy.optimal_policy, supports_zero_beta=True)
+    # on the first core (log1p(-rest) lost the digits of a best-set mass of 1e-12).
+    ref = [0.4999999999995, 0.4999999999995, 0.0, 0.0, 0.0, 1e-12]
+    reward = [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    assert abs(klpolicy.optimal_policy(ref, reward, 0.0).sum() - 1) < 1e-12
+
+
+def test_optimal_policy_passes_klpolicy_with_both_limits():
+    check_optimal_policy(klpolicy.optimal_policy, supports_zero_beta=True, supports_inf_beta=True)
+
+
+OPTIMAL_POLICY_MUTANTS = [
+    ("no reference", lambda ref, r, b: sps.softmax(r / b), "reference"),
+    ("beta multiplies", lambda ref, r, b: sps.softmax(np.log(ref) + r * b), "inverse temperature"),
+    ("reward sign", lambda ref, r, b: sps.softmax(np.log(ref) - r / b), "sign of the reward"),
+    (
+        "naive exp overflows",
+        lambda ref, r, b: ref * np.exp(r / b) / np.sum(ref * np.exp(r / b)),
+        "overflow|non-finite",
+    ),
+    ("temperature 2 beta", lambda ref, r, b: sps.softmax(np.log(ref) + r / (2 * b)), "differs"),
+    ("not normalised", lambda ref, r, b: ref * np.exp(r / b - np.max(r / b)), "sum to"),
+    ("smoothed reference", lambda ref, r, b: sps.softmax(np.log(ref + 1e-8) + r / b), None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "match"), OPTIMAL_POLICY_MUTANTS, ids=[m[0] for m in OPTIMAL_POLICY_MUTANTS]
+)
+def test_optimal_policy_catches_mutants(name, fn, match):
+    fails(check_optimal_policy, fn, match=match)
+
+
+def test_optimal_policy_message_names_smallest_input():
+    msg = fails(check_optimal_policy, lambda ref, r, b: sps.softmax(r / b))
+    assert msg.startswith("check_optimal_policy(<lambda>): it ignores the reference")
+    assert (
+        "Falsifying input: ref=[0.3333333333333333, 0.6666666666666666], "
+        "reward=[0.0, 0.0], beta=1.0" in msg
+    )
+
+
+# --------------------------------------------------------------------------- soft value
+
+
+def test_soft_value_passes_correct_implementations():
+    check_soft_value(klpolicy.soft_value, supports_zero_beta=True, supports_inf_beta=True)
+    check_soft_value(lambda ref, r, b: b * sps.logsumexp(r / b, b=ref))
+    check_soft_value(lambda ref, r, b: b * torch.logsumexp(torch.log(_t(ref)) + _t(r) / b, 0))
+
+
+SOFT_VALUE_MUTANTS = [
+    ("missing beta", lambda ref, r, b: sps.logsumexp(r / b, b=ref), "factor beta"),
+    (
+        "naive overflow",
+        lambda ref, r, b: b * np.log(np.sum(ref * np.exp(r / b))),
+        "overflow|returns",
+    ),
+    ("no reference weights", lambda ref, r, b: b * sps.logsumexp(r / b), "reference weights|above"),
+    ("reference mean", lambda ref, r, b: np.sum(ref * r), None),
+    ("beta multiplies", lambda ref, r, b: b * sps.logsumexp(r * b, b=ref), None),
+    ("soft minimum", lambda ref, r, b: -b * sps.logsumexp(-r / b, b=ref), "below|differs"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "match"), SOFT_VALUE_MUTANTS, ids=[m[0] for m in SOFT_VALUE_MUTANTS]
+)
+def test_soft_value_catches_mutants(name, fn, match):
+    fails(check_soft_value, fn, match=match)
+
+
+# --------------------------------------------------------------------------- KL divergence
+
+
+def torch_kl(p, q):
+    # kl_div(input, target) = sum target * (log target - input): input must be log q, target p
+    return F.kl_div(torch.log(_t(q)), _t(p), reduction="sum")
+
+
+def test_kl_divergence_passes_correct_implementations():
+    check_kl_divergence(klpolicy.kl_divergence)
+    check_kl_divergence(lambda p, q: sps.rel_entr(p, q).sum())
+    check_kl_divergence(lambda p, q: scipy.stats.entropy(p, q))
+    # torch returns nan for 0 * (log 0 - log 0), so only q > 0 is claimed
+    check_kl_divergence(torch_kl, supports_zero_q=False)
+
+
+def test_torch_kl_div_with_zeros_in_q_is_caught():
+    msg = fails(check_kl_divergence, torch_kl, match="both 0")
+    assert "Falsifying input: p=[1.0, 0.0], q=[1.0, 0.0]" in msg
+
+
+def test_klpolicy_kl_divergence_with_tiny_p():
+    # regression: found by check_kl_divergence(klpolicy.kl_divergence) on the first core,
+    # where log1p((p - q)/q) = log1p(-1) = -inf.
+    assert float(klpolicy.kl_divergence([1.0, 1e-17], [0.5, 0.5])) == pytest.approx(math.log(2))
+
+
+KL_MUTANTS = [
+    (
+        "torch kl_div argument-order trap",
+        lambda p, q: F.kl_div(torch.log(_t(p)), _t(q), reduction="sum"),
+        r"KL\(q\|\|p\)|inf",
+    ),
+    ("reversed rel_entr", lambda p, q: sps.rel_entr(q, p).sum(), r"KL\(q\|\|p\)"),
+    ("entropy arguments swapped", lambda p, q: scipy.stats.entropy(q, p), r"KL\(q\|\|p\)"),
+    ("bits", lambda p, q: scipy.stats.entropy(p, q, base=2), "bits"),
+    ("0 log 0 is nan", lambda p, q: np.sum(p * np.log(p / q)), "nan"),
+    ("cross-entropy", lambda p, q: -np.sum(sps.xlogy(p, q)), "cross-entropy"),
+    (
+        "epsilon clamp",
+        lambda p, q: np.sum(sps.xlogy(p, (p + 1e-10) / (q + 1e-10))),
+        r"\+inf|differs",
+    ),
+    (
+        "torch kl_div mean reduction",
+        lambda p, q: F.kl_div(torch.log(_t(q)), _t(p), reduction="mean"),
+        "reduction='mean'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "fn", "match"), KL_MUTANTS, ids=[m[0] for m in KL_MUTANTS])
+def test_kl_divergence_catches_mutants(name, fn, match):
+    fails(check_kl_divergence, fn, match=match)
+
+
+def test_torch_kl_div_trap_message():
+    msg = fails(
+        check_kl_divergence,
+        lambda p, q: F.kl_div(torch.log(_t(p)), _t(q), reduction="sum"),
+        supports_zero_p=False,
+        supports_zero_q=False,
+    )
+    assert "it computes KL(q||p), not KL(p||q)" in msg
+    assert "Falsifying input: p=[0.5, 0.5], q=[0.9, 0.1]" in msg
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+CORRECT_ESTIMATORS = {  # third-party style, in torch
+    "k1": lambda lp, lq: _t(lp) - _t(lq),
+    "k2": lambda lp, lq: (_t(lp) - _t(lq)) ** 2 / 2,
+    # TRL's form: (logr.exp() - 1) - logr with logr = logq - logp
+    "k3": lambda lp, lq: torch.exp(_t(lq) - _t(lp)) - 1 - (_t(lq) - _t(lp)),
+}
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_estimator_passes_correct_implementations(estimator):
+    check_kl_estimator(getattr(klpolicy.estimators, estimator), estimator)
+    check_kl_estimator(CORRECT_ESTIMATORS[estimator], estimator)
+
+
+ESTIMATOR_MUTANTS = [
+    ("k3 inverted ratio", "k3", lambda lp, lq: np.expm1(lp - lq) - (lp - lq), "ratio inverted"),
+    ("k1 sign", "k1", lambda lp, lq: lq - lp, "wrong sign"),
+    ("k2 without half", "k2", lambda lp, lq: (lp - lq) ** 2, "factor 1/2"),
+    ("k1 in bits", "k1", lambda lp, lq: (lp - lq) / math.log(2), "bits"),
+    ("k1 through probabilities", "k1", lambda lp, lq: np.log(np.exp(lp) / np.exp(lq)), None),
+    ("k1 absolute value", "k1", lambda lp, lq: np.abs(lp - lq), None),
+    ("k3 is really k2", "k3", lambda lp, lq: 0.5 * (lp - lq) ** 2, "computes k2"),
+    ("k3 sign of linear term", "k3", lambda lp, lq: np.expm1(lq - lp) + (lq - lp), None),
+    (
+        "k3 mean instead of per-sample",
+        "k3",
+        lambda lp, lq: np.mean(np.expm1(lq - lp) - (lq - lp)),
+        "shape",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "estimator", "fn", "match"), ESTIMATOR_MUTANTS, ids=[m[0] for m in ESTIMATOR_MUTANTS]
+)
+def test_kl_estimator_catches_mutants(name, estimator, fn, match):
+    fails(check_kl_estimator, fn, estimator, match=match)
+
+
+# --------------------------------------------------------------------------- DPO
+
+
+def dpo_numpy(pc, pr, rc, rr, beta):
+    return np.logaddexp(0.0, -beta * ((pc - rc) - (pr - rr)))
+
+
+def dpo_torch(pc, pr, rc, rr, beta):
+    # the loss of Rafailov et al. as written in TRL: -logsigmoid(beta * logits)
+    logits = (_t(pc) - _t(pr)) - (_t(rc) - _t(rr))
+    return -F.logsigmoid(beta * logits)
+
+
+def test_dpo_loss_passes_correct_implementations():
+    check_dpo_loss(klpolicy.preference.dpo_loss)
+    check_dpo_loss(dpo_torch)
+    check_dpo_loss(lambda *a: dpo_torch(*a).mean(), reduction="mean")
+
+
+DPO_MUTANTS = [
+    (
+        "margin sign",
+        lambda pc, pr, rc, rr, b: np.logaddexp(0.0, b * ((pc - rc) - (pr - rr))),
+        "sign of the margin",
+    ),
+    ("no reference", lambda pc, pr, rc, rr, b: np.logaddexp(0.0, -b * (pc - pr)), "reference"),
+    (
+        "naive -log sigmoid overflows",
+        lambda pc, pr, rc, rr, b: -np.log(1 / (1 + np.exp(-b * ((pc - rc) - (pr - rr))))),
+        "inf/nan",
+    ),
+    (
+        "divides by beta",
+        lambda pc, pr, rc, rr, b: np.logaddexp(0.0, -((pc - rc) - (pr - rr)) / b),
+        "divides",
+    ),
+    (
+        "log sigmoid without minus",
+        lambda pc, pr, rc, rr, b: F.logsigmoid(b * ((_t(pc) - _t(rc)) - (_t(pr) - _t(rr)))),
+        "negative",
+    ),
+    ("mean instead of per pair", lambda *a: dpo_numpy(*a).mean(), "shape"),
+    ("ignores beta", lambda pc, pr, rc, rr, b: np.logaddexp(0.0, -((pc - rc) - (pr - rr))), None),
+]
+
+
+@pytest.mark.parametrize(("name", "fn", "match"), DPO_MUTANTS, ids=[m[0] for m in DPO_MUTANTS])
+def test_dpo_loss_catches_mutants(name, fn, match):
+    fails(check_dpo_loss, fn, match=match)
+
+
+# --------------------------------------------------------------------------- controllers
+
+
+class TRLAdaptive:
+    """TRL's AdaptiveKLController (Ziegler et al. 2019)."""
+
+    def __init__(self, init_kl_coef, target, horizon):
+        self.value, self.target, self.horizon = init_kl_coef, target, horizon
+
+    def update(self, current, n_steps):
+        err = np.clip(current / self.target - 1, -0.2, 0.2)
+        self.value *= 1 + err * n_steps / self.horizon
+
+
+class TRLFixed:
+    def __init__(self, kl_coef):
+        self.value = kl_coef
+
+    def update(self, current, n_steps):
+        pass
+
+
+class DeadZone:
+    """PPO paper, sec. 4."""
+
+    def __init__(self, init_kl_coef, target, band=1.5, factor=2.0):
+        self.value, self.target, self.band, self.factor = init_kl_coef, target, band, factor
+
+    def update(self, current, n_steps):
+        if current > self.target * self.band:
+            self.value *= self.factor
+        elif current < self.target / self.band:
+            self.value /= self.factor
+
+
+def test_kl_controller_passes_correct_implementations():
+    check_kl_controller(klpolicy.control.AdaptiveKLController)
+    check_kl_controller(klpolicy.control.FixedKLController)
+    check_kl_controller(klpolicy.control.DeadZoneKLController)
+    check_kl_controller(TRLAdaptive)
+    check_kl_controller(TRLFixed)
+    check_kl_controller(DeadZone)
+
+
+def _adaptive(rule):
+    class Mutant(TRLAdaptive):
+        def update(self, current, n_steps):
+            self.value = rule(self, current, n_steps)
+
+    return Mutant
+
+
+CONTROLLER_MUTANTS = [
+    (
+        "sign error",
+        _adaptive(
+            lambda s, c, n: s.value * (1 - np.clip(c / s.target - 1, -0.2, 0.2) * n / s.horizon)
+        ),
+        "wrong way",
+    ),
+    (
+        "no clip",
+        _adaptive(lambda s, c, n: s.value * (1 + (c / s.target - 1) * n / s.horizon)),
+        "clip",
+    ),
+    (
+        "ignores n_steps",
+        _adaptive(lambda s, c, n: s.value * (1 + np.clip(c / s.target - 1, -0.2, 0.2) / s.horizon)),
+        "n_steps",
+    ),
+    (
+        "additive update",
+        _adaptive(lambda s, c, n: s.value + np.clip(c / s.target - 1, -0.2, 0.2) * n / s.horizon),
+        None,
+    ),
+    (
+        "inverted ratio",
+        _adaptive(
+            lambda s, c, n: (
+                s.value * (1 + np.clip(s.target / max(c, 1e-12) - 1, -0.2, 0.2) * n / s.horizon)
+            )
+        ),
+        "wrong way",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "match"), CONTROLLER_MUTANTS, ids=[m[0] for m in CONTROLLER_MUTANTS]
+)
+def test_kl_controller_catches_mutants(name, cls, match):
+    fails(check_kl_controller, cls, match=match)
+
+
+def test_dead_zone_and_fixed_mutants():
+    class Drifting(TRLFixed):
+        def update(self, current, n_steps):
+            self.value *= 1.01
+
+    class Inverted(DeadZone):
+        def update(self, current, n_steps):
+            if current > self.target * self.band:
+                self.value /= self.factor
+
+    fails(check_kl_controller, Drifting, match="never moves")
+    fails(check_kl_controller, Inverted, match="wrong way")
+    with pytest.raises(ValueError, match="pass kind="):
+        check_kl_controller(type("Anon", (), {"__init__": lambda self, a, b: None}))
+
+
+# --------------------------------------------------------------------------- pytest plugin
+
+
+def test_pytest_plugin_fixture_marker_and_options(tmp_path):
+    (tmp_path / "test_user.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            from scipy.special import rel_entr
+
+            def test_good(klpolicy_check):
+                klpolicy_check.kl_divergence(lambda p, q: rel_entr(p, q).sum())
+
+            def test_reversed(klpolicy_check):
+                klpolicy_check.kl_divergence(lambda p, q: rel_entr(q, p).sum())
+
+            @pytest.mark.klpolicy(max_examples=5, supports_zero_q=False, unused_option=1)
+            def test_marker(klpolicy_check):
+                assert klpolicy_check.defaults["max_examples"] == 5
+                klpolicy_check.kl_divergence(lambda p, q: rel_entr(p, q).sum())
+
+            def test_cli_option(klpolicy_check):
+                assert klpolicy_check.defaults == {"max_examples": 7}
+            """
+        )
+    )
+    # load the plugin explicitly, whether or not klpolicy's pytest11 entry point is installed
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "klpolicy.testing.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "--klpolicy-max-examples=7",
+            "test_user.py",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = proc.stdout + proc.stderr
+    assert "1 failed, 3 passed" in out, out
+    assert "it computes KL(q||p), not KL(p||q)" in out
+
+
+def test_plugin_import_does_not_load_hypothesis():
+    code = "import sys, klpolicy.testing.pytest_plugin; print('hypothesis' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
