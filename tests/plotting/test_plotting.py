@@ -49,7 +49,12 @@ def test_beta_sweep_marks_the_worked_example():
         pytest.approx((0.5, _sigmoid(2.0)), rel=1e-14),
         pytest.approx((2.0, _sigmoid(0.5)), rel=1e-14),
     ]
-    assert [t.get_text() for t in ax.texts] == ["0.88 at β=0.5", "0.62 at β=2"]
+    assert [t.get_text() for t in ax.texts] == [
+        r"0.88 at $\beta$=0.5",
+        r"0.62 at $\beta$=2",
+        "greedy\n" r"($\beta \to 0$)",  # the two limits, at the two ends of the axis
+        "reference\n" r"($\beta \to \infty$)",
+    ]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["y=0, r=1", "y=1, r=0"]
 
 
@@ -71,7 +76,7 @@ def test_beta_sweep_custom_problem_labels_and_marks():
 def test_frontier_curve_is_klpolicy_frontier():
     ref, reward = [0.25, 0.25, 0.5], [1.0, 0.5, 0.0]
     betas = np.geomspace(1e-2, 1e2, 50)
-    ax = plotting.frontier(ref, reward, betas=betas, best_of_n=None)
+    ax = plotting.frontier(ref, reward, betas=betas, best_of_n=None, mark=())
     f = klpolicy.frontier(ref, reward, betas)
     assert len(ax.lines) == 1
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), f.kl)
@@ -84,17 +89,97 @@ def test_frontier_best_of_n_points_are_exact_and_below_the_curve():
     ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
     ns = [1, 2, 4, 8]
     ax = plotting.frontier(ref, reward, best_of_n=ns)
-    points = ax.lines[1]
+    (points,) = [ln for ln in ax.lines if ln.get_label() == "best-of-n"]
     kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
     er = [float(bon.best_of_n_expected_reward(ref, reward, n)) for n in ns]
     np.testing.assert_allclose(points.get_xdata(), kl, rtol=1e-12)
     np.testing.assert_allclose(points.get_ydata(), er, rtol=1e-12)
-    assert [t.get_text() for t in ax.texts] == ["n=1", "n=2", "n=4", "n=8"]
+    assert [t.get_text() for t in ax.texts if t.get_text().startswith("n=")] == [
+        "n=1",
+        "n=2",
+        "n=4",
+        "n=8",
+    ]
     # no policy beats the frontier: E[r] of pi* at best-of-n's KL is at least best-of-n's
     for k, e in zip(kl[1:], er[1:]):
         b = klpolicy.beta_for_kl(ref, reward, k)
         pi = klpolicy.optimal_policy(ref, reward, b)
         assert float(klpolicy.expected_reward(pi, reward)) >= e - 1e-12
+
+
+def test_frontier_default_grid_is_smooth_and_marks_beta_on_the_curve():
+    ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
+    ax = plotting.frontier(ref, reward, best_of_n=None)
+    curve = ax.lines[0]
+    kl = curve.get_xdata()
+    # KL-uniform: 301 points from 0 to the greedy KL, evenly spaced
+    kmax = float(klpolicy.max_kl(ref, reward))
+    np.testing.assert_allclose(np.diff(kl), kmax / 300, rtol=1e-6)
+    assert kl[0] == pytest.approx(0.0, abs=1e-12) and kl[-1] == pytest.approx(kmax, rel=1e-9)
+    # each marked beta is a point of the curve, labelled with its value
+    marks = [t for t in ax.texts if t.get_text().startswith(r"$\beta$=")]
+    assert 3 <= len(marks) <= 5
+    for t in marks:
+        b = float(t.get_text().split("=")[1])
+        pi = klpolicy.optimal_policy(ref, reward, b)
+        assert t.xy == pytest.approx(
+            (float(klpolicy.optimal_kl(ref, reward, b)), float(np.dot(pi, reward))), rel=1e-12
+        )
+    # mathtext labels with real subscripts
+    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$"
+    assert r"\pi_{\mathrm{ref}}" in ax.get_xlabel()
+    assert ax.get_legend().get_texts()[0].get_text().startswith(r"$\pi^*_\beta$")
+
+
+def test_frontier_labels_stay_inside_the_axes():
+    ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
+    ax = plotting.frontier(ref, reward, best_of_n=(1, 2, 4, 8, 16, 32))
+    fig = ax.figure
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    for t in ax.texts:
+        ext = t.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, t.get_text()
+        assert box.y0 <= ext.y0 and ext.y1 <= box.y1, t.get_text()
+
+
+def test_lecture_style_text_is_at_least_14_points():
+    style = plotting.lecture_style()
+    for key in ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize",
+                "ytick.labelsize", "legend.fontsize"):  # fmt: skip
+        assert style[key] >= 14, key
+    for draw in (
+        plotting.beta_sweep,
+        lambda: plotting.frontier([0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]),
+    ):
+        ax = draw()
+        texts = [*ax.texts, *ax.get_legend().get_texts(), ax.title, ax.xaxis.label]
+        texts += list(ax.get_xticklabels()) + list(ax.get_yticklabels())
+        assert min(t.get_fontsize() for t in texts) >= 14
+        plt.close(ax.figure)
+
+
+def test_demo_overoptimization_figure_fits_and_is_not_squeezed(tmp_path):
+    from klpolicy.app import demo
+
+    o = demo.overoptimization_problem()
+    c, fit = o["curve"], o["fit"]
+    gao = c.d * (fit.a - fit.b * np.log(c.d))
+    span = np.ptp(c.gold_gain)
+    # Gao et al.'s form follows the exact gold curve within 6 % of its range everywhere
+    assert np.abs(gao - c.gold_gain).max() < 0.06 * span
+    # the gold reward rises, peaks and falls below its start
+    assert c.gold_gain.argmax() not in (0, c.d.size - 1) and c.gold_gain[-1] < 0
+    # the beta grid is uniform in d
+    np.testing.assert_allclose(np.diff(c.d), np.diff(c.d)[0], rtol=1e-6)
+    # drawn: the proxy has its own axis, so the gold curve fills most of the left one
+    ax = plt.figure().add_subplot()
+    demo.FIGURES["overoptimization"][0](ax)
+    lo, hi = ax.get_ylim()
+    assert span / (hi - lo) > 0.8
+    np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), o["proxy_gain"])
+    names = [p.name for p in demo.write_figures(tmp_path, ["overoptimization"])]
+    assert names == ["overoptimization.png"]
 
 
 def test_kl_budget_lines_and_fits():
@@ -189,8 +274,8 @@ def test_fixed_points_exact_curve_and_k1_in_reward_coincide():
 
 def test_own_axes_get_the_lecture_style_and_given_axes_keep_theirs():
     ax = plotting.beta_sweep()
-    assert ax.title.get_fontsize() == 15
-    assert ax.xaxis.label.get_fontsize() == 14
+    assert ax.title.get_fontsize() == 16
+    assert ax.xaxis.label.get_fontsize() == 16
     with matplotlib.rc_context({"axes.titlesize": 9, "axes.labelsize": 8}):
         _, mine = plt.subplots()
         out = plotting.beta_sweep(ax=mine)
