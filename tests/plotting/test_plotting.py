@@ -343,3 +343,99 @@ def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
         assert matplotlib.is_interactive()
     finally:
         matplotlib.interactive(was)
+
+
+# --------------------------------------------------------------------------- lecture hall
+
+
+@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
+    from PIL import Image
+
+    from klpolicy.plotting import lecture
+
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+    betas = lecture._sweep_betas(ref, reward, 9)
+    assert betas[0] == np.inf and betas[-1] == 0.0 and betas.size == 9
+    kls = np.array([float(klpolicy.optimal_kl(ref, reward, b)) for b in betas])
+    # evenly spaced in KL, from 0 to the greedy KL
+    np.testing.assert_allclose(
+        kls, np.linspace(0, float(klpolicy.max_kl(ref, reward)), 9), atol=1e-9
+    )
+    gif = plotting.animate_beta_sweep(ref, reward, frames=9, path=tmp_path / "sweep.gif")
+    with Image.open(gif) as im:
+        assert im.format == "GIF" and im.n_frames == 9
+    # the readout states the exact KL and expected reward of the frame's beta
+    anim = plotting.animate_beta_sweep(ref, reward, frames=9)
+    fig = anim._fig
+    anim._func(4)
+    (text,) = [t for t in fig.axes[0].texts if "nats" in t.get_text()]
+    pi = klpolicy.optimal_policy(ref, reward, betas[4])
+    assert f"= {kls[4]:.3f} nats" in text.get_text()
+    assert f"= {float(pi @ reward):.3f}" in text.get_text()
+    heights = [p.get_height() for p in fig.axes[0].patches[3:]]
+    np.testing.assert_allclose(heights, pi, rtol=1e-15)
+    with pytest.raises(ValueError, match=re.escape("`frames` must be an integer >= 3; got 2")):
+        plotting.animate_beta_sweep(ref, reward, frames=2)
+
+
+def test_cli_animates_and_writes_svg_and_pdf(tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    from PIL import Image
+
+    from klpolicy.app.cli import main
+
+    gif = tmp_path / "sweep.gif"
+    problem = ["--ref", "0.5", "0.5", "--reward", "1", "0"]
+    assert main(["plot", "beta-sweep", *problem, "--animate", str(gif), "--frames", "7"]) == 0
+    with Image.open(gif) as im:
+        assert im.n_frames == 7
+    svg = tmp_path / "frontier.svg"
+    assert main(["plot", "frontier", *problem, "-o", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    # --format wins over a missing suffix
+    pdf = tmp_path / "sweep_slide"
+    assert main(["plot", "beta-sweep", *problem, "-o", str(pdf), "--format", "pdf"]) == 0
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    png_too = tmp_path / "both.png"
+    gif2 = tmp_path / "both.gif"
+    argv = ["plot", "beta-sweep", *problem, "--animate", str(gif2), "-o", str(png_too)]
+    assert main([*argv, "--frames", "4"]) == 0
+    assert png_too.read_bytes()[:4] == b"\x89PNG" and gif2.exists()
+    capsys.readouterr()
+    assert main(["plot", "beta-sweep", *problem, "--animate", str(tmp_path / "x.png")]) == 2
+    assert "`--animate` writes a GIF; got" in capsys.readouterr().err
+    assert main(["plot", "beta-sweep", *problem]) == 2
+    assert "needs `-o FILE` (or `--animate FILE.gif`)" in capsys.readouterr().err
+
+
+def test_explore_is_a_slider_with_ipywidgets():
+    pytest.importorskip("ipywidgets")
+    ref, reward = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
+    w = plotting.explore(ref, reward, beta=0.5)
+    assert type(w).__name__ == "VBox"
+    for beta in (0.5, 2.0, 0.1):
+        w.slider.value = beta
+        b = float(w.slider.value)
+        kl = float(klpolicy.optimal_kl(ref, reward, b))
+        assert f"KL = {kl:.4f} nats" in w.readout.value
+        bars = w.figure.axes[0].patches[3:]
+        np.testing.assert_allclose(
+            [p.get_height() for p in bars], klpolicy.optimal_policy(ref, reward, b), rtol=1e-15
+        )
+
+
+def test_explore_without_ipywidgets_is_a_static_figure(monkeypatch):
+    import matplotlib.figure
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
+    fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert len(fig.axes) == 5
+    # first panel the reference, last the greedy policy
+    first = [p.get_height() for p in fig.axes[0].patches[3:]]
+    last = [p.get_height() for p in fig.axes[-1].patches[3:]]
+    np.testing.assert_allclose(first, [0.5, 0.3, 0.2], rtol=1e-15)
+    np.testing.assert_array_equal(last, [1.0, 0.0, 0.0])
