@@ -297,3 +297,38 @@ def test_the_tutorial_index_has_a_core_and_an_advanced_track():
     listed = core + advanced
     assert len(listed) == len(set(listed))
     assert {p.stem for p in TUTORIALS} <= set(listed)
+
+
+def test_math_renders_offline_with_the_bundled_mathjax():
+    conf = (DOCS / "conf.py").read_text(encoding="utf-8")
+    path = re.search(r'^mathjax_path = "([^"]+)"', conf, re.M).group(1)
+    assert not path.startswith(("http:", "https:", "//")), "MathJax must not come from a CDN"
+    bundled = DOCS / "_static" / path
+    assert bundled.exists() and 'VERSION="3.' in bundled.read_text(encoding="utf-8")
+    fonts = DOCS / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert len(list(fonts.glob("*.woff"))) >= 20
+    assert (DOCS / "_static" / "mathjax" / "input" / "tex" / "extensions" / "ams.js").exists()
+
+
+def _title(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return re.search(r"^# (.*)$", text, re.M).group(1)
+
+
+def test_cross_references_show_words_not_raw_latex():
+    """A {doc} link without its own text shows the target's title; a title with math would
+    show as raw LaTeX in the link, so such links must carry words of their own."""
+    pages = list(TUTORIALS) + sorted((DOCS / "derivations").glob("*.md"))
+    bad = []
+    for page in pages:
+        here = DOCS / "tutorials" if page.parent.name == "tutorials" else page.parent
+        for target in re.findall(r"\{doc\}`([^`<]+)`", page.read_text(encoding="utf-8")):
+            if target.startswith("/"):
+                path = DOCS / (target.lstrip("/") + ".md")
+            elif (here / (target + ".md")).exists():
+                path = here / (target + ".md")
+            else:
+                path = ROOT / "tutorials" / (Path(target).name + ".md")
+            if "$" in _title(path):
+                bad.append(f"{page.name}: {{doc}}`{target}`")
+    assert bad == []
