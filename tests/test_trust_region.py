@@ -35,6 +35,7 @@ def test_worked_example_inverse():
     st.floats(0.001, 0.5),
     st.integers(0, 2**32 - 1),
 )
+@pytest.mark.slow
 def test_no_policy_in_the_trust_region_has_more_advantage(weights, delta, seed):
     rng = np.random.default_rng(seed)
     p_old = np.array(weights) / np.sum(weights)

@@ -60,7 +60,9 @@ def worked_example(file: TextIO | None = None) -> None:
       beta = 2   : 0.6225  (= e^0.5 / (e^0.5 + 1))
     ...
     """
-    from .cli import _beta_label, _print_table, solve_table
+    from .tables import beta_label as _beta_label
+    from .tables import print_table as _print_table
+    from .tables import solve_table
 
     file = file or sys.stdout
     ref, reward = list(WORKED_REF), list(WORKED_REWARD)

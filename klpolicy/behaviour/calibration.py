@@ -18,7 +18,6 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.optimize import brentq
 
 from ..core.internal import prepare as _prepare
 from ..core.internal import tilt as _tilt
@@ -409,6 +408,8 @@ def calibration_threshold(
         b_star = float(grid[0])
     else:
         lo, hi = math.log(grid[i]), math.log(grid[i - 1])
+        from scipy.optimize import brentq  # lazy: `import klpolicy` must not load scipy.optimize
+
         s = brentq(lambda s: float(m(math.exp(s))[0]) - target, lo, hi, xtol=1e-14, rtol=1e-13)
         b_star = math.exp(s)
         if m(b_star)[0] < target:  # a jump (ECE): take the side past it

@@ -23,7 +23,6 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import prepare as _prepare
@@ -346,6 +345,8 @@ def _fit_data(d: ArrayLike, gain: ArrayLike):
 
 
 def _solve(cols: NDArray, g: NDArray) -> tuple[float, float, float]:
+    import scipy.linalg  # lazy: keeps `import klpolicy` light
+
     coef, *_ = scipy.linalg.lstsq(cols, g)
     a, b = float(coef[0]), float(coef[1])
     rmse = float(np.sqrt(np.mean((cols @ coef - g) ** 2)))

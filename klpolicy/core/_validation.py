@@ -554,9 +554,6 @@ def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
 # klpolicy.estimators: log-probabilities, estimator names, placements
 # ---------------------------------------------------------------------------
 
-ESTIMATORS = ("k1", "k2", "k3", "abs")
-PLACEMENTS = ("reward", "loss")
-
 
 def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     """One of a fixed set of strings, or a ValueError listing the valid ones."""

@@ -8,25 +8,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core.internal import EXPM1MX_COEFFICIENTS as _EXPM1MX
-from ..core.internal import SERIES_RADIUS as _SERIES_RADIUS
-from ..core.internal import expm1mx
-from ..core.internal import horner_x2 as _horner_x2
 from ..core.internal import pair as _pair
 from ..core.internal import validation as V
-
-# exp(x) - 1 - x - x^2/2 = sum_{k>=3} x^k / k!
-_EXPM1MX2 = np.concatenate([[0.0], _EXPM1MX[1:]])
-
-
-def _expm1mx2(x: NDArray) -> NDArray:
-    """``exp(x) - 1 - x - x**2/2``, with a Taylor series near zero."""
-    small = np.abs(x) < _SERIES_RADIUS
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = np.expm1(x) - x - 0.5 * x * x
-    if small.any():
-        out = np.where(small, _horner_x2(np.where(small, x, 0), _EXPM1MX2.astype(x.dtype)), out)
-    return out
+from .registry import ESTIMATORS, get_estimator
 
 
 def _values(name: str, ell: NDArray, clip: float | None, log_ratio_clip: float | None) -> NDArray:
@@ -34,14 +18,7 @@ def _values(name: str, ell: NDArray, clip: float | None, log_ratio_clip: float |
     if log_ratio_clip is not None:
         ell = np.clip(ell, -log_ratio_clip, log_ratio_clip)
     with np.errstate(over="ignore", invalid="ignore"):
-        if name == "k1":
-            out = ell
-        elif name == "k2":
-            out = 0.5 * ell * ell
-        elif name == "k3":
-            out = expm1mx(-ell)
-        else:
-            out = np.abs(ell)
+        out = ESTIMATORS[name].value(ell)
     if clip is not None:
         out = np.clip(out, -clip, clip)
     return out
@@ -75,7 +52,7 @@ def _weighted_moments(w: NDArray, k: NDArray) -> tuple[NDArray, NDArray]:
 
 
 def _setup(p, q, estimator, axis, clip, log_ratio_clip):
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    name = get_estimator(estimator).name
     pa, qa = _pair(p, q, axis)
     c = V.as_optional_clip("clip", clip)
     lc = V.as_optional_clip("log_ratio_clip", log_ratio_clip)
@@ -88,11 +65,4 @@ def _exact_bias(pn: NDArray, qn: NDArray, ell: NDArray, name: str) -> NDArray:
     Uses E_p[q/p] = q(p > 0); every sum has terms of one sign.
     """
     q_out = np.sum(np.where(pn > 0, 0, qn), -1)
-    if name == "k1":
-        return np.zeros_like(q_out)
-    if name == "k3":
-        return 0.0 - q_out  # E_p[q/p] - 1 = q(p > 0) - 1
-    with np.errstate(invalid="ignore"):
-        if name == "k2":
-            return -np.sum(np.where(pn > 0, pn * _expm1mx2(-ell), 0), -1) - q_out
-        return 2 * np.sum(np.where(pn > 0, pn * np.maximum(-ell, 0), 0), -1)
+    return ESTIMATORS[name].exact_bias(pn, qn, ell, q_out)

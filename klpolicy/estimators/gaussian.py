@@ -5,15 +5,12 @@ Private: import the public names from :mod:`klpolicy.estimators`.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
-from ..core.internal import expm1mx
-from ..core.internal import validation as V
+from .registry import estimator_names, get_estimator
 
 __all__ = ["SCHULMAN_2020_TABLE", "GaussianTable", "gaussian_moments", "schulman_table"]
 
@@ -23,9 +20,9 @@ __all__ = ["SCHULMAN_2020_TABLE", "GaussianTable", "gaussian_moments", "schulman
 #: estimates, two or three significant digits): {mu: {estimator: (bias/true, stdev/true)}}.
 #: The bias entries were cross-checked against a secondary summary of the post; the
 #: stdev entries are transcribed and should be re-checked against the post itself.
-SCHULMAN_2020_TABLE = {
-    0.1: {"k1": (0.0, 20.0), "k2": (0.002, 1.42), "k3": (0.0, 1.42)},
-    1.0: {"k1": (0.0, 2.0), "k2": (0.25, 1.73), "k3": (0.0, 1.7)},
+SCHULMAN_2020_TABLE = {  # estimator-names: published data, not a list of estimators
+    0.1: {"k1": (0.0, 20.0), "k2": (0.002, 1.42), "k3": (0.0, 1.42)},  # estimator-names: data
+    1.0: {"k1": (0.0, 2.0), "k2": (0.25, 1.73), "k3": (0.0, 1.7)},  # estimator-names: data
 }
 
 
@@ -84,23 +81,11 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
     >>> float(m), round(float(v), 6)  # e - 2
     (0.5, 0.718282)
     """
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    row = get_estimator(estimator)
     m = np.asarray(mu, dtype=np.float64)
     if not np.isfinite(m).all():
         raise ValueError(f"`mu` must be finite; got {mu!r}")
-    m2 = m * m
-    if name == "k1":
-        mean, var = 0.5 * m2, m2
-    elif name == "k2":
-        mean, var = 0.5 * m2 + m2 * m2 / 8, m2 * m2 / 2 + m2**3 / 4
-    elif name == "k3":
-        mean, var = 0.5 * m2, expm1mx(m2)
-    else:
-        a = np.abs(m)
-        mean = a * math.sqrt(2 / math.pi) * np.exp(-m2 / 8) + 0.5 * m2 * special.erf(
-            a / (2 * math.sqrt(2))
-        )
-        var = m2 + m2 * m2 / 4 - mean * mean
+    mean, var = row.gaussian_moments(m)
     return np.asarray(mean)[()], np.asarray(var)[()]
 
 
@@ -115,7 +100,7 @@ class GaussianTable(NamedTuple):
 
 
 def schulman_table(
-    mus: ArrayLike = (0.1, 1.0), estimators: tuple[str, ...] = ("k1", "k2", "k3")
+    mus: ArrayLike = (0.1, 1.0), estimators: tuple[str, ...] | None = None
 ) -> GaussianTable:
     r"""Bias/true and stdev/true of KL estimators for :math:`N(\mu, 1)` against :math:`N(0, 1)`.
 
@@ -169,7 +154,9 @@ def schulman_table(
     m = np.atleast_1d(np.asarray(mus, dtype=np.float64))
     if m.ndim != 1 or not np.isfinite(m).all() or (m == 0).any():
         raise ValueError(f"`mus` must be a 1-D array of finite non-zero numbers; got {mus!r}")
-    names = tuple(V.as_choice("estimator", e, V.ESTIMATORS) for e in estimators)
+    if estimators is None:
+        estimators = estimator_names(kl_only=True)
+    names = tuple(get_estimator(e).name for e in estimators)
     true = 0.5 * m * m
     b = np.empty((m.size, len(names)))
     s = np.empty_like(b)

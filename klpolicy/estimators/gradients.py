@@ -24,29 +24,24 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy import special
 
 from ..core import optimal_policy
-from ..core.internal import expm1mx
 from ..core.internal import restore as _restore
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V
+from .registry import ESTIMATORS, PLACEMENTS, estimator_names, get_estimator
 
 __all__ = ["Flow", "expected_gradient", "fixed_point", "gradient_flow", "objective_gradient"]
 
 
-def _k(name: str, ell: NDArray) -> NDArray:
-    if name == "k1":
-        return ell
-    if name == "k2":
-        return 0.5 * ell * ell
-    if name == "k3":
-        return expm1mx(-ell)
-    return np.abs(ell)
-
-
 def _prepare(logits, ref, reward, beta, axis):
     """Validated (theta, ref, reward, beta, axis_neg) with the probability axis last."""
-    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    return _with_logits(logits, *_setup(ref, reward, beta, axis), axis)
+
+
+def _with_logits(logits, ref_a, rew_a, b, ax, axis):
+    """:func:`_prepare` for a problem :func:`_setup` has validated already."""
     if np.isinf(b).any():
         raise ValueError("`beta` must be finite for a gradient; got inf")
     th = V.as_log_probs("logits", logits, allow_neg_inf=True)
@@ -73,12 +68,7 @@ def _prepare(logits, ref, reward, beta, axis):
 
 def _policy(th: NDArray) -> tuple[NDArray, NDArray]:
     """softmax and log-softmax along the last axis (-inf logits allowed)."""
-    m = np.max(th, axis=-1, keepdims=True)
-    z = th - m
-    with np.errstate(under="ignore"):
-        e = np.exp(z)
-    s = e.sum(-1, keepdims=True)
-    return e / s, z - np.log(s)
+    return special.softmax(th, axis=-1), special.log_softmax(th, axis=-1)
 
 
 def _centre(pi: NDArray, x: NDArray) -> NDArray:
@@ -88,27 +78,16 @@ def _centre(pi: NDArray, x: NDArray) -> NDArray:
 
 
 def _grad(th, ref, rew, b, name, placement):
+    row = ESTIMATORS[name]
     pi, logpi = _policy(th)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ell = np.where(pi > 0, logpi - np.log(ref), 0)
         if placement == "reward":
-            # pi * R with pi * k evaluated so that rare actions (ref/pi huge) stay finite:
-            # for k3, pi * (e^{-l} - 1 + l) = ref - pi + pi * l
-            if name == "k3":
-                pk = np.where(ell < -1, ref - pi + pi * ell, pi * expm1mx(-ell))
-            else:
-                pk = pi * _k(name, ell)
-            pr = np.where(pi > 0, pi * rew - b * pk, 0)
+            # pi * R, with pi * k in the registry's form that stays finite for rare actions
+            pr = np.where(pi > 0, pi * rew - b * row.weighted_value(pi, ref, ell), 0)
             return pr - pi * np.sum(pr, axis=-1, keepdims=True)
         g = _centre(pi, rew)
-        if name == "k1":
-            return g  # k' = 1: E_pi[grad log pi] = 0
-        if name == "k2":
-            pk = pi * ell
-        elif name == "k3":
-            pk = np.where(pi > 0, pi - ref, 0)  # pi (1 - ref/pi), no overflow
-        else:
-            pk = pi * np.sign(ell)
+        pk = row.weighted_derivative(pi, ref, ell)  # pi * k'(l)
         return g - b * (pk - pi * np.sum(pk, axis=-1, keepdims=True))
 
 
@@ -201,8 +180,8 @@ def expected_gradient(
     >>> objective_gradient(th, ref, r, 0.5).round(4)
     array([ 0.121, -0.121])
     """
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
-    place = V.as_choice("placement", placement, V.PLACEMENTS)
+    name = get_estimator(estimator).name
+    place = V.as_choice("placement", placement, PLACEMENTS)
     th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
     return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
 
@@ -364,8 +343,8 @@ def gradient_flow(
     >>> f.policy.round(4)
     array([0.809, 0.191])
     """
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
-    place = V.as_choice("placement", placement, V.PLACEMENTS)
+    name = get_estimator(estimator).name
+    place = V.as_choice("placement", placement, PLACEMENTS)
     steps = V.as_positive_int("steps", steps)
     every = V.as_positive_int("record_every", record_every)
     lr = V.as_positive_scalar("lr", lr)
@@ -373,7 +352,7 @@ def gradient_flow(
     if logits is None:
         with np.errstate(divide="ignore"):
             logits = _restore(np.log(ref_a), ax)
-    th, ref_a, rew_a, b, ax = _prepare(logits, _restore(ref_a, ax), _restore(rew_a, ax), b, axis)
+    th, ref_a, rew_a, b, ax = _with_logits(logits, ref_a, rew_a, b, ax, axis)
     hist, marks = [_policy(th)[0]], [0]
     for t in range(1, steps + 1):
         step = _grad(th, ref_a, rew_a, b, name, place)
@@ -487,24 +466,27 @@ def fixed_point(
     >>> fixed_point(ref, r, 0.5, estimator="k1", placement="loss")
     array([1., 0.])
     """
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
-    place = V.as_choice("placement", placement, V.PLACEMENTS)
-    if name == "abs":
+    name = get_estimator(estimator).name
+    place = V.as_choice("placement", placement, PLACEMENTS)
+    kind = ESTIMATORS[name].fixed_point[place]
+    if kind == "undefined":
+        usable = [n for n in estimator_names() if ESTIMATORS[n].fixed_point[place] != "undefined"]
         raise ValueError(
-            "`estimator` 'abs' has no fixed point here: its derivative jumps at "
-            "log pi = log ref, so gradient training does not converge; use 'k1', 'k2' or 'k3'"
+            f"`estimator` {name!r} has no fixed point here: its derivative jumps at "
+            "log pi = log ref, so gradient training does not converge; use "
+            + ", ".join(repr(n) for n in usable[:-1])
+            + f" or {usable[-1]!r}"
         )
-    if (name, place) in (("k1", "reward"), ("k2", "loss")):
+    if kind == "optimum":
         return optimal_policy(ref, reward, beta, axis=axis)
-    if (name, place) == ("k1", "loss"):
-        ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
-        return _restore(optimal_policy(ref_a, rew_a, np.zeros_like(b)), ax)
     ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
-    if place == "loss":  # k3
+    if kind == "greedy":
+        return _restore(optimal_policy(ref_a, rew_a, np.zeros_like(b)), ax)
+    if kind == "reverse":
         return _restore(_forward_kl_optimum(ref_a, rew_a, b).astype(ref_a.dtype), ax)
-    if (b > 0).any():
+    if (b > 0).any():  # kind == "none"
         raise ValueError(
-            f"{name!r} in the reward has no fixed point for `beta` > 0: the estimate "
+            f"{name!r} in the {place} has no fixed point for `beta` > 0: the estimate "
             "penalises rare responses most, so on-policy training drives some "
             "probabilities to zero instead of converging to an interior policy; "
             "simulate it with klpolicy.estimators.gradient_flow"

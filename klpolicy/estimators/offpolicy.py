@@ -12,6 +12,7 @@ from ..core.internal import kl_last as _kl_last
 from ..core.internal import pair as _pair
 from ..core.internal import validation as V
 from ._exact import _exact_bias, _normalised, _values, _weighted_moments
+from .registry import get_estimator
 
 __all__ = ["off_policy_bias", "off_policy_moments"]
 
@@ -90,7 +91,7 @@ def off_policy_moments(
     >>> round(float(off_policy_moments(p, q, mu, "k3", weighted=False)[0]), 6)
     0.021256
     """
-    name = V.as_choice("estimator", estimator, V.ESTIMATORS)
+    name = get_estimator(estimator).name
     pa, qa = _pair(p, q, axis)
     ma = V.as_probabilities("mu", mu, axis)
     pa, ma = V.broadcast_pair("p", pa, "mu", ma)

@@ -71,6 +71,12 @@ def _per_sample(name, logp, logq, clip, log_ratio_clip):
     return _values(name, ell, c, lc).astype(dtype, copy=False)[()]
 
 
+def _extend_doc(fn, text: str) -> None:
+    """Append to ``fn``'s docstring; docstrings are None under ``python -OO``."""
+    if fn.__doc__ is not None:
+        fn.__doc__ += text
+
+
 _PER_SAMPLE_DOC = r"""
     Parameters
     ----------
@@ -162,7 +168,8 @@ def abs_kl(
     return _per_sample("abs", logp, logq, clip, log_ratio_clip)
 
 
-k1.__doc__ += (
+_extend_doc(
+    k1,
     _PER_SAMPLE_DOC
     + r"""
     Notes
@@ -187,10 +194,11 @@ k1.__doc__ += (
     >>> from klpolicy.estimators import k1
     >>> k1(np.log([0.5, 0.25]), np.log([0.25, 0.5])).round(6)
     array([ 0.693147, -0.693147])
-    """
+    """,
 )
 
-k2.__doc__ += (
+_extend_doc(
+    k2,
     _PER_SAMPLE_DOC
     + r"""
     Notes
@@ -213,10 +221,11 @@ k2.__doc__ += (
     >>> from klpolicy.estimators import k2
     >>> k2(np.log([0.5, 0.25]), np.log([0.25, 0.5])).round(6)
     array([0.240227, 0.240227])
-    """
+    """,
 )
 
-k3.__doc__ += (
+_extend_doc(
+    k3,
     _PER_SAMPLE_DOC
     + r"""
     Notes
@@ -246,10 +255,11 @@ k3.__doc__ += (
     array([0.193147, 0.306853])
     >>> float(k3(-1e-9, 0.0))  # naive exp(x) - 1 - x gives about 8.3e-17 here
     5.000000001666667e-19
-    """
+    """,
 )
 
-abs_kl.__doc__ += (
+_extend_doc(
+    abs_kl,
     _PER_SAMPLE_DOC
     + r"""
     Notes
@@ -269,7 +279,7 @@ abs_kl.__doc__ += (
     >>> from klpolicy.estimators import abs_kl
     >>> abs_kl(np.log([0.5, 0.25]), np.log([0.25, 0.5])).round(6)
     array([0.693147, 0.693147])
-    """
+    """,
 )
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special
+from scipy import special
 
 from ..core.internal import validation as V
 
@@ -193,6 +193,8 @@ def grpo_fixed_point(
 
     start = np.log(qs)
     start = start[:-1] - start[-1]
+    from scipy import optimize  # lazy: `import klpolicy` must not load scipy.optimize
+
     sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-14})
     resid = np.max(np.abs(field(sol.x))) if sol.x.size else 0.0
     if not resid < 1e-10:

@@ -574,7 +574,7 @@ def estimator_histograms(
     *,
     n: int = 20000,
     rng: np.random.Generator | int | None = 0,
-    estimators: Sequence[str] = ("k1", "k2", "k3"),
+    estimators: Sequence[str] | None = None,
     bins: int = 60,
     ax=None,
 ):
@@ -592,7 +592,8 @@ def estimator_histograms(
     rng : Generator or int or None, optional
         Randomness (seeded by default, so the figure is reproducible).
     estimators : sequence of str, optional
-        Which estimators of :mod:`klpolicy.estimators` to draw.
+        Which estimators of :mod:`klpolicy.estimators` to draw; by default every KL
+        estimator of the registry (``estimator_names(kl_only=True)``).
     bins : int, optional
     ax : matplotlib Axes, optional
 
@@ -620,6 +621,9 @@ def estimator_histograms(
     'per-sample estimate (nats)'
     """
     from .. import estimators as est
+
+    if estimators is None:
+        estimators = est.estimator_names(kl_only=True)
     from ..core import kl_divergence
 
     n = V.as_positive_int("n", n)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 from scipy.special import expit
 
 __all__ = ["laplacian_solve", "minimise_pair_loss"]
@@ -38,6 +36,9 @@ def _check_connected(sym: NDArray, idx: NDArray) -> None:
         return
     adj = sym[np.ix_(idx, idx)] > 0
     np.fill_diagonal(adj, False)
+    from scipy.sparse import csr_matrix  # lazy: keeps `import klpolicy` light
+    from scipy.sparse.csgraph import connected_components
+
     n_comp, labels = connected_components(csr_matrix(adj), directed=False)
     if n_comp > 1:
         groups = _groups(labels, idx)
@@ -175,6 +176,9 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
     sub = w[np.ix_(idx, idx)].copy()
     np.fill_diagonal(sub, 0.0)
     _check_connected(sub + sub.T, np.arange(idx.size))
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     n_scc, labels = connected_components(csr_matrix(sub > 0), directed=True, connection="strong")
     if n_scc == 1:
         g[idx] = _newton(sub, beta)

@@ -22,9 +22,9 @@ from typing import Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..core.internal import expm1mx
 from ..core.internal import kl_last as _kl_last
 from ..core.internal import validation as V
+from ..estimators import ESTIMATORS, get_estimator
 from .trees import _pair_trees, _prefix_probs, sample, token_logprobs
 
 __all__ = [
@@ -45,27 +45,17 @@ VOCABULARY_TOP_SHARE = 0.2
 #: ... a *style* change when the effective fraction of tokens carrying KL is at least this.
 STYLE_EVENNESS = 0.3
 
-_ESTIMATORS = ("k1", "k2", "k3")
-
-
 # ------------------------------------------------------------------ sampled estimates
 
 
 def _per_token_estimate(logp: NDArray, logq: NDArray, estimator: str) -> NDArray:
-    """k1/k2/k3 of Schulman (2020) on per-token log-probs (private twin of klpolicy.estimators)."""
+    """The registry's estimator on per-token log-probs."""
     with np.errstate(invalid="ignore", over="ignore"):
-        d = logp - logq
-        if estimator == "k1":
-            return d
-        if estimator == "k2":
-            return 0.5 * d * d
-        return expm1mx(-d)
+        return ESTIMATORS[estimator].value(logp - logq)
 
 
 def _check_estimator(estimator: Any) -> str:
-    if estimator not in _ESTIMATORS:
-        raise ValueError(f"`estimator` must be one of 'k1', 'k2', 'k3'; got {estimator!r}")
-    return estimator
+    return get_estimator(estimator, kl_only=True).name
 
 
 def sampled_kl(

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 
 import klpolicy
-from klpolicy.torch.closed_form import k1, k2, k3
+from klpolicy.estimators import estimator_names
+from klpolicy.torch import closed_form as _closed_form
 from klpolicy.trust_region import trust_region_beta
 
-ESTIMATORS = {"k1": k1, "k2": k2, "k3": k3}
+ESTIMATORS = {name: getattr(_closed_form, name) for name in estimator_names(kl_only=True)}
 
 
 @dataclass
@@ -121,7 +122,7 @@ def step_ppo(model, pb: Problem, opt, o, gen) -> float:
         loss.backward()
         opt.step()
     if ctrl is not None:
-        ctrl.update(float(k1(lp_old, lq_y).mean()), int(idx.numel()))
+        ctrl.update(float(ESTIMATORS["k1"](lp_old, lq_y).mean()), int(idx.numel()))
     o["_beta_now"] = beta
     return float(loss.detach())
 
@@ -140,7 +141,7 @@ def step_grpo(model, pb: Problem, opt, o, gen) -> float:
     for _ in range(o["epochs"]):
         lp_y = model.log_probs().gather(1, idx)
         ratio = torch.exp(lp_y - lp_old)
-        kl = _kl_estimate(k3, model, pb, idx, lp_y, lq_y, detach=False)
+        kl = _kl_estimate(ESTIMATORS["k3"], model, pb, idx, lp_y, lq_y, detach=False)
         loss = -_clipped(ratio, adv, o["clip"]).mean() + pb.beta * kl.mean()
         opt.zero_grad()
         loss.backward()

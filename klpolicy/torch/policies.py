@@ -48,12 +48,6 @@ def default_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device(device)
 
 
-def _masked_log(p: torch.Tensor) -> torch.Tensor:
-    """log p with -inf on zeros, and no NaN in the backward pass."""
-    pos = p > 0
-    return torch.where(pos, torch.log(torch.where(pos, p, torch.ones_like(p))), -math.inf)
-
-
 def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(torch.where(mask, logits, -math.inf), dim=-1)
 

@@ -130,7 +130,9 @@ def _options(method, kw) -> dict:
         raise TypeError(f"unexpected keyword argument(s) {sorted(unknown)} for method {method!r}")
     o.update(kw)
     if o["estimator"] not in ESTIMATORS:
-        raise ValueError(f"`estimator` must be 'k1', 'k2' or 'k3'; got {o['estimator']!r}")
+        *head, last = map(repr, ESTIMATORS)
+        valid = f"{', '.join(head)} or {last}"
+        raise ValueError(f"`estimator` must be {valid}; got {o['estimator']!r}")
     if o["placement"] not in ("reward", "loss"):
         raise ValueError(f"`placement` must be 'reward' or 'loss'; got {o['placement']!r}")
     if o["labels"] not in ("sampled", "expected"):

@@ -151,6 +151,7 @@ def test_import_cli_stays_light():
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_demo_out_writes_the_headline_figures(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     from klpolicy.app.demo import available_figures
@@ -321,6 +322,7 @@ def test_plot_needs_estimators(capsys, monkeypatch):
         ],
     ],
 )
+@pytest.mark.slow
 def test_plot_estimator_figures(capsys, tmp_path, argv):
     pytest.importorskip("matplotlib")
     code, _, err = run(capsys, "plot", *argv, "-o", str(tmp_path / "e.png"))

@@ -116,6 +116,7 @@ def test_brier_is_refinement_plus_squared_distance(seed, k, m):
     assert brier_score(t, t, weights=w) == pytest.approx(float(w @ (1 - np.sum(t * t, -1))))
 
 
+@pytest.mark.slow
 @given(st.integers(0, 2**32 - 1), st.integers(2, 6))
 def test_a_reward_on_the_most_likely_answer_never_doubles_brier(seed, k):
     # derivation page, section 6: ||pi - t||^2 is largest at the greedy limit, 2 - 2 t_max

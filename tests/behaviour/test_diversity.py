@@ -124,6 +124,7 @@ def test_limits_best_reward_set_and_reference():
     assert float(entropy_slope(ref, r, 0.0)) == 0.0 and float(entropy_slope(ref, r, np.inf)) == 0.0
 
 
+@pytest.mark.slow
 @given(st.lists(st.floats(-3, 3), min_size=2, max_size=6))
 def test_entropy_increases_with_beta_for_uniform_reference(rewards):
     r = np.asarray(rewards)
@@ -277,6 +278,7 @@ def distinct_variance(p, k):
     return float(cov.sum())
 
 
+@pytest.mark.slow
 def test_expected_distinct_sequences_monte_carlo(rng):
     conds = make_tree(np.random.default_rng(7), 3, 3)
     joint = tree_joint(conds).ravel()

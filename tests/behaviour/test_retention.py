@@ -49,6 +49,7 @@ def test_worst_case_drop_against_mpmath():
     st.lists(st.floats(0.05, 1.0), min_size=2, max_size=6),
     st.lists(st.floats(-2.0, 2.0), min_size=6, max_size=6),
 )
+@pytest.mark.slow
 def test_worst_case_drop_bounds(w, s):
     ref = np.asarray(w) / np.sum(w)
     score = np.asarray(s[: ref.size])

@@ -250,6 +250,7 @@ def test_bound_strict_with_ties():
 # ---------------------------------------------------------------- ties, batches, axes, dtypes
 
 
+@pytest.mark.slow
 @given(problems, st.integers(1, 50), st.randoms(use_true_random=False))
 def test_permutation_equivariance_and_tied_split(prob, n, rnd):
     ref, reward = normalise(prob[0]), np.array(prob[1], float)

@@ -18,6 +18,7 @@ from ._best_of_n_problems import normalise, problems
 # ---------------------------------------------------------------- n for a budget, frontier
 
 
+@pytest.mark.slow
 @given(problems, st.floats(0.0, 0.99))
 def test_for_kl_is_largest_n_within_budget(prob, frac):
     ref, reward = normalise(prob[0]), np.array(prob[1], float)
@@ -67,6 +68,7 @@ def test_curve_shapes_and_batch_for_kl():
         assert out[row] == best_of_n_for_kl(ref[row], reward[row], budgets[row])
 
 
+@pytest.mark.slow
 @given(problems, st.integers(1, 200))
 def test_best_of_n_on_or_below_frontier(prob, n):
     ref, reward = normalise(prob[0]), np.array(prob[1], float)

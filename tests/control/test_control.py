@@ -182,6 +182,7 @@ def test_adaptive_settles_on_beta_for_kl_with_instant_response(measure):
     frac=st.floats(0.05, 0.7),
     start=st.floats(-1.0, 1.0),
 )
+@pytest.mark.slow
 def test_adaptive_settles_on_beta_for_kl_property(v, seed, frac, start):
     g = np.random.default_rng(seed)
     ref = g.dirichlet(np.ones(v))

@@ -299,6 +299,7 @@ def test_kl_and_reward_decrease_in_beta(prob, factor):
     assert e2 <= e1 + 1e-12 * (1 + np.abs(r).max())
 
 
+@pytest.mark.slow
 @given(problems(), st.data())
 def test_soft_value_is_the_maximum_and_the_gap_is_a_kl(prob, data):
     ref, r, beta = prob
@@ -318,6 +319,7 @@ def test_soft_value_is_the_maximum_and_the_gap_is_a_kl(prob, data):
     assert kp.objective(star, ref, r, beta) == pytest.approx(sv, abs=scale)
 
 
+@pytest.mark.slow
 @given(problems(), st.floats(0.05, 0.95))
 def test_beta_for_kl_round_trips(prob, frac):
     ref, r, _ = prob

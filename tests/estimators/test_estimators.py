@@ -300,6 +300,7 @@ def test_gaussian_closed_forms_match_fine_discretisation(mu, name):
     _close(var, cvar, rtol=10 * rtol)
 
 
+@pytest.mark.slow
 def test_gaussian_closed_forms_against_mpmath_quadrature():
     # mpmath: E and Var of k(ell), ell = mu x - mu^2/2, x ~ N(mu, 1), by quadrature
     mu = mp.mpf(1)

@@ -290,6 +290,7 @@ def test_okabe_ito_palette():
 # --------------------------------------------------------------------------- demo
 
 
+@pytest.mark.slow
 def test_write_figures_writes_pngs(tmp_path):
     from klpolicy.app import demo
 

@@ -101,6 +101,7 @@ def markov_problem(kind, rng, *, B=300, T=40, V=6):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["opening", "vocabulary", "style"])
 @pytest.mark.parametrize("full", [False, True])
 def test_profile_tells_the_three_shapes_apart(kind, full):

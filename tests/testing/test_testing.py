@@ -310,6 +310,7 @@ def torch_policy(ref, reward, beta):
     return torch.softmax(torch.log(_t(ref)) + _t(reward) / beta, dim=-1)
 
 
+@pytest.mark.slow
 def test_optimal_policy_passes_correct_implementations():
     check_optimal_policy(klpolicy.optimal_policy, supports_inf_beta=True)
     check_optimal_policy(softmax_policy)
@@ -362,6 +363,7 @@ def test_optimal_policy_message_names_smallest_input():
 # --------------------------------------------------------------------------- soft value
 
 
+@pytest.mark.slow
 def test_soft_value_passes_correct_implementations():
     check_soft_value(klpolicy.soft_value, supports_zero_beta=True, supports_inf_beta=True)
     check_soft_value(lambda ref, r, b: b * sps.logsumexp(r / b, b=ref))
@@ -397,6 +399,7 @@ def torch_kl(p, q):
     return F.kl_div(torch.log(_t(q)), _t(p), reduction="sum")
 
 
+@pytest.mark.slow
 def test_kl_divergence_passes_correct_implementations():
     check_kl_divergence(klpolicy.kl_divergence)
     check_kl_divergence(lambda p, q: sps.rel_entr(p, q).sum())
@@ -467,6 +470,7 @@ CORRECT_ESTIMATORS = {  # third-party style, in torch
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
 def test_kl_estimator_passes_correct_implementations(estimator):
     check_kl_estimator(getattr(klpolicy.estimators, estimator), estimator)
@@ -494,6 +498,7 @@ ESTIMATOR_MUTANTS = [
 @pytest.mark.parametrize(
     ("name", "estimator", "fn", "match"), ESTIMATOR_MUTANTS, ids=[m[0] for m in ESTIMATOR_MUTANTS]
 )
+@pytest.mark.slow
 def test_kl_estimator_catches_mutants(name, estimator, fn, match):
     fails(check_kl_estimator, fn, estimator, match=match)
 
@@ -511,6 +516,7 @@ def dpo_torch(pc, pr, rc, rr, beta):
     return -F.logsigmoid(beta * logits)
 
 
+@pytest.mark.slow
 def test_dpo_loss_passes_correct_implementations():
     check_dpo_loss(klpolicy.preference.dpo_loss)
     check_dpo_loss(dpo_torch)
@@ -584,6 +590,7 @@ class DeadZone:
             self.value /= self.factor
 
 
+@pytest.mark.slow
 def test_kl_controller_passes_correct_implementations():
     check_kl_controller(klpolicy.control.AdaptiveKLController)
     check_kl_controller(klpolicy.control.FixedKLController)
@@ -643,6 +650,7 @@ def test_kl_controller_catches_mutants(name, cls, match):
     fails(check_kl_controller, cls, match=match)
 
 
+@pytest.mark.slow
 def test_dead_zone_and_fixed_mutants():
     class Drifting(TRLFixed):
         def update(self, current, n_steps):
@@ -662,6 +670,7 @@ def test_dead_zone_and_fixed_mutants():
 # --------------------------------------------------------------------------- pytest plugin
 
 
+@pytest.mark.slow
 def test_pytest_plugin_fixture_marker_and_options(tmp_path):
     (tmp_path / "test_user.py").write_text(
         textwrap.dedent(

@@ -104,6 +104,7 @@ def test_mpmath_reference_values():
     ),
     st.one_of(st.floats(1e-3, 1e3), st.just(0.0), st.just(float("inf"))),
 )
+@pytest.mark.slow
 def test_twins_equal_numpy_core_property(problem, beta):
     w, reward = problem
     ref = np.array(w) / np.sum(w)

@@ -22,6 +22,7 @@ def tv(p, q):
     return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
 
 
+@pytest.mark.slow
 def test_k3_in_the_loss_lands_on_estimators_fixed_point():
     fixed = estimators.fixed_point(REF, R, BETA, estimator="k3", placement="loss")
     res = kt.fit_policy(
@@ -44,6 +45,7 @@ def test_k3_in_the_loss_lands_on_estimators_fixed_point():
     assert np.abs(g).max() < 2e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("estimator", "placement"), [("k1", "reward"), ("k2", "loss")])
 def test_unbiased_placements_agree_with_estimators(estimator, placement):
     fixed = estimators.fixed_point(REF, R, BETA, estimator=estimator, placement=placement)
@@ -77,6 +79,7 @@ def test_torch_estimators_equal_numpy_estimators(rng):
         np.testing.assert_allclose(got, getattr(estimators, name)(logp, logq), rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_sft_then_rl_reaches_the_soft_bellman_optimum_of_the_learned_reference(rng):
     v, t = 3, 2
     true_ref = [rng.dirichlet(np.ones(v), size=(v,) * k) for k in range(t)]
@@ -101,6 +104,7 @@ def test_sft_then_rl_reaches_the_soft_bellman_optimum_of_the_learned_reference(r
     assert final == pytest.approx(float(optimum.value[0]), abs=5e-3)
 
 
+@pytest.mark.slow
 def test_ppo_with_an_adaptive_kl_controller_tracks_its_target():
     target, horizon, batch = 0.05, 2000, 256
     ctrl = AdaptiveKLController(0.05, target, horizon)
@@ -151,6 +155,7 @@ def test_dpo_loss_and_optimum_agree_with_preference_module():
     assert tv(res.policy, ipo) < 0.01
 
 
+@pytest.mark.slow
 def test_per_token_k3_in_the_loss_lands_on_its_backward_induction_fixed_point():
     from klpolicy.estimators import token_k3_fixed_point
 

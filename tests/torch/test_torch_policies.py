@@ -87,6 +87,7 @@ def test_trust_region_on_a_tree_lands_on_the_optimum(rng):
     assert res.history["distance"][-1] < 1e-12
 
 
+@pytest.mark.slow
 def test_sft_then_rl_reaches_the_optimum_of_the_learned_reference(rng):
     conds, reward = tree(rng, 3, 2)
     sft = kt.fit_reference(conds, steps=200, seed=0, device="cpu")

@@ -1,0 +1,91 @@
+"""The tables ``klpolicy solve`` and ``klpolicy demo`` print: one column per beta."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..core import optimal_kl, optimal_policy, soft_value
+
+__all__ = ["beta_label", "print_table", "solve_table"]
+
+
+def _fmt(x: float, width: int = 10) -> str:
+    if math.isinf(x):
+        s = "inf" if x > 0 else "-inf"
+    elif x == 0 or 1e-4 <= abs(x) < 1e6:
+        s = f"{x:.6f}"
+    else:
+        s = f"{x:.4e}"
+    return s.rjust(width)
+
+
+def beta_label(b: float) -> str:
+    """``beta`` as a column label: ``inf`` or the shortest round-trip form."""
+    return "inf" if math.isinf(b) else f"{b:g}"
+
+
+def solve_table(ref: Sequence[float], reward: Sequence[float], betas: Sequence[float]) -> dict:
+    """Everything ``klpolicy solve`` prints, as a dictionary (the ``--json`` payload).
+
+    Examples
+    --------
+    >>> out = solve_table([0.5, 0.5], [1.0, 0.0], [0.5])
+    >>> [round(p, 4) for p in out["columns"][0]["policy"]]
+    [0.8808, 0.1192]
+    """
+    ref_a = np.asarray(ref, dtype=float)
+    rew_a = np.asarray(reward, dtype=float)
+    cols = []
+    for b in betas:
+        pi = optimal_policy(ref_a, rew_a, b)
+        with np.errstate(divide="ignore"):
+            lr = np.where(
+                ref_a > 0,
+                np.log(np.where(pi > 0, pi, 1)) - np.log(np.where(ref_a > 0, ref_a, 1)),
+                0,
+            )
+            lr = np.where((pi == 0) & (ref_a > 0), -np.inf, lr)
+        cols.append(
+            {
+                "beta": float(b),
+                "policy": [float(x) for x in pi],
+                "log_ratio": [float(x) if ref_a[i] > 0 else None for i, x in enumerate(lr)],
+                "kl": float(optimal_kl(ref_a, rew_a, b)),
+                "expected_reward": float(np.dot(pi, rew_a)),
+                "soft_value": float(soft_value(ref_a, rew_a, b)),
+            }
+        )
+    return {"ref": [float(x) for x in ref_a], "reward": [float(x) for x in rew_a], "columns": cols}
+
+
+def print_table(out: dict, file=None) -> None:
+    """Print :func:`solve_table`'s dictionary as aligned columns."""
+    file = file or sys.stdout
+    cols = out["columns"]
+    single = len(cols) == 1
+    head = ["action", "ref", "reward"]
+    for c in cols:
+        head.append(f"pi*(b={beta_label(c['beta'])})")
+        if single:
+            head.append("log ratio")
+    w = max(12, max(len(h) for h in head) + 1)
+    print("".join(h.rjust(w) for h in head), file=file)
+    for i, (q, r) in enumerate(zip(out["ref"], out["reward"])):
+        row = [str(i).rjust(w), _fmt(q, w), _fmt(r, w)]
+        for c in cols:
+            row.append(_fmt(c["policy"][i], w))
+            if single:
+                lr = c["log_ratio"][i]
+                row.append("(off support)".rjust(w) if lr is None else _fmt(lr, w))
+        print("".join(row), file=file)
+    print(file=file)
+    for key, label in [
+        ("kl", "KL(pi*||ref)"),
+        ("expected_reward", "E_pi*[r]"),
+        ("soft_value", "soft value"),
+    ]:
+        print(label.rjust(3 * w) + "".join(_fmt(c[key], w) for c in cols), file=file)

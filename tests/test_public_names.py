@@ -1,0 +1,65 @@
+"""Every public name importable before the re-layout (issue 15) is importable where it was.
+
+``tests/data/public_names.json`` was written from the flat package (commit ea69a4a): each
+module's ``__all__`` plus its public submodules. Moving code must never break an import
+path a user has; a name that leaves must leave through a deprecation, not a failure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+NAMES = json.loads((Path(__file__).parent / "data" / "public_names.json").read_text())
+OPTIONAL = {"klpolicy.plotting": "matplotlib", "klpolicy.torch": "torch"}
+OPTIONAL |= {m: "hypothesis" for m in ("klpolicy.testing", "klpolicy.testing.strategies")}
+
+
+@pytest.mark.parametrize("module", sorted(NAMES))
+def test_every_name_is_still_importable_there(module):
+    if module in OPTIONAL:
+        pytest.importorskip(OPTIONAL[module])
+    mod = importlib.import_module(module)
+    missing = []
+    for name in NAMES[module]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if not hasattr(mod, name):
+                missing.append(name)
+    assert missing == [], f"{module} lost {missing}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        exec(f"from {module} import {', '.join(NAMES[module])}", {})
+
+
+def test_short_module_paths_are_the_area_modules():
+    import klpolicy.calibration
+    import klpolicy.diversity
+    import klpolicy.overoptimization
+    import klpolicy.retention
+
+    from klpolicy.behaviour import calibration, diversity, retention
+    from klpolicy.best_of_n import overoptimization
+
+    assert klpolicy.diversity is diversity and klpolicy.calibration is calibration
+    assert klpolicy.retention is retention and klpolicy.overoptimization is overoptimization
+
+
+def test_moved_torch_names_warn_and_point_home():
+    pytest.importorskip("torch")
+    import klpolicy.estimators
+    import klpolicy.torch
+    import klpolicy.trust_region
+
+    for name, home in [
+        ("grpo_fixed_point", klpolicy.estimators),
+        ("token_k3_fixed_point", klpolicy.estimators),
+        ("trust_region_step", klpolicy.trust_region),
+        ("ppo_clip_step", klpolicy.trust_region),
+    ]:
+        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
+            assert getattr(klpolicy.torch, name) is getattr(home, name)
