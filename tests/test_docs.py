@@ -332,3 +332,17 @@ def test_cross_references_show_words_not_raw_latex():
             if "$" in _title(path):
                 bad.append(f"{page.name}: {{doc}}`{target}`")
     assert bad == []
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=[p.name for p in TUTORIALS])
+def test_tutorial_figures_use_the_lecture_style(path):
+    """A tutorial that draws with pyplot switches the lecture style on first (or draws only
+    through klpolicy.plotting, which applies it), and never shrinks text below 14 pt."""
+    text = path.read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```\{code-cell\} ipython3\n(.*?)```", text, re.S))
+    if re.search(r"\bplt\.(subplots|figure|plot|semilogx|semilogy)\(", code):
+        first_draw = re.search(r"\bplt\.(subplots|figure|plot|semilogx|semilogy)\(", code).start()
+        style = re.search(r"lecture_style\(\)", code)
+        assert style and style.start() < first_draw, f"{path.name} draws before the lecture style"
+    small = [int(n) for n in re.findall(r"fontsize=(\d+)", code) if int(n) < 14]
+    assert small == [], f"{path.name} sets fontsize {small}"

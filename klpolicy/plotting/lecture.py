@@ -256,12 +256,11 @@ def _static_explore(ref_a, rew_a, labels):
     betas = _sweep_betas(ref_a, rew_a, 5)
     with matplotlib.rc_context(lecture_style()):
         fig, axes = plt.subplots(
-            1, len(betas), figsize=(3.2 * len(betas), 4.6), sharey=True, layout="constrained"
+            1, len(betas), figsize=(4.6 * len(betas), 5.0), sharey=True, layout="constrained"
         )
         for ax, b in zip(axes, betas):
             bars = _Bars(ax, ref_a, rew_a, labels)
             bars.show(float(b))
-            bars.readout.set_fontsize(12)
             if ax is not axes[0]:
                 ax.get_legend().remove()
                 ax.set_ylabel("")
