@@ -83,7 +83,9 @@ def lecture_style() -> dict[str, Any]:
         "mathtext.fontset": "dejavusans",
         "lines.linewidth": 2.2,
         "lines.markersize": 7,
-        "axes.prop_cycle": cycler(color=_COLOURS[:7]) + cycler(linestyle=_STYLES[:7]),
+        # 7 colours against 5 line styles: the first 35 curves differ in colour or style
+        "axes.prop_cycle": cycler(color=list(_COLOURS[:7]) * 5)
+        + cycler(linestyle=list(_STYLES[:5]) * 7),
         "axes.grid": True,
         "grid.alpha": 0.3,
         "figure.dpi": 110,

@@ -143,6 +143,12 @@ def test_frontier_labels_stay_inside_the_axes():
         assert box.y0 <= ext.y0 and ext.y1 <= box.y1, t.get_text()
 
 
+def test_lecture_style_cycle_tells_35_curves_apart():
+    cycle = list(plotting.lecture_style()["axes.prop_cycle"])
+    pairs = [(c["color"], str(c["linestyle"])) for c in cycle]
+    assert len(pairs) == 35 and len(set(pairs)) == 35
+
+
 def test_lecture_style_text_is_at_least_14_points():
     style = plotting.lecture_style()
     for key in ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize",
