@@ -2,7 +2,7 @@
 // <details> element: the exercises' solutions stay closed until a reader opens them.
 // Plain DOM, no network and no dependency, so the site works offline in a lecture room.
 document.addEventListener("DOMContentLoaded", function () {
-  document.querySelectorAll("div.admonition.dropdown").forEach(function (box) {
+  document.querySelectorAll(".admonition.dropdown:not(details)").forEach(function (box) {
     var title = box.querySelector(".admonition-title");
     var details = document.createElement("details");
     details.className = box.className;
