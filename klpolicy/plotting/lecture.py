@@ -231,19 +231,24 @@ def explore(
         value=float(beta), base=10, min=np.log10(spread) - 3, max=np.log10(spread) + 3,
         step=0.02, description="β", readout_format=".3g", continuous_update=True,
     )  # fmt: skip
+    from IPython.display import display  # ipywidgets depends on IPython
+    from matplotlib.figure import Figure
+
     readout = widgets.HTML()
     out = widgets.Output()
     with matplotlib.rc_context(lecture_style()):
-        with out:
-            fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
-            bars = _Bars(ax, ref_a, rew_a, labels)
-            ax.set_title(r"$\pi^*_\beta$ against the reference")
-            plt.show()
+        # not a pyplot figure: the notebook shows it only through the Output widget
+        fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+        ax = fig.add_subplot()
+        bars = _Bars(ax, ref_a, rew_a, labels)
+        ax.set_title(r"$\pi^*_\beta$ against the reference")
 
     def update(change=None):
         kl, er = bars.show(float(slider.value))
         readout.value = f"β = {slider.value:.4g}: KL = {kl:.4f} nats, E[r] = {er:.4f}"
-        fig.canvas.draw_idle()
+        with out:  # redraw: the inline backend shows a static image per display
+            out.clear_output(wait=True)
+            display(fig)
 
     slider.observe(update, names="value")
     update()
