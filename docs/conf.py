@@ -55,7 +55,7 @@ extensions = [
     "sphinx.ext.mathjax",
 ]
 
-exclude_patterns = ["_build", "**.ipynb_checkpoints", "jupyter_execute"]
+exclude_patterns = ["_build", "_static", "**.ipynb_checkpoints", "jupyter_execute"]
 templates_path = ["_templates"]
 html_theme = "alabaster"
 html_static_path = ["_static"]
