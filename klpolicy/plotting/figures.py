@@ -680,7 +680,7 @@ def fixed_points(
     ----------
     ref, reward : array_like, shape (V,)
     betas : array_like, optional
-        Grid (default ``geomspace(0.05, 20, 40)``).
+        Grid (default ``geomspace(0.05, 20, 160)``: smooth curves).
     combos : sequence of (estimator, placement)
     ax : matplotlib Axes, optional
 
@@ -708,7 +708,7 @@ def fixed_points(
     """
     from .. import estimators as est
 
-    grid = np.geomspace(0.05, 20, 40) if betas is None else np.asarray(betas, dtype=float)
+    grid = np.geomspace(0.05, 20, 160) if betas is None else np.asarray(betas, dtype=float)
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
     exact = _cf.frontier(ref, reward, grid).expected_reward
