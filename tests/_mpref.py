@@ -83,3 +83,75 @@ def optimal_kl(ref, reward, beta):
 
 def to_float(xs):
     return np.array([float(v) for v in xs])
+
+
+# --------------------------------------------------------------------------- beyond the core
+# Recipes for the satellites' exact figures, from their definitions in the same 400 digits.
+
+
+@_precise
+def cross_entropy(p, q):
+    """H(p_n, q_n) = -sum p_n log q_n (normalised rows); inf where p > 0 = q."""
+    pn, qn = _norm(p), _norm(q)
+    total = mp.mpf(0)
+    for a, b in zip(pn, qn):
+        if a > 0:
+            if b == 0:
+                return mp.inf
+            total -= a * mp.log(b)
+    return total
+
+
+@_precise
+def best_of_n_policy(ref, reward, n):
+    """pi_n(y) = ref(y) / q_g * (F_g^n - F_{g-}^n) for y in reward level g (ties share)."""
+    ref_n = _norm(ref)
+    r = [mp.mpf(float(v)) for v in reward]
+    n = mp.mpf(int(n))
+    out = []
+    for q, ri in zip(ref_n, r):
+        if q == 0:
+            out.append(mp.mpf(0))
+            continue
+        below = mp.fsum(qq for qq, rr in zip(ref_n, r) if rr < ri)
+        level = mp.fsum(qq for qq, rr in zip(ref_n, r) if rr == ri)
+        out.append(q / level * ((below + level) ** n - below**n))
+    return out
+
+
+@_precise
+def best_of_n_kl(ref, reward, n):
+    pi = best_of_n_policy(ref, reward, n)
+    ref_n = _norm(ref)
+    return mp.fsum(p * mp.log(p / q) for p, q in zip(pi, ref_n) if p > 0)
+
+
+@_precise
+def best_of_n_expected_reward(ref, reward, n):
+    pi = best_of_n_policy(ref, reward, n)
+    return mp.fsum(p * mp.mpf(float(ri)) for p, ri in zip(pi, reward))
+
+
+@_precise
+def best_of_n_win_rate(ref, reward, n):
+    """P(best-of-n beats a reference draw) + half the ties."""
+    pi = best_of_n_policy(ref, reward, n)
+    ref_n = _norm(ref)
+    r = [mp.mpf(float(v)) for v in reward]
+    total = mp.mpf(0)
+    for p, ri in zip(pi, r):
+        below = mp.fsum(q for q, rr in zip(ref_n, r) if rr < ri)
+        tie = mp.fsum(q for q, rr in zip(ref_n, r) if rr == ri)
+        total += p * (below + tie / 2)
+    return total
+
+
+@_precise
+def tilt_moments(ref, reward, beta):
+    """(E_pi[r], Var_pi[r], H(pi)) at pi = pi*_beta."""
+    pi = optimal_policy(ref, reward, beta)
+    r = [mp.mpf(float(v)) for v in reward]
+    mean = mp.fsum(p * ri for p, ri in zip(pi, r))
+    var = mp.fsum(p * (ri - mean) ** 2 for p, ri in zip(pi, r))
+    ent = -mp.fsum(p * mp.log(p) for p in pi if p > 0)
+    return mean, var, ent

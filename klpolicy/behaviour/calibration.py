@@ -84,8 +84,33 @@ def _qa(pi, truth, weights):
     return p, t, _weights(weights, p.shape[0])
 
 
-def _brier(p, t, w):
-    per_q = np.sum(p * p, -1) - 2 * np.sum(p * t, -1) + 1
+def _excess(x):
+    """``sum(x) - 1`` per row, exact to rounding of the small parts: (max - 1) + the others."""
+    is_top = np.arange(x.shape[-1]) == np.argmax(x, axis=-1)[..., None]
+    others = np.sum(np.where(is_top, 0.0, x), -1, keepdims=True)
+    top = np.sum(np.where(is_top, x, 0.0), -1, keepdims=True)
+    return (top - 1.0) + others, is_top, others
+
+
+def _diff(a, b):
+    """``a/sum(a) - b/sum(b)`` per entry, exact where the difference is tiny."""
+    da, _, _ = _excess(a)
+    db, _, _ = _excess(b)
+    return ((a - b) + (a * db - b * da)) / ((1.0 + da) * (1.0 + db))
+
+
+def _brier(p, t, w, d=None):
+    # Rows are taken as exactly normalised (as kl_divergence does). Summed as
+    # sum (p - t)^2 + sum t (1 - t), non-negative terms, where the expanded form
+    # sum p^2 - 2 sum p t + 1 cancels to rounding noise (p = t = [1 - 1e-10, 1e-10] has
+    # Brier 2e-10, near-equal p and t a (p - t)^2 of 1e-20); 1 - t of a row's largest entry
+    # is the sum of the others. ``d``: p - t when the caller knows it more precisely.
+    dt, is_top, others = _excess(t)
+    if d is None:
+        d = _diff(p, t)
+    one_minus = np.where(is_top, others, (1.0 + dt) - t)
+    spread = np.sum(t * one_minus, -1) / (1.0 + dt[..., 0]) ** 2
+    per_q = np.sum(d * d, -1) + spread
     return np.sum(w * per_q, -1)
 
 
@@ -231,10 +256,16 @@ def _calibration_at(ref_a, rew_a, t, w, grid, bins):
     )
     p = tl.pi
     kl = np.sum(w * tl.kl[..., 0], -1)
+    # pi - t = ref_n expm1(u) + (ref_n - t_n): the policy's offset from its reference from
+    # its log-ratios, exact where pi rounded to floats would not resolve it (Brier 1e-18)
+    dr, _, _ = _excess(ref_a)
+    ref_n = ref_a / (1.0 + dr)
+    with np.errstate(invalid="ignore"):
+        d = np.where(ref_a > 0, ref_n * np.expm1(tl.u), 0.0) + _diff(ref_a, t)
     return (
         kl,
         _ece(p, t, w, bins),
-        _brier(p, t, w),
+        _brier(p, t, w, d),
         np.sum(w * np.sum(p * p, -1), -1),
         np.sum(w * np.sum(p * t, -1), -1),
     )
@@ -408,6 +439,8 @@ def calibration_threshold(
         b_star = float(grid[0])
     else:
         lo, hi = math.log(grid[i]), math.log(grid[i - 1])
+        # Brent, not core.roots: the measure has no slope to give Newton (the ECE is a step
+        # function, the Brier score's derivative is not computed) and this is one scalar
         from scipy.optimize import brentq  # lazy: `import klpolicy` must not load scipy.optimize
 
         s = brentq(lambda s: float(m(math.exp(s))[0]) - target, lo, hi, xtol=1e-14, rtol=1e-13)

@@ -218,9 +218,25 @@ def _finite_beta(beta) -> float:
     return b
 
 
+def _policy_entropy(p: NDArray) -> NDArray:
+    """H of a computed policy (rows exactly normalised in exact arithmetic), last axis.
+
+    A policy close to one-hot has its top entry 1 - 1e-17 rounded to 1, so
+    ``-p log p`` loses that entry's share (about 1e-17, a few percent of such an
+    entropy): where the top entry holds at least half the mass, its log is taken as
+    ``log1p(-others)``, the other entries being resolved to full relative precision.
+    """
+    p = p.astype(np.float64, copy=False)
+    is_top = np.arange(p.shape[-1]) == np.argmax(p, axis=-1)[..., None]
+    others = np.sum(np.where(is_top, 0.0, p), axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logp = np.where(is_top & (others <= 0.5), np.log1p(-others), np.log(p))
+        return np.sum(np.where(p > 0, -p * logp, 0.0), axis=-1)
+
+
 def _optimal_entropy_last(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
     t = _tilt(ref, reward, beta)
-    return _entropy_last(t.pi)
+    return _policy_entropy(t.pi)
 
 
 def optimal_entropy(
@@ -383,12 +399,21 @@ def entropy_slope(
         d = np.where(
             support, logref - np.max(np.where(support, logref, -np.inf), -1, keepdims=True), 0
         )
-        dr = rew_a - t.mean
-        dd = d - np.sum(t.pi * d, axis=-1, keepdims=True)
-        cov = np.sum(t.pi * dd * dr, axis=-1, keepdims=True)
-        var = np.sum(t.pi * dr * dr, axis=-1, keepdims=True)
         bs = np.where(finite, b, 1)
-        slope = np.where(finite, cov / (bs * bs) + var / (bs * bs * bs), 0)
+        # (Cov(d, r) / beta + Var(r) / beta^2) / beta = E[x (dd + x)] / beta, x = (r - E r) / beta,
+        # summed as sqrt(pi) x (sqrt(pi) dd + sqrt(pi) x): no beta^3 (underflows at 1e-110),
+        # no x^2 overflowing where pi is tiny, no inf * 0 off the policy's support
+        # moments centred on the mode k (exact zeros there), not on rounded means, whose
+        # error eps |r| squared would swamp a variance of 1e-33 |r|^2:
+        # E[x (dd + x)] = E[y (e + y)] - E[y] (E[e] + E[y]), y = (r - r_k)/beta, e = d - d_k
+        k = np.argmax(t.pi, axis=-1)[..., None]
+        y = np.where(support, (rew_a - np.take_along_axis(rew_a, k, -1)) / bs, 0)
+        e = np.where(support, d - np.take_along_axis(d, k, -1), 0)
+        w = np.sqrt(t.pi)
+        ey = np.sum(t.pi * y, axis=-1, keepdims=True)
+        ee = np.sum(t.pi * e, axis=-1, keepdims=True)
+        raw = np.sum((w * y) * (w * e + w * y), axis=-1, keepdims=True)
+        slope = np.where(finite, (raw - ey * (ee + ey)) / bs, 0)
     return slope[..., 0].astype(ref_a.dtype)[()]
 
 
@@ -454,7 +479,7 @@ def diversity_curve(
     t = _tilt(
         np.broadcast_to(ref_a, (n, ref_a.size)), np.broadcast_to(rew_a, (n, ref_a.size)), flat
     )
-    h = _entropy_last(t.pi)
+    h = _policy_entropy(t.pi)
     shape = grid.shape
     return DiversityCurve(
         beta=grid.copy(),
@@ -643,14 +668,14 @@ def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> Bes
     pis = np.stack([best_of_n_policy(ref_a, rew_a, int(k)) for k in flat])
     kls = np.array([float(best_of_n_kl(ref_a, rew_a, int(k))) for k in flat])
     betas = np.atleast_1d(np.asarray(beta_for_kl(ref_a, rew_a, kls), dtype=np.float64))
-    h_bon = _entropy_last(pis)
+    h_bon = _policy_entropy(pis)
     m = flat.size
     t = _tilt(
         np.broadcast_to(ref_a, (m, ref_a.size)),
         np.broadcast_to(rew_a, (m, ref_a.size)),
         betas[:, None],
     )
-    h_opt = _entropy_last(t.pi)
+    h_opt = _policy_entropy(t.pi)
     shape = nn.shape
     return BestOfNDiversity(
         n=nn.astype(np.int64),

@@ -113,13 +113,26 @@ class _Law(NamedTuple):
     tail: NDArray  # 1 - (F_minus / F)^n, (G,); mass = exp(n_log_f) * tail
 
 
+def _log_q(lv: _Levels) -> NDArray:
+    """log q per level; for a level holding most of the mass, ``log1p(-(below + above))``.
+
+    The level masses are sums of rounded normalised entries, so a dominant level's ``q``
+    can be 1 - 1.1e-16 where ``below + above`` (the exact complement, 1e-30 say) says
+    1 - 1e-30: ``log(q)`` would then carry an error of 1e-16 into ``u = log(pi_n / q)``,
+    and ``q u^2 / 2`` into a KL that may be 1e-31 (or exactly 0 for tied rewards).
+    """
+    q = lv.q
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(q >= 0.5, np.log1p(-(lv.below + lv.above)), np.log(q))
+
+
 def _law(lv: _Levels, n: NDArray | float) -> _Law:
     """Probability of each level under best-of-n; ``n`` a float or one float per row (B,)."""
     ng = n if np.ndim(n) == 0 else _per_level(lv, np.asarray(n))
     q, below, above = lv.q, lv.below, lv.above
     with np.errstate(divide="ignore", invalid="ignore", under="ignore", over="ignore"):
         if np.all(ng == 1):  # the reference itself; log_ratio is then exactly 0
-            return _Law(q, np.log(q), np.ones_like(q))
+            return _Law(q, _log_q(lv), np.ones_like(q))
         f = below + q
         small = f < 0.5
         # log F: from the bottom when F < 1/2, as log1p(-mass above) otherwise
@@ -128,7 +141,10 @@ def _law(lv: _Levels, n: NDArray | float) -> _Law:
         np.subtract(1.0, above, where=~small, out=f)
         frac = np.divide(q, f, out=f)
         np.minimum(frac, 1.0, out=frac)
-        tail = np.log1p(-frac)
+        # log(F_minus / F): log1p(-q/F) unless q dominates F, where 1 - q/F cancels and
+        # log(below) - log F is exact; -inf on the lowest level (F_minus = 0: tail exactly 1)
+        tail = np.where(frac > 0.5, np.log(below) - log_f, np.log1p(-frac))
+        tail = np.where(below > 0, tail, -np.inf)
         tail *= ng
         np.expm1(tail, out=tail)
         np.negative(tail, out=tail)  # 1 - (F_minus / F)^n
@@ -141,7 +157,7 @@ def _law(lv: _Levels, n: NDArray | float) -> _Law:
         one = ng == 1
         if np.any(one):  # rows with n = 1 in a batch
             mass = np.where(one, q, mass)
-            n_log_f = np.where(one, np.log(q), n_log_f)
+            n_log_f = np.where(one, _log_q(lv), n_log_f)
             tail = np.where(one, 1.0, tail)
     return _Law(mass, n_log_f, tail)
 
@@ -149,7 +165,7 @@ def _law(lv: _Levels, n: NDArray | float) -> _Law:
 def _log_ratio(lv: _Levels, law: _Law) -> NDArray:
     """u = log(mass / q) per level (0 on empty levels), from logs, so it never underflows."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        u = law.n_log_f + np.log(law.tail) - np.log(lv.q)
+        u = law.n_log_f + np.log(law.tail) - _log_q(lv)
     return np.where(lv.q > 0, u, 0.0)
 
 

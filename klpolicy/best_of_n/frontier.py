@@ -24,6 +24,7 @@ from ._law import (
     _kl_bound,
     _law,
     _levels,
+    _log_q,
     _per_level,
     _setup,
     _support_best,
@@ -192,8 +193,10 @@ def best_of_n_for_kl(
     lv = _levels(ref_b, rew_b)
     # supremum: -log of the reference mass on the best reward of the support
     c = _support_best(lv)
-    q_top = np.add.reduceat(np.where(lv.reward == _per_level(lv, c), lv.q, 0.0), lv.row_first)
-    sup = -np.log(q_top) + 0.0  # + 0.0: no '-0' in messages
+    # (log1p of the mass elsewhere where that mass is small: -log(q_top) rounded 1 - 7e-82 to 0)
+    top = lv.reward == _per_level(lv, c)
+    sup = -np.add.reduceat(np.where(top, _log_q(lv), 0.0), lv.row_first) + 0.0  # no '-0'
+
     over = tgt >= sup
     if over.any():
         i = int(np.flatnonzero(over)[0])

@@ -331,6 +331,7 @@ def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
       is a normal float and ``pi = w / sum(w)`` is exact to a few ulp (the careful
       path loses digits only where the true ``pi`` is subnormal; here nothing
       underflows, and no subnormal reference entry is used);
+    * ``(min r - c) / beta`` finite, off the support too (else a summand is ``-inf * 0``);
     * with statistics, ``(max r - min r) / beta >= 2`` on the support: there the
       careful path uses neither its mean-centred soft value (it does when
       ``max |r - E_ref r| < beta``) nor ``log1p`` for a log-partition near 0.
@@ -349,6 +350,9 @@ def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
         ok = (ib > 0) & np.isfinite(ib)
         ok &= (sw.rmax - sw.c) * ib + np.log(n) < high
         ok &= np.log(qpos) + (r_lo - sw.c) * ib > low
+        # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
+        # there, and the KL's and variance's summands -inf * 0 = NaN
+        ok &= np.isfinite((sw.rmin - sw.c) * ib)
         if stats:
             ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
     return ok

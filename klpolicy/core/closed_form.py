@@ -41,6 +41,7 @@ the careful path. See ``docs/performance.md``.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -49,6 +50,7 @@ from numpy.typing import ArrayLike, NDArray
 from . import _tilt as _kernel
 from . import _validation as V
 from ._tilt import _Tilt
+from .roots import monotone_root
 
 __all__ = [
     "Frontier",
@@ -61,6 +63,10 @@ __all__ = [
     "optimal_policy",
     "soft_value",
 ]
+
+# the float64 range of beta, in s = log(beta): the root finder's bracket
+_LOG_TINY = math.log(5e-324)
+_LOG_HUGE = math.log(np.finfo(np.float64).max)
 
 
 def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int):
@@ -581,7 +587,7 @@ def beta_for_kl(
     *,
     axis: int = -1,
     rtol: float = 1e-13,
-    max_iter: int = 200,
+    max_iter: int | None = None,
 ) -> NDArray[np.floating] | np.floating:
     r"""The coefficient at which the optimal policy spends a given KL budget.
 
@@ -602,7 +608,9 @@ def beta_for_kl(
     rtol : float, optional
         Relative tolerance on the attained KL.
     max_iter : int, optional
-        Iteration cap of the safeguarded Newton solver.
+        Iteration cap of the safeguarded Newton solver; a row still unresolved
+        then raises ``RuntimeError``. The default ``None`` sets no cap: the
+        solver's bisection safeguard ends every row after finitely many steps.
 
     Returns
     -------
@@ -691,56 +699,55 @@ def beta_for_kl(
     # the solver works on rows (rows, n); only rows still iterating are recomputed
     n = ref_b.shape[-1]
     ref_r, rew_r = ref_b.reshape(-1, n), rew_b.reshape(-1, n)
-    s, lo_shape = s.reshape(-1, 1), s.shape
-    active, safe_t = active.reshape(-1, 1), safe_t.reshape(-1, 1)
+    lo_shape = s.shape
+    act = np.nonzero(active.reshape(-1))[0]
+    log_t = np.log(safe_t.reshape(-1)[act])
+    n_rows = ref_r.shape[0]
 
     def g_and_slope(s_, rows):
-        """g and its slope for the given rows: one exp pass plus policy, KL and variance."""
-        every = rows.size == ref_r.shape[0]  # no copy while every row still iterates
-        sel = slice(None) if every else rows
-        t = _tilt(ref_r[sel], rew_r[sel], np.exp(s_[sel]), {"kl", "var"})
+        """g = log KL - log kl and dg/ds = -Var/KL for the given active rows."""
+        every = rows.size == n_rows  # no copy of the problem while every row iterates
+        sel = slice(None) if every else act[rows]
+        t = _tilt(ref_r[sel], rew_r[sel], np.exp(s_)[:, None], {"kl", "var"})
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.log(t.kl) - np.log(safe_t[sel]), -t.var / t.kl
+            return np.log(t.kl[:, 0]) - log_t[rows], -t.var[:, 0] / t.kl[:, 0]
 
-    # bracket: lo has g > 0 (KL too big, beta too small), hi has g < 0
-    lo = np.full_like(s, -np.inf)
-    hi = np.full_like(s, np.inf)
-    g, slope = np.zeros_like(s), np.zeros_like(s)
-    # expansion step while a row is not bracketed yet; it doubles at each expansion so that
-    # plateaus of the KL (rewards tied to 1e-290) are crossed in tens of steps, not hundreds
-    width = np.full_like(s, 2.0)
-    live = np.nonzero(active[:, 0])[0]
-    g[live], slope[live] = g_and_slope(s, live)
-    for _ in range(max_iter):
-        done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
-        if done.all():
-            break
-        lo = np.where(active & (g > 0), np.maximum(lo, s), lo)
-        hi = np.where(active & (g < 0), np.minimum(hi, s), hi)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            newton = s - g / slope
-        bracketed = np.isfinite(lo) & np.isfinite(hi)
-        ok = np.isfinite(newton) & (newton > lo) & (newton < hi)
-        # unbracketed side: expand geometrically in beta, with a growing stride
-        expand = np.where(g > 0, s + width, s - width)
-        with np.errstate(invalid="ignore"):
-            mid = 0.5 * (lo + hi)
-        step = np.where(ok, newton, np.where(bracketed, mid, expand))
-        # clamp Newton's step when not yet bracketed so it cannot jump absurdly far
-        step = np.where(~bracketed & ok, np.clip(newton, s - 8.0, s + 8.0), step)
-        width = np.where(~done & ~bracketed & ~ok, 2 * width, width)
-        s = np.where(done, s, step)
-        live = np.nonzero(~done[:, 0])[0]
-        g[live], slope[live] = g_and_slope(s, live)
-    else:
-        done = ~active | (np.abs(g) <= rtol) | (hi - lo <= 4 * np.finfo(float).eps * np.abs(s))
-        if not done.all():
-            bad = int(np.argwhere(~done[:, 0])[0][0])
+    # g decreases in s on the whole float range of beta: bracket it by that range
+    root = monotone_root(
+        g_and_slope,
+        _LOG_TINY,
+        _LOG_HUGE,
+        np.clip(s.reshape(-1)[act], _LOG_TINY, _LOG_HUGE),
+        increasing=False,
+        ftol=rtol,
+        max_iter=max_iter,
+    )
+    s_flat = np.zeros(ref_r.shape[0])
+    s_flat[act] = root.x
+    if not root.converged.all():
+        # a true beta below the smallest float: the closer of 0 and 5e-324 (a Python loop,
+        # but only over such rows: kl within a few ulp of max_kl, where the KL is flat)
+        for i in np.flatnonzero(~root.converged & (root.outside < 0)):
+            r = int(act[i])
+            km = float(_greedy_kl(ref_r[r : r + 1], rew_r[r : r + 1])[0])
+            t_r = float(safe_t.reshape(-1)[r])
+            at_tiny = t_r * math.exp(float(root.f[i]))
+            s_flat[r] = -np.inf if abs(km - t_r) <= abs(at_tiny - t_r) else _LOG_TINY
+        if (~root.converged & (root.outside >= 0)).any():
+            bad = int(np.argmax(~root.converged & (root.outside >= 0)))
+            row = int(act[bad])
+            t_r = float(safe_t.reshape(-1)[row])
+            if root.outside[bad] > 0:
+                raise ValueError(
+                    f"`kl` = {t_r:g} is reached only at a beta above the largest float64 "
+                    f"(1.8e308) for row {row}; scale `reward` down"
+                )
             raise RuntimeError(
                 f"beta_for_kl did not converge in {max_iter} iterations (first unconverged row "
-                f"{bad}, relative KL error {float(np.expm1(abs(g[bad, 0]))):.3g}); "
+                f"{row}, relative KL error {math.expm1(abs(float(root.f[bad]))):.3g}); "
                 "raise `max_iter` or report the problem"
             )
+    s = s_flat.reshape(lo_shape)
     s = s.reshape(lo_shape)
     beta = np.where(at_zero, np.inf, np.where(at_max, 0.0, np.exp(s)))
     return beta[..., 0][()]

@@ -290,12 +290,24 @@ def _entropy_last(p: NDArray) -> NDArray:
 
 
 def _cross_entropy_last(p: NDArray, q: NDArray) -> NDArray:
-    """-sum p log q along the last axis for validated arrays; inf where p > 0 = q, float64."""
+    """H(p/W_p, q/W_q) along the last axis for validated arrays; inf where p > 0 = q, float64.
+
+    ``-sum(p log q) / W_p + log W_q``, with ``log W_q = log1p(W_q - 1)`` and
+    ``W_q - 1 = (max q - 1) + (the other entries)`` (the first difference is exact), so
+    that rows normalised only to rounding are treated as exactly normalised, as in
+    :func:`kl_divergence`: ``q = [7.9e-146, 1]`` sums to 1 in float64, yet its second
+    entry, normalised, is ``1 - 7.9e-146``.
+    """
     p64 = p.astype(np.float64, copy=False)
     q64 = q.astype(np.float64, copy=False)
+    p64, q64 = np.broadcast_arrays(p64, q64)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p64 > 0, -p64 * np.log(q64), 0.0)
-    return terms.sum(axis=-1)
+        top = np.argmax(q64, axis=-1)[..., None]
+        qmax = np.take_along_axis(q64, top, axis=-1)[..., 0]
+        rest = np.where(np.arange(q64.shape[-1]) == top, 0.0, q64).sum(axis=-1)
+        log_wq = np.log1p((qmax - 1.0) + rest)
+        return terms.sum(axis=-1) / p64.sum(axis=-1) + log_wq
 
 
 def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floating:
@@ -387,8 +399,12 @@ def cross_entropy(
     Notes
     -----
     Every summand :math:`-p \log q` is non-negative for :math:`q \le 1`, so the
-    sum is accurate to a few ulp relative. The entries are used as given (no
-    renormalisation). :math:`H(p, q) - H(p)` equals :math:`\mathrm{KL}(p\|q)`
+    sum is accurate to a few ulp relative. As in :func:`kl_divergence`, rows
+    that sum to one only within rounding are treated as the exactly normalised
+    ``p/sum(p)`` and ``q/sum(q)``: the sum is divided by ``sum(p)`` and
+    ``log(sum(q))`` is added, computed from ``(max q - 1) + (the rest)``
+    so that ``q = [7.9e-146, 1.0]`` gives ``H([0, 1], q) = 7.9e-146``.
+    :math:`H(p, q) - H(p)` equals :math:`\mathrm{KL}(p\|q)`
     up to rounding of the two sums; when the KL is small compared with
     :math:`H(p)` that difference loses its relative precision, so compute the
     KL itself with :func:`kl_divergence`.

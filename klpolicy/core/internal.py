@@ -31,6 +31,9 @@ kl_last(p, q), entropy_last(p), cross_entropy_last(p, q)
 expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
     Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
+monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Roots
+    The one root finder for monotone inverses: safeguarded Newton with bisection,
+    vectorised over rows, guaranteed to terminate, unconverged rows flagged.
 """
 
 from . import _validation as validation
@@ -48,11 +51,13 @@ from .divergences import _cross_entropy_last as cross_entropy_last
 from .divergences import _entropy_last as entropy_last
 from .divergences import _kl_last as kl_last
 from .divergences import _pair as pair
+from .roots import Roots, monotone_root
 
 __all__ = [
     "EXPM1MX_COEFFICIENTS",
     "SERIES_RADIUS",
     "TILT_ALL",
+    "Roots",
     "Tilt",
     "cross_entropy_last",
     "entropy_last",
@@ -61,6 +66,7 @@ __all__ = [
     "kl_last",
     "kl_terms",
     "kl_unit_series",
+    "monotone_root",
     "pair",
     "prepare",
     "restore",

@@ -85,7 +85,12 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
     m = np.asarray(mu, dtype=np.float64)
     if not np.isfinite(m).all():
         raise ValueError(f"`mu` must be finite; got {mu!r}")
-    mean, var = row.gaussian_moments(m)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, var = row.gaussian_moments(m)
+        # mu^2 overflows from |mu| ~ 1.3e154: the moments are then +inf (not inf - inf = NaN)
+        huge = ~np.isfinite(m * m)
+        mean = np.where(huge, np.inf, mean)
+        var = np.where(huge, np.inf, var)
     return np.asarray(mean)[()], np.asarray(var)[()]
 
 

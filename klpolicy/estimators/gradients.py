@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 from scipy import special
 
 from ..core import optimal_policy
+from ..core.internal import monotone_root
 from ..core.internal import restore as _restore
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V
@@ -237,7 +238,7 @@ def _forward_kl_optimum(ref: NDArray, rew: NDArray, b: NDArray) -> NDArray:
 
     pi_j = ref_j / (u + d_j), d_j = (r_max - r_j)/beta, with u in [W_best, 1]
     the unique root of sum_j ref_j / (u + d_j) = 1 (W_best: the reference
-    mass on the best rewards). Bisection on log u, then Newton polishing.
+    mass on the best rewards). Safeguarded Newton on log u (klpolicy.core.roots).
     """
     support = ref > 0
     ref_n = ref / ref.sum(-1, keepdims=True)
@@ -248,21 +249,26 @@ def _forward_kl_optimum(ref: NDArray, rew: NDArray, b: NDArray) -> NDArray:
         d = np.where(b == 0, np.where(support & (rew == c), 0.0, np.inf), d)
     w_best = np.sum(np.where(d == 0, ref_n, 0), -1, keepdims=True)
 
-    def f(u):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.sum(np.where(support, ref_n / (u + d), 0), -1, keepdims=True) - 1.0
+    full = np.broadcast_shapes(ref_n.shape, d.shape)
+    q2 = np.broadcast_to(ref_n, full).reshape(-1, full[-1])
+    d2 = np.broadcast_to(d, full).reshape(-1, full[-1])
+    sup2 = np.broadcast_to(support, full).reshape(-1, full[-1])
+    shape = full[:-1] + (1,)
 
-    lo, hi = np.log(w_best), np.zeros_like(w_best)
-    for _ in range(110):
-        mid = 0.5 * (lo + hi)
-        pos = f(np.exp(mid)) > 0
-        lo, hi = np.where(pos, mid, lo), np.where(pos, hi, mid)
-    u = np.exp(0.5 * (lo + hi))
-    for _ in range(2):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fp = -np.sum(np.where(support, ref_n / (u + d) ** 2, 0), -1, keepdims=True)
-            step = np.where(fp < 0, f(u) / fp, 0)
-        u = np.clip(u - step, w_best, 1.0)
+    def h(s, rows):
+        """f(e^s) = sum ref / (e^s + d) - 1 (decreasing) and its slope in s."""
+        u = np.exp(s)[:, None]
+        q, dd = q2[rows], d2[rows]
+        keep = sup2[rows]
+        w = np.where(keep, q / (u + dd), 0)
+        return w.sum(-1) - 1.0, -u[:, 0] * np.sum(np.where(keep, w / (u + dd), 0), -1)
+
+    # the root lies in [log W_best, 0]: f(W_best) >= 0 >= f(1); a root at an end (beta = inf
+    # or 0) comes back flagged "outside" at that end, which is then the answer
+    lo = np.broadcast_to(np.log(w_best), shape).reshape(-1)
+    root = monotone_root(h, lo, 0.0, increasing=False, ftol=4 * np.finfo(np.float64).eps)
+    s_root = np.where(root.outside > 0, 0.0, np.where(root.outside < 0, lo, root.x))
+    u = np.exp(s_root).reshape(shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         pi = np.where(support, ref_n / (u + d), 0)
     return pi / pi.sum(-1, keepdims=True)
@@ -429,8 +435,8 @@ def fixed_point(
     :math:`u = (\beta + m - r_{max})/\beta` and :math:`d_j = (r_{max} - r_j)/\beta`,
     :math:`\pi_j = \pi_{ref}(j)/(u + d_j)` and :math:`u` is the unique root in
     :math:`[\pi_{ref}(\arg\max r), 1]` of the decreasing function
-    :math:`\sum_j \pi_{ref}(j)/(u + d_j) - 1`, found by bisection on
-    :math:`\log u` and polished with Newton steps. It agrees with
+    :math:`\sum_j \pi_{ref}(j)/(u + d_j) - 1`, found by safeguarded Newton
+    steps on :math:`\log u` inside that bracket. It agrees with
     :math:`\pi^*_\beta` to first order in :math:`1/\beta`, but its tails are
     polynomial, :math:`u/(u + d_j)`, rather than :math:`e^{-d_j}`: at small
     ``beta`` it keeps far more mass on bad responses and never becomes greedy.

@@ -141,11 +141,17 @@ def _abs_bias(pn, qn, ell, q_out):
 
 
 def _abs_gaussian(mu: NDArray) -> tuple[NDArray, NDArray]:
+    # E|l| = mu^2/2 + delta with delta = E|l| - E l >= 0 (erfc: no 1 - erf cancellation);
+    # Var|l| = Var l - delta (E|l| + E l): the mu^4/4 terms cancel analytically, not in
+    # floating point (they swamped Var l = mu^2 from mu ~ 1e6)
     m2, a = mu * mu, np.abs(mu)
-    mean = a * math.sqrt(2 / math.pi) * np.exp(-m2 / 8) + 0.5 * m2 * special.erf(
-        a / (2 * math.sqrt(2))
-    )
-    return mean, m2 + m2 * m2 / 4 - mean * mean
+    with np.errstate(over="ignore", invalid="ignore"):
+        delta = a * math.sqrt(2 / math.pi) * np.exp(-m2 / 8) - 0.5 * m2 * special.erfc(
+            a / (2 * math.sqrt(2))
+        )
+    delta = np.where(np.isfinite(delta), np.maximum(delta, 0.0), 0.0)
+    mean = 0.5 * m2 + delta
+    return mean, m2 - delta * (mean + 0.5 * m2)
 
 
 def _rows() -> dict[str, Estimator]:

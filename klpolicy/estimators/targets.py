@@ -193,6 +193,7 @@ def grpo_fixed_point(
 
     start = np.log(qs)
     start = start[:-1] - start[-1]
+    # scipy's hybrid Powell, not core.roots: a system in n - 1 logits, not a monotone scalar
     from scipy import optimize  # lazy: `import klpolicy` must not load scipy.optimize
 
     sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-14})

@@ -638,15 +638,21 @@ def estimator_histograms(
     ax = _axes(ax)
     for i, name in enumerate(estimators):
         vals = getattr(est, name)(logp, logq)
-        ax.hist(
-            vals,
-            bins=bins,
-            histtype="step",
-            linewidth=2,
-            label=f"{name} (mean {vals.mean():.3f})",
-            **_style(i),
-        )
-    ax.axvline(float(kl_divergence(p_a, q_a)), color="black", linestyle=":", label="true KL")
+        # samples where q = 0 give infinite estimates (the KL is then infinite too): the
+        # histogram shows the finite ones and the label says how many are not
+        finite = np.isfinite(vals)
+        label = f"{name} (mean {vals.mean():.3f})"
+        if not finite.all():
+            label = f"{name} ({np.count_nonzero(~finite)} of {n} samples infinite: q = 0)"
+        if finite.any():
+            ax.hist(vals[finite], bins=bins, histtype="step", linewidth=2, label=label, **_style(i))
+        else:
+            ax.plot([], [], label=label, **_style(i))
+    true_kl = float(kl_divergence(p_a, q_a))
+    if np.isfinite(true_kl):
+        ax.axvline(true_kl, color="black", linestyle=":", label="true KL")
+    else:
+        ax.plot([], [], color="black", linestyle=":", label="true KL = inf (p > 0 where q = 0)")
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
     ax.set_title("KL estimators: per-sample spread")

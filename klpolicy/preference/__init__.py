@@ -8,10 +8,22 @@ preferences with reward ``r`` its population optimum is ``pi* = ref exp(r / beta
 * :mod:`~klpolicy.preference.optima`: Bradley-Terry, the exact population optima,
   implicit rewards.
 * :mod:`~klpolicy.preference.solvers`: the convex solvers behind the optima.
+* :mod:`~klpolicy.preference.registry`: :data:`LOSSES`, one row per pair loss (TRL's
+  ``loss_type`` values) with its value, gradient, options and paper.
+* :mod:`~klpolicy.preference.family`: :func:`population_loss`, :func:`population_optimum`
+  and :func:`optimum_set` for every row of the registry.
 * :mod:`~klpolicy.preference.data`: sampling preference counts and fitting DPO to them.
 """
 
 from .data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
+from .family import (
+    LossComparison,
+    OptimumSet,
+    compare_losses,
+    optimum_set,
+    population_loss,
+    population_optimum,
+)
 from .losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 from .optima import (
     RewardDecomposition,
@@ -21,14 +33,21 @@ from .optima import (
     ipo_optimum,
     reward_decomposition,
 )
+from .registry import LOSSES, LossOption, PairLoss
 from .solvers import laplacian_solve, minimise_pair_loss
 from .tabular import empirical_dpo_loss, population_dpo_loss, population_ipo_loss
 
 __all__ = [
+    "LOSSES",
     "DPOFit",
+    "LossComparison",
+    "LossOption",
+    "OptimumSet",
     "PairGradient",
+    "PairLoss",
     "RewardDecomposition",
     "bradley_terry",
+    "compare_losses",
     "dpo_loss",
     "dpo_loss_grad",
     "dpo_optimum",
@@ -41,8 +60,11 @@ __all__ = [
     "ipo_optimum",
     "laplacian_solve",
     "minimise_pair_loss",
+    "optimum_set",
     "population_dpo_loss",
     "population_ipo_loss",
+    "population_loss",
+    "population_optimum",
     "reward_decomposition",
     "sample_preference_counts",
 ]

@@ -43,7 +43,7 @@ from ..core import optimal_policy
 from ..core.internal import setup as _setup
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
-from .solvers import laplacian_solve, minimise_pair_loss
+from .solvers import consistent_potentials, laplacian_solve, minimise_pair_loss
 from .tabular import (
     _normalise,
     _ref_1d,
@@ -342,7 +342,25 @@ def dpo_optimum(
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
     w = _win_weights(ref_a, preferences, mu, eps)
-    return _normalise(ref_a, minimise_pair_loss(w, ref_a > 0, b, kind="dpo"))
+    # additive log-odds (Bradley-Terry): every pair is at its own optimum, so the answer is
+    # the closed form, exact at any beta (1e-310 too) and whatever the pair masses (1e-300
+    # products underflow; the Newton solve on such weights was singular or stopped early)
+    support = ref_a > 0
+    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    if eps:
+        p = (1 - eps) * p + eps * p.T
+    if mu is None or np.ndim(mu) == 1:
+        m = ref_a if mu is None else np.asarray(mu, dtype=np.float64)
+        compared = np.outer(m > 0, m > 0)
+    else:
+        joint = np.asarray(mu, dtype=np.float64)
+        compared = (joint + joint.T) > 0
+    with np.errstate(divide="ignore"):
+        logit = np.log(p) - np.log(p.T)
+    a = consistent_potentials(logit, compared & np.outer(support, support), support)
+    if a is not None:
+        return optimal_policy(ref_a, a, b)
+    return _normalise(ref_a, minimise_pair_loss(w, support, b, kind="dpo"))
 
 
 def ipo_optimum(

@@ -17,11 +17,13 @@ coordinate to 0; the callers normalise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-__all__ = ["laplacian_solve", "minimise_pair_loss"]
+__all__ = ["consistent_potentials", "laplacian_solve", "minimise_pair_loss"]
 
 _LOGIT_CLIP = 700.0
 
@@ -64,9 +66,52 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
     a = sym[np.ix_(idx, idx)].copy()
     np.fill_diagonal(a, 0.0)
     lap = np.diag(a.sum(axis=1)) - a
-    sub = np.linalg.solve(lap[:-1, :-1], rhs[idx][:-1])
+    try:
+        sub = np.linalg.solve(lap[:-1, :-1], rhs[idx][:-1])
+    except np.linalg.LinAlgError:
+        # weights spanning hundreds of decades (pair masses of 1e-300) can make the matrix
+        # numerically singular although the graph is connected: take the least-squares point
+        sub = np.linalg.lstsq(lap[:-1, :-1], rhs[idx][:-1], rcond=None)[0]
     g[idx[:-1]] = sub
     return g
+
+
+def consistent_potentials(logit: NDArray, compared: NDArray, support: NDArray) -> NDArray | None:
+    """Potentials ``a`` with ``logit[i, j] = a_i - a_j`` on every compared pair, or ``None``.
+
+    When the preferences' log-odds are additive on the pairs (Bradley-Terry, and anything
+    equivalent), every pair's loss is minimised at once by ``beta g = a``, whatever the
+    pair weights: the population optimum is then the closed form with reward ``a``,
+    independent of weights that may span hundreds of decades (pair masses of 1e-300) or
+    underflow. ``a`` is the unweighted least-squares fit (a well-conditioned graph
+    Laplacian); it is accepted when it reproduces every compared pair's log-odds to
+    rounding. ``None`` when a compared pair is deterministic (infinite log-odds), when the
+    compared pairs do not connect the support, or when the log-odds are not additive.
+    """
+    idx = np.flatnonzero(support)
+    if idx.size <= 1:
+        return np.zeros(logit.shape[0])
+    sub = compared[np.ix_(idx, idx)].copy()
+    np.fill_diagonal(sub, False)
+    lg = logit[np.ix_(idx, idx)]
+    if not np.all(np.isfinite(lg[sub])):
+        return None
+    from scipy.sparse import csr_matrix  # lazy: keeps `import klpolicy` light
+    from scipy.sparse.csgraph import connected_components
+
+    n_comp, _ = connected_components(csr_matrix(sub), directed=False)
+    if n_comp > 1:
+        return None
+    adj = sub.astype(np.float64)
+    lg = np.where(sub, lg, 0.0)
+    a = laplacian_solve(adj, np.sum(lg, axis=1), np.ones(idx.size, bool))
+    resid = np.abs(lg - (a[:, None] - a[None, :]))[sub]
+    tol = 64 * np.finfo(np.float64).eps * (1.0 + float(np.max(np.abs(lg))))
+    if resid.size and not float(np.max(resid)) <= tol:
+        return None
+    out = np.zeros(logit.shape[0])
+    out[idx] = a
+    return out
 
 
 def _softplus(x: NDArray) -> NDArray:
@@ -202,3 +247,115 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
     inner = sub[np.ix_(top, top)]
     g[idx[top]] = _newton(inner, beta)
     return g
+
+
+def _minimise_margin_loss(
+    w: NDArray,
+    support: NDArray,
+    solve: Callable[[NDArray], NDArray],
+    *,
+    what: str,
+    runaway: bool = True,
+) -> NDArray:
+    """Log-ratio scores minimising ``sum w_ij phi(x_i - x_j)`` for a margin loss ``phi``.
+
+    The same connectivity and deterministic-limit logic as :func:`minimise_pair_loss`
+    (for losses with ``phi(+inf) = inf phi``, so that a group that wins all its
+    comparisons with probability one runs away), with ``solve(sub)`` the minimiser on a
+    strongly connected block (last coordinate pinned to 0). ``runaway=False`` for losses
+    whose per-pair minimiser is finite also for deterministic pairs (solved directly).
+    """
+    n = w.shape[0]
+    idx = np.flatnonzero(support)
+    g = np.zeros(n)
+    if idx.size <= 1:
+        return g
+    sub = w[np.ix_(idx, idx)].copy()
+    np.fill_diagonal(sub, 0.0)
+    _check_connected(sub + sub.T, np.arange(idx.size))
+    n_scc, labels = connected_components(csr_matrix(sub > 0), directed=True, connection="strong")
+    if n_scc == 1 or not runaway:
+        g[idx] = solve(sub)
+        return g
+    beaten = np.zeros(n_scc, bool)
+    rows, cols = np.nonzero(sub > 0)
+    for a, b in zip(rows, cols, strict=True):
+        if labels[a] != labels[b]:
+            beaten[labels[b]] = True
+    tops = np.flatnonzero(~beaten)
+    if tops.size > 1:
+        groups = [sorted(int(i) for i in idx[labels == c]) for c in tops]
+        raise ValueError(
+            f"the population {what} loss has no unique limit: the groups of outcomes "
+            f"{groups} each win all their drawn comparisons with the others with probability 1, "
+            "and the pairs do not fix their relative mass"
+        )
+    top = labels == tops[0]
+    g[idx] = -np.inf
+    g[idx[top]] = solve(sub[np.ix_(top, top)])
+    return g
+
+
+def _margin_newton(
+    w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 300
+) -> NDArray[np.float64]:
+    """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x`` with ``x[-1] = 0`` (``w`` zero-diagonal).
+
+    Newton's method with a Jacobi-scaled solve and an Armijo line search; where the
+    Hessian is not positive definite on the gauge-fixed space (non-convex losses) the
+    step falls back to the scaled gradient. Stops at a step below ``1e-15 max(1, |x|)``.
+    """
+    k = w.shape[0]
+    if k == 1:
+        return np.zeros(1)
+    mask = w > 0
+
+    def value(x):
+        d = x[:, None] - x[None, :]
+        return float(np.sum(np.where(mask, w * phi(d), 0.0)))
+
+    def grad_hess(x):
+        d = x[:, None] - x[None, :]
+        c = np.where(mask, w * d1(d), 0.0)
+        grad = c.sum(axis=1) - c.sum(axis=0)
+        e = np.where(mask, w * d2(d), 0.0)
+        e = e + e.T
+        return grad, np.diag(e.sum(axis=1)) - e
+
+    x = np.asarray(x0, float) - x0[-1]
+    f = value(x)
+    grad, hess = grad_hess(x)
+    for _ in range(max_iter):
+        if not grad[:-1].any():
+            break
+        h = hess[:-1, :-1]
+        dscale = np.sqrt(np.maximum(np.abs(np.diag(h)), np.finfo(float).tiny))
+        d = _scaled_solve(h, -grad[:-1])
+        slope = float(grad[:-1] @ d)
+        if not np.isfinite(slope) or slope >= 0:  # not a descent direction: scaled gradient
+            d = -grad[:-1] / dscale**2
+            slope = float(grad[:-1] @ d)
+        step = np.append(d, 0.0)
+        scale = max(1.0, float(np.max(np.abs(x))))
+        if np.max(np.abs(step)) <= 1e-15 * scale:
+            x = x + step
+            break
+        gnorm = float(np.linalg.norm(grad[:-1] / dscale))
+        t, accepted = 1.0, False
+        while t * np.max(np.abs(step)) > 1e-16 * scale:
+            x_new = x + t * step
+            f_new = value(x_new)
+            grad_new, hess_new = grad_hess(x_new)
+            if f_new <= f + 1e-4 * t * slope:
+                accepted = True
+            elif abs(f_new - f) <= 1e-14 * abs(f) and (
+                np.linalg.norm(grad_new[:-1] / dscale) < gnorm
+            ):
+                accepted = True
+            if accepted:
+                break
+            t *= 0.5
+        if not accepted:
+            break
+        x, f, grad, hess = x_new, f_new, grad_new, hess_new
+    return x

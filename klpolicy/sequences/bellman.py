@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import logsumexp
 
 from ..core.internal import kl_last as _kl_last
 from ..core.internal import tilt as _tilt
@@ -171,10 +172,40 @@ def soft_bellman(
     values[T] = rew
     if b == 0:
         return _greedy_bellman(ref, rew, tr, dtype)
+    # |V| / beta bounds the exponent error eps |V| / beta of the one-sum recursion below:
+    # under 64 (1.4e-14) it is exact enough and about 3x faster than the split one
+    bound = float(np.max(np.abs(rew))) + sum(float(np.max(np.abs(x))) for x in (tr or []))
+    if b == np.inf or bound <= 64 * b:  # at beta = inf: the mean return, nothing to split
+        for t in range(T - 1, -1, -1):
+            q = values[t + 1] if tr is None else tr[t].astype(dtype, copy=False) + values[t + 1]
+            res = _tilt(ref[t], q, np.full((1,) * (t + 1), b, dtype=dtype), {"pi", "value"})
+            policy[t], qs[t], values[t] = res.pi, q, res.value[..., 0][()]
+        return SoftBellman(policy, values, qs)
+    # V_t = H_t + beta L_t is carried as its two parts: H the hard (max) value and L the log
+    # reference mass near it. Summed, beta L drowns in H's rounding at tiny beta (1e6 +
+    # 1e-12 log 0.3 is 1e6), and the policy above would lose which subtree holds more
+    # mass; L enters the next level as a reweighted reference, ref e^L (normalised).
+    hard, logm = rew, np.zeros(rew.shape)
     for t in range(T - 1, -1, -1):
         q = values[t + 1] if tr is None else tr[t].astype(dtype, copy=False) + values[t + 1]
-        res = _tilt(ref[t], q, np.full((1,) * (t + 1), b, dtype=dtype), {"pi", "value"})
-        policy[t], qs[t], values[t] = res.pi, q, res.value[..., 0][()]
+        qh = hard if tr is None else tr[t].astype(dtype, copy=False) + hard
+        support = ref[t] > 0
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            logw = np.where(support, np.log(np.where(support, ref[t], 1.0)) + logm, -np.inf)
+            top = np.max(logw, axis=-1, keepdims=True)
+            w = np.exp(logw - top)
+            tot = w.sum(axis=-1, keepdims=True)
+            ref_eff = (w / tot).astype(dtype, copy=False)
+        beta_t = np.full((1,) * (t + 1), b, dtype=dtype)
+        res = _tilt(ref_eff, qh, beta_t, {"pi", "value"})
+        shift = (top + np.log(tot))[..., 0]  # log sum ref e^L
+        c = np.max(np.where(support, qh, -np.inf), axis=-1)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+            z = np.where(support, (qh - c[..., None]) / b, 0.0)
+            lz = logsumexp(np.where(support, np.log(ref_eff) + z, -np.inf), axis=-1)
+        policy[t], qs[t] = res.pi, q
+        values[t] = np.asarray(res.value[..., 0] + b * shift, dtype=dtype)[()]
+        hard, logm = c, shift + lz
     return SoftBellman(policy, values, qs)
 
 

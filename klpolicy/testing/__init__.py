@@ -29,8 +29,13 @@ _CHECKS = (
 )
 
 
+_LOSS_CHECKS = ("check_pair_loss",)
+
+
 def __getattr__(name: str) -> Any:
     # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
+    if name in _LOSS_CHECKS:
+        return getattr(importlib.import_module("._checks_losses", __name__), name)
     if name in _CHECKS:
         return getattr(importlib.import_module(".checks", __name__), name)
     if name in ("strategies", "checks"):
@@ -39,7 +44,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_CHECKS, "strategies", "checks"])
+    return sorted([*globals(), *_CHECKS, *_LOSS_CHECKS, "strategies", "checks"])
 
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "check_kl_divergence",
     "check_kl_estimator",
     "check_optimal_policy",
+    "check_pair_loss",
     "check_soft_value",
     "strategies",
 ]

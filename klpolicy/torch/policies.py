@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from numpy.typing import ArrayLike
 
+from klpolicy.core.internal import validation as V
+
 __all__ = [
     "AutoregressivePolicy",
     "TabularConditionals",
@@ -114,7 +116,8 @@ class TabularPolicy(torch.nn.Module):
 
     def __init__(self, probs: ArrayLike, *, device=None, dtype=torch.float64):
         super().__init__()
-        p = torch.as_tensor(np.atleast_2d(np.asarray(probs, dtype=np.float64)), dtype=dtype)
+        # NaN would fail `p > 0` and silently leave the support: validate as distributions
+        p = torch.as_tensor(np.atleast_2d(V.as_probabilities("probs", probs)), dtype=dtype)
         p = p.to(default_device(device))
         self.register_buffer("mask", p > 0)
         self.logits = torch.nn.Parameter(torch.where(p > 0, torch.log(p.clamp_min(1e-300)), 0.0))

@@ -192,8 +192,21 @@ def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, prog
         _progress(i, steps, float(dist) if progress else 0.0, progress)
     seconds = time.perf_counter() - start
     table = torch.stack(rows).cpu().numpy()
+    _check_diverged(table[:, 3], steps, lr if method != "trust_region" else None)
     hist = dict(zip(("loss", "reward", "kl", "distance", "beta"), table.T, strict=True))
     return hist, steps / seconds
+
+
+def _check_diverged(distance: np.ndarray, steps: int, lr) -> None:
+    """Raise when training left the finite numbers (checked once, after the loop: no sync)."""
+    bad = ~np.isfinite(distance)
+    if bad.any():
+        k = int(np.argmax(bad))
+        why = f"`lr` = {lr:g} is too large for this problem; use a smaller one" if lr else ""
+        raise ValueError(
+            f"training diverged: the policy became non-finite at step {k + 1} of {steps}"
+            + (f"; {why}" if why else "")
+        )
 
 
 def fit_policy(
@@ -486,9 +499,11 @@ def fit_reference(
         weights = (counts / n)[None, :]
     w = torch.as_tensor(weights, dtype=dtype, device=dev)
     q = torch.as_tensor(joint.reshape(1, -1), dtype=dtype, device=dev)
-    opt = torch.optim.Adam(model.parameters(), lr=V.as_positive_scalar("lr", lr))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
+    # steps = 0 is refused (a positive count), before the schedule divides by it
     steps = V.as_positive_int("steps", steps)
+    lr = V.as_positive_scalar("lr", lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: max(0.0, 1.0 - i / steps))
     rows = []
     start = time.perf_counter()
     for i in range(steps):
@@ -514,5 +529,6 @@ def fit_reference(
         _progress(i, steps, float(dist), progress)
     sps = steps / (time.perf_counter() - start)
     table = np.array(rows)
+    _check_diverged(table[:, 3], steps, lr)
     hist = dict(zip(("loss", "reward", "kl", "distance", "beta"), table.T, strict=True))
     return FitResult(model.conditionals(), hist, joint, model, "sft", sps)

@@ -1,0 +1,999 @@
+r"""Population losses and exact population optima for every row of :data:`LOSSES`.
+
+A tabular problem: outcomes ``0..n-1``, a reference ``ref``, a pair law ``mu``
+and preferences ``P``; the pair (winner ``i``, loser ``j``) is observed with
+probability ``W[i, j] = (mu[i, j] + mu[j, i]) P[i, j]`` (pairs of identical
+responses included), exactly as :func:`population_dpo_loss` weighs them. With the
+log-ratios :math:`g = \log(\pi/\pi_{ref})`, a per-pair loss
+:math:`\ell(a, b)` has the population loss
+:math:`\mathcal{L}(\pi) = \sum_{ij} W_{ij}\,\ell(g_i, g_j)`.
+Public names are re-exported by :mod:`klpolicy.preference`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import expit, logit
+
+from ..core.internal import validation as V
+from .registry import LOSSES, get_loss
+from .solvers import (
+    _check_connected,
+    _margin_newton,
+    _minimise_margin_loss,
+    laplacian_solve,
+    minimise_pair_loss,
+)
+from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
+
+__all__ = [
+    "LossComparison",
+    "OptimumSet",
+    "compare_losses",
+    "optimum_set",
+    "population_loss",
+    "population_optimum",
+]
+
+
+# ---------------------------------------------------------------------------
+# population losses
+# ---------------------------------------------------------------------------
+
+
+def _quantile_coupling(left_vals, left_w, right_vals, right_w, psi):
+    """Integral over u in (0, 1) of psi(Q_left(u) - Q_right(u)) for two discrete laws."""
+    ol, orr = np.argsort(left_vals, kind="stable"), np.argsort(right_vals, kind="stable")
+    lv, lw = left_vals[ol], left_w[ol]
+    rv, rw = right_vals[orr], right_w[orr]
+    cl, cr = np.cumsum(lw), np.cumsum(rw)
+    total = max(cl[-1], cr[-1])
+    cl[-1] = cr[-1] = total
+    cuts = np.union1d(cl, cr)
+    lo = np.concatenate([[0.0], cuts[:-1]])
+    widths = cuts - lo
+    keep = widths > 0
+    mids_right = cuts[keep]
+    # the atom covering the interval (lo, cut]: first index whose cumulative mass reaches cut
+    il = np.minimum(np.searchsorted(cl, mids_right, side="left"), lv.size - 1)
+    ir = np.minimum(np.searchsorted(cr, mids_right, side="left"), rv.size - 1)
+    return float(np.sum(widths[keep] * psi(lv[il] - rv[ir])))
+
+
+def population_loss(
+    policy: ArrayLike,
+    ref: ArrayLike,
+    preferences: ArrayLike,
+    beta: float,
+    *,
+    loss: str = "sigmoid",
+    mu: ArrayLike | None = None,
+    **options: float,
+) -> float:
+    r"""Expected loss of a tabular policy for any pair loss of :data:`LOSSES`.
+
+    .. math::
+
+        \mathcal{L}(\pi) = \sum_{i,j} W_{ij}\,\ell\big(g_i, g_j\big),\qquad
+        W_{ij} = (\mu_{ij} + \mu_{ji})P_{ij},\qquad g = \log\frac{\pi}{\pi_{ref}}
+
+    and for the batch-sorting losses (``aot``, ``aot_pair``) the large-batch limit of
+    TRL's batch mean: the quantile coupling of the two laws it sorts,
+
+    .. math::
+
+        \mathcal{L}_{aot\_pair}(\pi) = \int_0^1 \psi\big(\beta\,(Q_a(u) - Q_b(u))\big)\,du,
+
+    with :math:`Q_a`, :math:`Q_b` the quantile functions of the chosen and rejected
+    log-ratios under ``W`` and :math:`\psi` the (label-smoothed) sigmoid loss; ``aot``
+    sorts the policy's log-odds :math:`\log\pi_i - \log\pi_j` and the reference's
+    instead.
+
+    Parameters
+    ----------
+    policy : array_like
+        The policy, shape ``(n,)``; positive on every outcome the pairs involve.
+    ref : array_like
+        Reference distribution, shape ``(n,)``.
+    preferences : array_like
+        ``P[i, j]`` = probability that ``i`` is preferred to ``j``, ``(n, n)``.
+    beta : float
+        Positive, finite coefficient (TRL's ``beta``; IPO's :math:`\tau`).
+    loss : str, optional
+        A key of :data:`LOSSES` (default ``"sigmoid"``).
+    mu : array_like, optional
+        Pair law: ``None`` (``ref x ref``), a vector or an ``(n, n)`` joint law.
+    **options
+        The loss's options (see ``LOSSES[loss].options``), validated by name.
+
+    Returns
+    -------
+    float
+        The expected per-pair loss.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``loss`` or option, an option out of range, or invalid
+        ``policy``, ``ref``, ``preferences``, ``mu`` or ``beta``.
+
+    Notes
+    -----
+    ``loss="sigmoid"`` runs the same computation as :func:`population_dpo_loss`
+    (label smoothing folded into the weights) and returns the same float. Only
+    log-ratios of outcomes the pairs involve enter. For a batch of ``N`` pairs
+    replicated in the proportions ``W`` (``N W`` integers), TRL's batch mean of a
+    sorting loss equals the quantile integral above exactly.
+
+    References
+    ----------
+    .. [1] Rafailov et al., 2023, arXiv:2305.18290; the rows of :data:`LOSSES`.
+    .. [2] Melnyk et al., 2024, arXiv:2406.05882 (AOT: sorting as 1-D optimal transport).
+
+    Examples
+    --------
+    >>> from klpolicy.preference import population_loss
+    >>> P = [[0.5, 0.9], [0.1, 0.5]]
+    >>> round(population_loss([0.5, 0.5], [0.5, 0.5], P, 1.0), 6)  # log 2
+    0.693147
+    >>> round(population_loss([0.5, 0.5], [0.5, 0.5], P, 1.0, loss="hinge"), 6)
+    1.0
+    """
+    row = get_loss(loss)
+    o = row.resolve_options(options)
+    ref_a = _ref_1d(ref)
+    b = V.as_positive_scalar("beta", beta)
+    if row.name == "sigmoid":
+        w = _win_weights(ref_a, preferences, mu, o["label_smoothing"])
+        return _dpo_value(_log_ratio(policy, ref_a, w), w, b)
+    w = _win_weights(ref_a, preferences, mu)
+    g = _log_ratio(policy, ref_a, w)
+    if row.batch_dependent:
+        eps = o["label_smoothing"]
+
+        def psi(d):
+            return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
+
+        if row.name == "aot_pair":
+            idx = np.arange(g.size)
+            keep = (w.sum(1) + w.sum(0)) > 0
+            return _quantile_coupling(
+                g[idx[keep]], w.sum(1)[keep], g[idx[keep]], w.sum(0)[keep], psi
+            )
+        i, j = np.nonzero(w > 0)
+        with np.errstate(divide="ignore"):
+            lref = np.log(ref_a)
+        ref_odds = lref[i] - lref[j]
+        pol_odds = (g[i] - g[j]) + ref_odds
+        return _quantile_coupling(pol_odds, w[i, j], ref_odds, w[i, j], psi)
+    ell = row._kernel[0]
+    mask = w > 0
+    with np.errstate(over="ignore"):
+        if row.margin_only:
+            d = g[:, None] - g[None, :]
+            vals = ell(d, np.zeros_like(d), b, o)
+        else:
+            vals = ell(g[:, None] + 0 * g[None, :], g[None, :] + 0 * g[:, None], b, o)
+    return float(np.sum(np.where(mask, w * np.where(mask, vals, 0.0), 0.0)))
+
+
+# ---------------------------------------------------------------------------
+# population optima
+# ---------------------------------------------------------------------------
+
+
+def _pair_probability(w: NDArray) -> NDArray:
+    """P_ij = W_ij / (W_ij + W_ji) where the pair is drawn (1/2 elsewhere)."""
+    s = w + w.T
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(s > 0, w / np.where(s > 0, s, 1.0), 0.5)
+
+
+def _least_squares_start(sub: NDArray, target: NDArray) -> NDArray:
+    """Weighted least-squares fit of x_i - x_j to the antisymmetric per-pair targets."""
+    sym = sub + sub.T
+    t = np.where(sym > 0, target, 0.0)
+    return laplacian_solve(sym, np.sum(sym * t, axis=1), np.ones(sub.shape[0], bool))
+
+
+def _margin_solver(name: str, o: dict[str, float]):
+    kern = LOSSES[name]._kernel[2]
+
+    def phi(d):
+        return kern.phi(d, o)
+
+    def d1(d):
+        return kern.d1(d, o)
+
+    def d2(d):
+        return kern.d2(d, o)
+
+    def link(p):
+        if name == "robust":
+            e = o["label_smoothing"]
+            return logit(np.clip((p - e) / (1 - 2 * e), 1e-300, 1 - 1e-16))
+        if name == "exo_pair":
+            e = o["epsilon"]
+            return (2 * p - 1) * (math.log1p(-e) - math.log(e))
+        return logit(np.clip(p, 1e-300, 1 - 1e-16))
+
+    def solve(sub):
+        x0 = _least_squares_start(sub, link(_pair_probability(sub)))
+        return _margin_newton(sub, phi, d1, d2, x0)
+
+    return solve
+
+
+def _hinge_scores(sub: NDArray) -> NDArray:
+    """An LP minimiser x of sum_ij w_ij max(0, 1 - (x_i - x_j)) (x[-1] = 0), smallest spread.
+
+    Stage 1: the optimal value (HiGHS). Stage 2: among the minimisers, one minimising the
+    weighted spread sum_ij (w_ij + w_ji)|x_i - x_j|.
+    """
+    from scipy.optimize import linprog  # lazy: `import klpolicy` must not import scipy.optimize
+
+    k = sub.shape[0]
+    if k == 1:
+        return np.zeros(1)
+    scale = float(sub.max())
+    wn = sub / scale
+    pi, pj = np.nonzero(wn > 0)
+    m = pi.size
+    # variables: x_0..x_{k-2} (x_{k-1} = 0), s_1..s_m
+    nx = k - 1
+
+    def diff_row(i, j):
+        row = np.zeros(nx)
+        if i < nx:
+            row[i] += 1.0
+        if j < nx:
+            row[j] -= 1.0
+        return row
+
+    a_ub = np.zeros((m, nx + m))
+    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
+        a_ub[r, :nx] = -diff_row(i, j)  # -(x_i - x_j) - s <= -1
+        a_ub[r, nx + r] = -1.0
+    b_ub = -np.ones(m)
+    cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
+    bounds = [(None, None)] * nx + [(0, None)] * m
+    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+    if res.status != 0:  # pragma: no cover - the LP is always feasible and bounded
+        raise RuntimeError(f"hinge LP failed: {res.message}")
+    best = float(res.fun)
+    # stage 2: t_p >= |x_i - x_j| for unordered drawn pairs
+    sym = wn + wn.T
+    ui, uj = np.nonzero(np.triu(sym > 0, 1))
+    q = ui.size
+    nv = nx + m + q
+    rows, rhs = [], []
+    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
+        row = np.zeros(nv)
+        row[:nx] = -diff_row(i, j)
+        row[nx + r] = -1.0
+        rows.append(row)
+        rhs.append(-1.0)
+    for r, (i, j) in enumerate(zip(ui, uj, strict=True)):
+        for sgn in (1.0, -1.0):
+            row = np.zeros(nv)
+            row[:nx] = sgn * diff_row(i, j)
+            row[nx + m + r] = -1.0
+            rows.append(row)
+            rhs.append(0.0)
+    row = np.zeros(nv)
+    row[nx : nx + m] = wn[pi, pj]
+    rows.append(row)
+    rhs.append(best + 1e-12 * max(1.0, abs(best)))
+    cost2 = np.zeros(nv)
+    cost2[nx + m :] = sym[ui, uj]
+    res2 = linprog(
+        cost2,
+        A_ub=np.array(rows),
+        b_ub=np.array(rhs),
+        bounds=[(None, None)] * nx + [(0, None)] * (m + q),
+        method="highs",
+    )
+    x = res.x[:nx] if res2.status != 0 else res2.x[:nx]  # pragma: no branch
+    # the constraint matrix is a network matrix: vertices are integral
+    x = np.append([_integral(v) for v in x], 0.0)
+    if np.all(x == np.round(x)) and k <= _DESCENT_MAX_N:
+        x = _hinge_descent(sub, x, secondary=sub + sub.T)
+    return x
+
+
+_DESCENT_MAX_N = 12
+
+
+def _hinge_terms(sub: NDArray, x: NDArray, secondary: NDArray | None):
+    """(loss, spread) of integer scores x, each summed exactly (math.fsum)."""
+    d = x[:, None] - x[None, :]
+    mask = sub > 0
+    loss = math.fsum((sub * np.maximum(0.0, 1.0 - d))[mask].tolist())
+    if secondary is None:
+        return loss, 0.0
+    sm = np.triu(secondary > 0, 1)
+    return loss, math.fsum((secondary * np.abs(d))[sm].tolist())
+
+
+def _hinge_descent(sub: NDArray, x: NDArray, *, secondary: NDArray | None) -> NDArray:
+    """Exact steepest descent over the moves x +- 1_S (all subsets S, last entry fixed).
+
+    The hinge loss plus the weighted spread is a sum of convex functions of differences
+    x_i - x_j, i.e. L-natural convex on the integers (Murota, Discrete Convex Analysis,
+    2003, ch. 7): a point no move x +- 1_S improves is a global minimiser, compared
+    lexicographically (loss first, spread second). This fixes LP vertices that HiGHS's
+    tolerances (~1e-7 relative) choose wrongly on pairs of tiny weight.
+    """
+    k = x.size
+    moves = []
+    for mask in range(1, 2 ** (k - 1)):
+        s = np.array([(mask >> i) & 1 for i in range(k - 1)] + [0], float)
+        moves.extend((s, -s))
+    cur = _hinge_terms(sub, x, secondary)
+    for _ in range(100 * k):
+        best, best_x = cur, None
+        for mv in moves:
+            cand = x + mv
+            val = _hinge_terms(sub, cand, secondary)
+            if val < best:
+                best, best_x = val, cand
+        if best_x is None:
+            break
+        x, cur = best_x, best
+    return x
+
+
+def _separable_parts(name, c, r, beta, o):
+    """f_i'(g) for the losses that split per outcome, and the free minimiser g0."""
+    if name in ("nca_pair", "bco_pair"):
+        if name == "nca_pair":
+            alpha, delta = 1.5 * c + 0.5 * r, 0.0
+        else:
+            alpha, delta = c + r, o["delta"]
+
+        def f1(g, i):
+            return beta * (alpha[i] * expit(beta * g - delta) - c[i])
+
+        with np.errstate(divide="ignore", invalid="ignore"):  # nan only where never compared
+            g0 = (delta + np.log(c) - np.log(alpha - c)) / beta
+        return f1, g0
+    k = 0.5 / beta  # sppo_hard
+
+    def f1(g, i):
+        return 2 * (c[i] + r[i]) * g - 2 * k * (c[i] - r[i])
+
+    with np.errstate(divide="ignore", invalid="ignore"):  # nan only where never compared
+        return f1, k * (c - r) / (c + r)
+
+
+def _fill_mass(name, f1, g0, lref, idx, w, beta, o) -> NDArray:
+    """Global minimiser of sum_i f_i(g_i) with sum_i e^{lref_i + g_i} = 1 when the free
+    minimisers g0 carry less mass than 1 (every compared outcome chosen sometimes).
+
+    In the masses m_i = ref_i e^{g_i} the cost F_i(m) = f_i(log(m / ref_i)) is increasing
+    on [m0_i, 1] with derivative h_i = f_i'(g) / m, which rises from 0 and then falls
+    (checked on a grid of 4001 points; ValueError otherwise). At a minimiser every
+    h_i(g_i) equals one multiplier nu > 0 and at most one outcome sits on a falling branch
+    (F_i'' < 0 on two outcomes would give a descent direction e_j - e_k). So the
+    candidates are: all outcomes on their rising branch (one root in nu), or outcome k on
+    its falling branch (roots located on a grid of nu, refined by Brent); the one of
+    least loss is returned.
+    """
+    from scipy.optimize import brentq, minimize_scalar  # lazy
+
+    ell = LOSSES[name]._kernel[0]
+    sub = w[np.ix_(idx, idx)]
+    k_n = idx.size
+    gmax = -lref
+
+    def h(t, k):
+        return f1(t, idx[k]) * math.exp(-(t + lref[k]))
+
+    peaks, tops = np.empty(k_n), np.empty(k_n)
+    for k in range(k_n):
+        grid = np.linspace(g0[k], gmax[k], 4001)
+        hv = np.array([h(t, k) for t in grid])
+        j = int(np.argmax(hv))
+        dv = np.diff(hv)
+        tol = 1e-12 * float(np.max(np.abs(hv)))
+        if np.any(dv[:j] < -tol) or np.any(dv[j:] > tol):
+            raise ValueError(
+                f"the population {name} loss: the marginal cost of mass on outcome {idx[k]} "
+                "is not unimodal; population_optimum does not solve this non-convex case"
+            )
+        if 0 < j < grid.size - 1:
+            res = minimize_scalar(
+                lambda t, k=k: -h(t, k),
+                bounds=(grid[j - 1], grid[j + 1]),
+                method="bounded",
+                options={"xatol": 1e-14},
+            )
+            peaks[k], tops[k] = res.x, -res.fun
+        else:
+            peaks[k], tops[k] = grid[j], hv[j]
+
+    def left(nu, k):
+        if nu >= tops[k]:
+            return peaks[k]
+        return brentq(
+            lambda t: h(t, k) - nu, g0[k], peaks[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+        )
+
+    def right(nu, k):
+        if nu >= tops[k]:
+            return peaks[k]
+        if h(gmax[k], k) >= nu:
+            return gmax[k]
+        return brentq(
+            lambda t: h(t, k) - nu, peaks[k], gmax[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+        )
+
+    def mass(gs):
+        return math.fsum(math.exp(lref[k] + gs[k]) for k in range(k_n))
+
+    def loss(gs):
+        vals = ell(gs[:, None] + 0 * gs[None, :], gs[None, :] + 0 * gs[:, None], beta, o)
+        return math.fsum((sub * vals)[sub > 0].tolist())
+
+    def solve(branch_k):
+        """All roots nu of mass(g(nu)) = 1 with outcome branch_k (or none) falling."""
+        cap = float(np.min(tops))
+
+        def gs_of(nu):
+            return np.array([right(nu, k) if k == branch_k else left(nu, k) for k in range(k_n)])
+
+        def excess(nu):
+            return mass(gs_of(nu)) - 1.0
+
+        grid = cap * np.concatenate([np.geomspace(1e-12, 1e-3, 60), np.linspace(1e-3, 1, 400)])
+        ex = np.array([excess(v) for v in grid])
+        out = []
+        for a, b_, ea, eb in zip(grid[:-1], grid[1:], ex[:-1], ex[1:], strict=True):
+            if ea == 0:
+                out.append(gs_of(a))
+            elif ea * eb < 0:
+                out.append(gs_of(brentq(excess, a, b_, xtol=1e-300, rtol=4 * np.finfo(float).eps)))
+        return out
+
+    cands = solve(None)
+    for k in range(k_n):
+        cands.extend(solve(k))
+    if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
+        raise ValueError(f"the population {name} loss: no stationary point found")
+    return min(cands, key=loss)
+
+
+def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
+    """Minimise sum_i f_i(g_i) over policies pi << ref (pi = ref e^g, sum pi = 1)."""
+    from scipy.optimize import brentq  # lazy
+
+    support = ref_a > 0
+    c, r = w.sum(axis=1), w.sum(axis=0)
+    compared = (c + r) > 0
+    unseen = support & ~compared
+    idx = np.flatnonzero(compared)
+    f1, g0_all = _separable_parts(name, c, r, beta, o)
+    g0 = g0_all[idx]
+    lref = np.log(ref_a[idx])
+    with np.errstate(over="ignore"):
+        s0 = float(np.sum(np.exp(lref + g0)))
+    g = np.full(ref_a.shape, -np.inf)
+    if abs(s0 - 1.0) <= 8 * np.finfo(float).eps * idx.size:  # the free minimiser is normalised
+        g[idx] = g0
+        return g
+    if s0 <= 1.0 and unseen.any():
+        g[idx] = g0
+        if s0 < 1.0:
+            g[unseen] = math.log1p(-s0) - math.log(float(ref_a[unseen].sum()))
+        return g
+    if s0 < 1.0:
+        if not np.all(np.isfinite(g0)):
+            raise ValueError(
+                f"the population {name} loss is minimised outcome by outcome at log-ratios "
+                f"whose policy has total mass {s0:.6g} < 1, every outcome of `ref`'s support is "
+                "compared and some is never chosen: the minimiser over normalised policies is "
+                "then a non-convex problem that population_optimum does not solve"
+            )
+        g[idx] = _fill_mass(name, f1, g0, lref, idx, w, beta, o)
+        return g
+
+    def g_of(lam):
+        """Solve f_i'(g) + lam ref_i e^g = 0 for each compared outcome (increasing in g)."""
+        out = np.empty(idx.size)
+        for k, i in enumerate(idx):
+            if not np.isfinite(g0[k]) and g0[k] < 0:
+                out[k] = -np.inf  # never chosen: f_i' > 0, no stationary point; mass 0
+                continue
+
+            def fn(t, i=i, k=k):
+                return f1(t, i) + math.exp(math.log(lam) + lref[k] + t)
+
+            hi = g0[k] if np.isfinite(g0[k]) else math.log(beta * c[i] / lam) - lref[k]
+            step, lo = 1.0, hi - 1.0
+            while fn(lo) >= 0:
+                step *= 2
+                lo = hi - step
+            out[k] = brentq(fn, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
+        return out
+
+    def excess(t):
+        return math.log(float(np.sum(np.exp(lref + g_of(math.exp(t))))))
+
+    lo_t, hi_t = -1.0, 1.0
+    while excess(lo_t) <= 0:
+        lo_t -= 2 * abs(lo_t)
+    while excess(hi_t) >= 0:
+        hi_t += 2 * abs(hi_t)
+    t = brentq(excess, lo_t, hi_t, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
+    g[idx] = g_of(math.exp(t))
+    return g
+
+
+def population_optimum(
+    ref: ArrayLike,
+    preferences: ArrayLike,
+    beta: float,
+    *,
+    loss: str = "sigmoid",
+    mu: ArrayLike | None = None,
+    **options: float,
+) -> NDArray[np.float64]:
+    r"""The exact minimiser of :func:`population_loss` over tabular policies.
+
+    .. math::
+
+        \pi_{loss} = \arg\min_{\pi \ll \pi_{ref}} \sum_{i,j} W_{ij}\,\ell(g_i, g_j),
+        \qquad g = \log\frac{\pi}{\pi_{ref}}
+
+    Parameters
+    ----------
+    ref, preferences, beta, loss, mu, **options
+        As in :func:`population_loss`.
+
+    Returns
+    -------
+    ndarray
+        The policy, shape ``(n,)``; 0 where ``ref`` is 0.
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs; for ``aot`` / ``aot_pair`` (the sorted coupling has no
+        per-pair population minimiser computed here; see Notes); for ``apo_zero`` /
+        ``apo_down`` (non-convex in the policy); for a margin loss whose pairs do not
+        connect ``ref``'s support (the ratios between the parts are then free: see
+        :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
+        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1); and
+        for the per-outcome losses in the non-convex case described below.
+
+    Notes
+    -----
+    *Margin-only losses* (``sigmoid``, ``robust``, ``hinge``, ``exo_pair``,
+    ``discopop``) depend on :math:`\pi` through :math:`x = \beta g` only up to a
+    constant, so the minimising :math:`x^*` does not depend on :math:`\beta`:
+    :math:`\pi_{loss} = \pi_{ref}e^{x^*/\beta}/Z` is the KL-regularised optimum for
+    the *implied reward* :math:`x^*` at the same :math:`\beta`. ``ipo`` likewise with
+    :math:`g^*` solving a Laplacian system (:func:`ipo_optimum`). ``sigmoid`` is
+    :func:`dpo_optimum` (same code path). ``robust`` with smoothing 0 is ``sigmoid``;
+    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it.
+    ``exo_pair`` and ``discopop`` are not convex in :math:`x`: the returned point is the
+    local minimiser reached by Newton's method with a line search from the
+    least-squares fit of the per-pair minimisers (for two outcomes this is the global
+    minimiser, the per-pair one). ``discopop`` and ``sigmoid`` with deterministic
+    preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
+    ``hinge`` is a linear program (HiGHS); its minimisers can form a polyhedron: the
+    returned point is a minimiser of the weighted spread
+    :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|` among them (an LP vertex: integral,
+    since the constraint matrix is a network matrix), made exact for up to 12 outcomes
+    by a steepest descent over the moves :math:`x \pm 1_S` (the hinge loss is
+    L-natural convex on the integers, so a point no such move improves is a global
+    minimiser; this repairs vertices HiGHS picks wrongly on pairs of tiny weight), and
+    :func:`optimum_set` gives the range of every log-odds over the whole set.
+
+    *Per-outcome losses* (``nca_pair``, ``bco_pair`` with a fixed ``delta``,
+    ``sppo_hard``) split as :math:`\sum_i f_i(g_i)` with :math:`f_i` convex; the
+    normalisation :math:`\sum_i \pi_{ref,i}e^{g_i} = 1` couples them. When the free
+    minimisers :math:`g^0_i` carry total mass :math:`S_0 \ge 1`, the minimiser solves
+    :math:`f_i'(g_i) + \lambda\pi_{ref,i}e^{g_i} = 0` with :math:`\lambda \ge 0` fixed
+    by the normalisation (nested Brent roots). When :math:`S_0 < 1` and some outcome of
+    the support is never compared, :math:`g^0` is optimal and the remaining mass
+    :math:`1 - S_0` goes to the uncompared outcomes (returned: in proportion to
+    ``ref``; any split is optimal). When :math:`S_0 < 1` and all are compared the
+    problem is non-convex in the masses :math:`m_i = \pi_{ref,i}e^{g_i}`: every
+    :math:`F_i(m) = f_i(\log(m/\pi_{ref,i}))` rises on :math:`[m^0_i, 1]` with a marginal
+    cost :math:`h_i = F_i'` that rises from 0 and then falls (checked numerically); at a
+    minimiser all :math:`h_i` equal one multiplier and at most one outcome is on a falling
+    branch (two would give the descent direction :math:`e_j - e_k`), so the candidates
+    (all rising, or outcome :math:`k` falling) are enumerated, their roots in the
+    multiplier located on a grid and refined by Brent, and the least loss is returned.
+    Outcomes never chosen (no finite :math:`g^0_i`) in this case raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
+    running mean of :math:`\beta(a + b)/2`; at population level that is
+    :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` with :math:`c_i, r_i` the
+    chosen and rejected marginals of ``W``: a function of the policy, so the trainer's
+    fixed point is a stationary point of the loss at its own ``delta``; pass that value
+    to evaluate it.
+
+    *Sorting losses.* ``aot_pair`` couples the chosen and rejected log-ratio laws by
+    rank (their quantile functions); for a policy that orders outcomes so that the
+    chosen law dominates, scaling :math:`g` up lowers the loss towards its value on
+    the ties, so without label smoothing the infimum is typically a limit, not a
+    minimiser; in any case the loss is piecewise in the ordering of :math:`g` and no
+    exact minimiser is computed here (:func:`population_loss` evaluates it).
+
+    References
+    ----------
+    .. [1] Azar et al., 2023, arXiv:2310.12036 (a general paradigm; IPO).
+    .. [2] The papers of the rows of :data:`LOSSES`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy.preference import bradley_terry, population_optimum
+    >>> P = bradley_terry([1.0, 0.0])
+    >>> population_optimum([0.5, 0.5], P, 1.0, loss="hinge").round(4)  # e^1 : e^0
+    array([0.7311, 0.2689])
+    >>> population_optimum([0.5, 0.5], P, 1.0).round(4)  # DPO: pi* = sigma(1)
+    array([0.7311, 0.2689])
+    """
+    row = get_loss(loss)
+    o = row.resolve_options(options)
+    ref_a = _ref_1d(ref)
+    b = V.as_positive_scalar("beta", beta)
+    name = row.name
+    if name in ("aot", "aot_pair"):
+        raise ValueError(
+            f"`loss` {name!r} sorts log-ratios across the batch: its population version is "
+            "the quantile coupling evaluated by population_loss, piecewise in the ordering "
+            "of the log-ratios and without a per-pair minimiser; population_optimum has no "
+            "exact minimiser for it"
+        )
+    if name in ("apo_zero", "apo_down"):
+        raise ValueError(
+            f"`loss` {name!r} is a sum of sigmoids of the log-ratios, not convex in the policy "
+            "(bounded, so mass runs to the net winners); population_optimum has no exact "
+            "minimiser for it"
+        )
+    if name == "sigmoid" or (name == "robust" and o["label_smoothing"] == 0):
+        eps = o["label_smoothing"] if name == "sigmoid" else 0.0
+        w = _win_weights(ref_a, preferences, mu, eps)
+        return _normalise(ref_a, minimise_pair_loss(w, ref_a > 0, b, kind="dpo"))
+    w = _win_weights(ref_a, preferences, mu)
+    support = ref_a > 0
+    if name == "ipo":
+        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+        joint = V.as_pair_law(mu, ref_a)
+        sym = joint + joint.T
+        g = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1) / b, support)
+        return _normalise(ref_a, g)
+    if not row.margin_only:
+        g = _separable_optimum(name, ref_a, w, b, o)
+        with np.errstate(over="ignore"):
+            pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
+        return pi / pi.sum()
+    if name == "robust":
+        e = o["label_smoothing"]
+        sub = w.copy()
+        np.fill_diagonal(sub, 0.0)
+        p = _pair_probability(sub)
+        bad = ((sub + sub.T) > 0) & ((p <= e) | (p >= 1 - e))
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise ValueError(
+                f"`preferences` give the drawn pair ({i}, {j}) the probability {p[i, j]:.6g}, "
+                f"outside ({e:g}, {1 - e:g}): its de-noised probability "
+                f"(P - label_smoothing) / (1 - 2 label_smoothing) is not in (0, 1), and the "
+                "robust loss is then unbounded below along that pair"
+            )
+    if name == "hinge":
+        idx = np.flatnonzero(support)
+        sub = w[np.ix_(idx, idx)].copy()
+        np.fill_diagonal(sub, 0.0)
+        _check_connected(sub + sub.T, np.arange(idx.size))
+        g = np.zeros(ref_a.shape)
+        g[idx] = _hinge_scores(sub) / b
+        return _normalise(ref_a, g)
+    x = _minimise_margin_loss(
+        w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
+    )
+    return _normalise(ref_a, x / b)
+
+
+class OptimumSet(NamedTuple):
+    """The set of population minimisers, as ranges of the policy's log-odds.
+
+    ``low[i, j] <= log(pi_i / pi_j) <= high[i, j]`` over every minimiser (and limit of
+    minimising sequences); ``low == high`` where the loss fixes the ratio; ``-inf``/``inf``
+    where it leaves it free (outcomes never compared, or parts of the support the pairs do
+    not connect). ``unique`` says whether the set is one policy.
+    """
+
+    low: NDArray
+    high: NDArray
+    unique: bool
+
+
+def optimum_set(
+    ref: ArrayLike,
+    preferences: ArrayLike,
+    beta: float,
+    *,
+    loss: str = "sigmoid",
+    mu: ArrayLike | None = None,
+    **options: float,
+) -> OptimumSet:
+    r"""The whole set of minimisers of :func:`population_loss`, for margin-only losses.
+
+    .. math::
+
+        \{\pi : \mathcal{L}(\pi) = \min \mathcal{L}\},\quad\text{described by}\quad
+        \mathrm{low}_{ij} \le \log\frac{\pi_i}{\pi_j} \le \mathrm{high}_{ij}
+
+    Parameters
+    ----------
+    ref, preferences, beta, loss, mu, **options
+        As in :func:`population_optimum`; ``loss`` one of ``sigmoid``, ``robust``,
+        ``ipo``, ``hinge``, ``exo_pair``, ``discopop``.
+
+    Returns
+    -------
+    OptimumSet
+        ``low``, ``high`` of shape ``(n, n)`` (``nan`` on rows/columns where ``ref`` is
+        0) and ``unique``.
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs or a loss that is not margin-only.
+
+    Notes
+    -----
+    Margin losses see only log-ratio differences between outcomes that are compared,
+    so: within each connected part of the comparison graph the smooth losses fix every
+    ratio (``low == high``, from :func:`population_optimum` on that part), and across
+    parts, or to outcomes of the support that ``mu`` never draws, the ratio is free
+    (:math:`\pm\infty`): the offline-support effect, where the loss is blind to mass
+    moved onto responses outside the data. For ``hinge`` the ranges within a part come
+    from two linear programs per pair (minimise and maximise :math:`x_i - x_j` over the
+    optimal face), refused (``ValueError``) when the drawn pairs' weights span more than
+    six decades, beyond what the LP tolerances resolve.
+
+    References
+    ----------
+    .. [1] Azar et al., 2023, arXiv:2310.12036, section 4.2.
+
+    Examples
+    --------
+    >>> from klpolicy.preference import optimum_set
+    >>> s = optimum_set([0.5, 0.5], [[0.5, 0.5], [0.5, 0.5]], 1.0, loss="hinge")
+    >>> float(s.low[0, 1]), float(s.high[0, 1]), s.unique  # any log-odds in [-1, 1]
+    (-1.0, 1.0, False)
+    """
+    row = get_loss(loss)
+    if not row.margin_only and row.name != "ipo":
+        raise ValueError(
+            f"`loss` {row.name!r} is not margin-only; optimum_set describes margin-only losses"
+        )
+    o = row.resolve_options(options)
+    ref_a = _ref_1d(ref)
+    b = V.as_positive_scalar("beta", beta)
+    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    joint = V.as_pair_law(mu, ref_a)
+    n = ref_a.size
+    support = ref_a > 0
+    sym = joint + joint.T
+    np.fill_diagonal(sym, 0.0)
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    idx = np.flatnonzero(support)
+    _, labels = connected_components(csr_matrix(sym[np.ix_(idx, idx)] > 0), directed=False)
+    low = np.full((n, n), np.nan)
+    high = np.full((n, n), np.nan)
+    low[np.ix_(idx, idx)], high[np.ix_(idx, idx)] = -np.inf, np.inf
+    lref = np.log(np.where(support, ref_a, 1.0))
+    for comp in np.unique(labels):
+        members = idx[labels == comp]
+        if members.size == 1:
+            low[members[0], members[0]] = high[members[0], members[0]] = 0.0
+            continue
+        sub_ref = np.zeros(n)
+        sub_ref[members] = ref_a[members]
+        sub_ref /= sub_ref.sum()
+        sub_mu = np.zeros((n, n))
+        sub_mu[np.ix_(members, members)] = joint[np.ix_(members, members)]
+        sub_mu /= sub_mu.sum()
+        pi = population_optimum(sub_ref, p, b, loss=row.name, mu=sub_mu, **o)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lp = np.log(pi[members])
+            block = lp[:, None] - lp[None, :]
+        block = np.where(np.isnan(block), 0.0, block)
+        lo_b, hi_b = block.copy(), block.copy()
+        if row.name == "hinge" and members.size > 1:
+            w = (sub_mu + sub_mu.T) * p
+            sub = w[np.ix_(members, members)].copy()
+            np.fill_diagonal(sub, 0.0)
+            xl, xh = _hinge_ranges(sub)
+            dref = lref[members][:, None] - lref[members][None, :]
+            lo_b, hi_b = xl / b + dref, xh / b + dref
+        low[np.ix_(members, members)] = lo_b
+        high[np.ix_(members, members)] = hi_b
+    with np.errstate(invalid="ignore"):
+        unique = bool(np.all((low == high)[np.ix_(idx, idx)]))
+    return OptimumSet(low, high, unique)
+
+
+def _integral(v: float) -> float:
+    """The optimal face of the hinge LP is a face of an integral polyhedron (its constraint
+    matrix is a network matrix), so the extremes of x_i - x_j are integers: snap HiGHS's
+    answer (tolerance ~1e-7) to the integer it approximates."""
+    r = round(v)
+    return float(r) if abs(v - r) <= 1e-6 else v
+
+
+_LP_SPAN = 1e-6
+
+
+def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
+    """min and max of x_i - x_j over the hinge LP's optimal face (two LPs per pair)."""
+    from scipy.optimize import linprog
+
+    k = sub.shape[0]
+    wn = sub / float(sub.max())
+    pi, pj = np.nonzero(wn > 0)
+    span = float(wn[pi, pj].min())
+    if span < _LP_SPAN:
+        raise ValueError(
+            f"the hinge minimiser set is computed by linear programs whose tolerances (~1e-7) "
+            f"cannot resolve pair weights spanning {-math.log10(span):.1f} decades (more than "
+            f"{-math.log10(_LP_SPAN):g}); population_optimum still returns an exact minimiser"
+        )
+    m = pi.size
+    nx = k
+    a_ub = np.zeros((m + 1, nx + m))
+    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
+        a_ub[r, i] -= 1.0
+        a_ub[r, j] += 1.0
+        a_ub[r, nx + r] = -1.0
+    b_ub = np.concatenate([-np.ones(m), [0.0]])
+    cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
+    bounds = [(None, None)] * (nx - 1) + [(0, 0)] + [(0, None)] * m
+    best = linprog(cost, A_ub=a_ub[:m], b_ub=b_ub[:m], bounds=bounds, method="highs").fun
+    a_ub[m, nx:] = wn[pi, pj]
+    b_ub[m] = best + 1e-12 * max(1.0, abs(best))
+    lo = np.zeros((k, k))
+    hi = np.zeros((k, k))
+    for i in range(k):
+        for j in range(i + 1, k):
+            obj = np.zeros(nx + m)
+            obj[i], obj[j] = 1.0, -1.0
+            r1 = linprog(obj, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+            r2 = linprog(-obj, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
+            lo[i, j] = _integral(r1.fun) if r1.status == 0 else -np.inf
+            hi[i, j] = _integral(-r2.fun) if r2.status == 0 else np.inf
+            lo[j, i], hi[j, i] = -hi[i, j], -lo[i, j]
+    return lo, hi
+
+
+class LossComparison(NamedTuple):
+    """One row of :func:`compare_losses`."""
+
+    loss: str
+    options: dict
+    policy: NDArray | None  # the population optimum (None where none is computed)
+    status: str  # "unique", "set" (a documented choice), "limit", or why there is none
+    # ("minimiser (set not resolved)" for hinge when optimum_set refuses)
+    tv_to_target: float  # total variation to the target policy (nan without a policy)
+    kl_to_ref: float  # KL(policy || ref)
+    expected_reward: float  # E_policy[reward] (nan without a reward)
+    beta_equivalent: float  # beta' with policy = pi*_{beta'} for `reward`, nan if none
+
+
+def compare_losses(
+    ref: ArrayLike,
+    preferences: ArrayLike,
+    beta: float,
+    *,
+    reward: ArrayLike | None = None,
+    mu: ArrayLike | None = None,
+    losses: dict[str, dict] | None = None,
+) -> list[LossComparison]:
+    r"""Where each loss's population optimum lands, against the KL-regularised optimum.
+
+    .. math::
+
+        \mathrm{TV}(\pi_{loss}, \pi^*_\beta),\quad \mathrm{KL}(\pi_{loss}\|\pi_{ref}),\quad
+        \mathbb{E}_{\pi_{loss}}[r],\quad \beta' : \pi_{loss} = \pi^*_{\beta'}
+
+    Parameters
+    ----------
+    ref, preferences, beta, mu
+        As in :func:`population_optimum`.
+    reward : array_like, optional
+        The reward the target :math:`\pi^*_\beta = \pi_{ref}e^{r/\beta}/Z` is built from
+        (typically the one ``preferences = bradley_terry(reward)`` came from). Without it
+        the target is the DPO (``sigmoid``) optimum and the reward columns are ``nan``.
+    losses : dict, optional
+        ``{name: options}``; default every registry loss with its default options.
+
+    Returns
+    -------
+    list of LossComparison
+        One row per loss, in the order given.
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs (a loss without an optimum is reported in its row's
+        ``status``, not raised).
+
+    Notes
+    -----
+    ``beta_equivalent``: the policy equals :math:`\pi^*_{\beta'}` for the given reward
+    exactly when its log-ratios are an affine function :math:`g = r/\beta' + c` of the
+    reward on the support; the fit is exact to ``1e-9`` relative, else ``nan``. For a
+    margin-only loss the log-ratios are :math:`x^*/\beta`, so :math:`\beta'` is a fixed
+    multiple of :math:`\beta` (when it exists).
+
+    References
+    ----------
+    .. [1] Azar et al., 2023, arXiv:2310.12036.
+
+    Examples
+    --------
+    >>> from klpolicy.preference import bradley_terry, compare_losses
+    >>> rows = compare_losses([0.5, 0.5], bradley_terry([1.0, 0.0]), 1.0, reward=[1.0, 0.0],
+    ...                       losses={"sigmoid": {}, "hinge": {}})
+    >>> [(r.loss, round(r.tv_to_target, 12), round(r.beta_equivalent, 12)) for r in rows]
+    [('sigmoid', 0.0, 1.0), ('hinge', 0.0, 1.0)]
+    """
+    from ..core import kl_divergence, optimal_policy
+
+    ref_a = _ref_1d(ref)
+    b = V.as_positive_scalar("beta", beta)
+    support = ref_a > 0
+    if reward is not None:
+        r = V.as_rewards("reward", reward)
+        if r.shape != ref_a.shape:
+            raise ValueError(f"`reward` must have shape {ref_a.shape}; got {r.shape}")
+        target = optimal_policy(ref_a, r, b)
+    else:
+        r = None
+        target = population_optimum(ref_a, preferences, b, mu=mu)
+    if losses is None:
+        losses = {name: {} for name in LOSSES}
+    rows = []
+    for name, opts in losses.items():
+        row = get_loss(name)
+        o = row.resolve_options(opts)
+        try:
+            pi = population_optimum(ref_a, preferences, b, loss=name, mu=mu, **o)
+        except ValueError as e:
+            rows.append(LossComparison(name, o, None, str(e), np.nan, np.nan, np.nan, np.nan))
+            continue
+        status = "unique"
+        if np.any(pi[support] == 0):
+            status = "limit"
+        elif row.margin_only or name == "ipo":
+            try:
+                s = optimum_set(ref_a, preferences, b, loss=name, mu=mu, **o)
+                status = "unique" if s.unique else "set"
+            except ValueError:  # hinge with weights beyond the LP's resolution
+                status = "minimiser (set not resolved)"
+        tv = 0.5 * float(np.abs(pi - target).sum())
+        kl = float(kl_divergence(pi, ref_a))
+        er = float(pi @ r) if r is not None else np.nan
+        beq = np.nan
+        if r is not None and status != "limit" and np.ptp(r[support]) > 0:
+            g = np.log(pi[support]) - np.log(ref_a[support])
+            rs = r[support]
+            a_mat = np.stack([rs, np.ones_like(rs)], axis=1)
+            coef = np.linalg.lstsq(a_mat, g, rcond=None)[0]
+            resid = float(np.max(np.abs(a_mat @ coef - g)))
+            if coef[0] > 0 and resid <= 1e-9 * max(1.0, float(np.max(np.abs(g)))):
+                beq = 1.0 / float(coef[0])
+        rows.append(LossComparison(name, o, pi, status, tv, kl, er, beq))
+    return rows

@@ -1,0 +1,639 @@
+r"""The registry of pair preference losses: one frozen row per loss, TRL's definitions.
+
+Every row's ``value(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
+ref_rejected_logps, beta, **options)`` returns the per-pair losses exactly as
+TRL's ``DPOTrainer.dpo_loss`` computes its ``losses`` vector (before the batch
+mean), and ``gradient(...)`` the exact derivatives of the *sum* of those values
+with respect to each of the four inputs (a :class:`PairGradient`).
+
+Notation: the log-ratios :math:`a = \log\pi(y_w) - \log\pi_{ref}(y_w)` (chosen)
+and :math:`b = \log\pi(y_l) - \log\pi_{ref}(y_l)` (rejected), the margin
+:math:`h = a - b`, :math:`x = \beta h`, :math:`\mathrm{sp}(t) = \log(1 + e^t)`
+(so :math:`-\log\sigma(t) = \mathrm{sp}(-t)`).
+
+The definitions were read from ``trl/trainer/dpo_trainer.py`` of huggingface/trl
+at commit ``9d58faa767ee18f52217b32b82d75807c8ce404a`` (the 0.1x series that has
+``loss_type`` values sigmoid ... discopop and ``DPOConfig.discopop_tau = 0.05``).
+Public names are re-exported by :mod:`klpolicy.preference`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.special import expit, log_expit
+
+from ..core.internal import validation as V
+from .losses import _LOGP_NAMES, PairGradient
+
+__all__ = ["LOSSES", "LossOption", "PairLoss"]
+
+
+@dataclass(frozen=True)
+class LossOption:
+    """One keyword option of a pair loss: its default and its valid range.
+
+    ``low``/``high`` bound the value; ``low_open``/``high_open`` say whether the
+    bound itself is excluded.
+    """
+
+    name: str
+    default: float
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    doc: str = ""
+
+    def describe(self) -> str:
+        lo = "(" if self.low_open else "["
+        hi = ")" if self.high_open else "]"
+        return f"{lo}{self.low:g}, {self.high:g}{hi}"
+
+    def validate(self, value: Any) -> float:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`{self.name}` must be a number in {self.describe()}; got {value!r}"
+            ) from None
+        ok = (v > self.low if self.low_open else v >= self.low) and (
+            v < self.high if self.high_open else v <= self.high
+        )
+        if not ok:  # also refuses NaN
+            raise ValueError(f"`{self.name}` must be a number in {self.describe()}; got {value!r}")
+        return v
+
+
+@dataclass(frozen=True)
+class PairLoss:
+    """One row of :data:`LOSSES`: a pair preference loss, its options and where it comes from.
+
+    Attributes
+    ----------
+    name : str
+        The key, equal to TRL's ``loss_type``.
+    formula : str
+        The per-pair loss in the notation of the module docstring.
+    value, gradient : callable
+        ``value(pc, pr, rc, rr, beta, **options)`` -> per-pair losses;
+        ``gradient(...)`` -> :class:`PairGradient` of the sum of the values.
+    options : tuple of LossOption
+        The keyword options with defaults and valid ranges.
+    margin_only : bool
+        Whether the loss depends on the log-ratios only through :math:`h = a - b`.
+    batch_dependent : bool
+        Whether a pair's loss depends on the other pairs of the batch (sorting).
+    reference : str
+        The paper (authors, year, arXiv id).
+    """
+
+    name: str
+    formula: str
+    value: Callable[..., NDArray]
+    gradient: Callable[..., PairGradient]
+    options: tuple[LossOption, ...]
+    margin_only: bool
+    batch_dependent: bool
+    reference: str
+    notes: str = ""
+    _kernel: Any = field(default=None, repr=False, compare=False)
+
+    def resolve_options(self, options: Mapping[str, Any]) -> dict[str, float]:
+        """Validate ``options`` by name; return every option with defaults filled in."""
+        known = {o.name: o for o in self.options}
+        for k in options:
+            if k not in known:
+                names = ", ".join(f"`{n}`" for n in known) or "none"
+                raise ValueError(
+                    f"`loss` {self.name!r} has no option `{k}` (got {k}={options[k]!r}); "
+                    f"its options: {names}"
+                )
+        return {n: o.validate(options.get(n, o.default)) for n, o in known.items()}
+
+
+# ---------------------------------------------------------------------------
+# scalar kernels on float64 arrays
+# ---------------------------------------------------------------------------
+
+
+def _sp(t: NDArray) -> NDArray:
+    with np.errstate(under="ignore", over="ignore"):
+        return np.logaddexp(0.0, t)
+
+
+def _sig(t: NDArray) -> NDArray:
+    return expit(t)
+
+
+class _Margin:
+    """A margin-only loss phi(x), x = beta h; derivatives d1 = phi', d2 = phi'' in x."""
+
+    def __init__(self, phi, d1, d2):
+        self.phi, self.d1, self.d2 = phi, d1, d2
+
+
+def _sigmoid_phi(x, o):
+    e = o["label_smoothing"]
+    return (1 - e) * _sp(-x) + e * _sp(x)
+
+
+def _sigmoid_d1(x, o):
+    e = o["label_smoothing"]
+    return e * _sig(x) - (1 - e) * _sig(-x)
+
+
+def _sigmoid_d2(x, o):
+    return _sig(x) * _sig(-x)
+
+
+def _robust_phi(x, o):
+    e = o["label_smoothing"]
+    return ((1 - e) * _sp(-x) - e * _sp(x)) / (1 - 2 * e)
+
+
+def _robust_d1(x, o):
+    e = o["label_smoothing"]
+    return (-(1 - e) * _sig(-x) - e * _sig(x)) / (1 - 2 * e)
+
+
+def _hinge_phi(x, o):
+    return np.maximum(1.0 - x, 0.0)
+
+
+def _hinge_d1(x, o):
+    # torch.relu has derivative 0 at 0: the kink x = 1 gets 0, like TRL's autograd
+    return np.where(x < 1.0, -1.0, 0.0)
+
+
+def _hinge_d2(x, o):
+    return np.zeros_like(x)
+
+
+def _exo_k(o):
+    e = o["epsilon"]
+    return math.log1p(-e) - math.log(e)
+
+
+def _exo_phi(x, o):
+    e = o["epsilon"]
+    return _sig(x) * (log_expit(x) - math.log1p(-e)) + _sig(-x) * (log_expit(-x) - math.log(e))
+
+
+def _exo_d1(x, o):
+    return _sig(x) * _sig(-x) * (x - _exo_k(o))
+
+
+def _exo_d2(x, o):
+    s = _sig(x)
+    return s * _sig(-x) * ((1 - 2 * s) * (x - _exo_k(o)) + 1)
+
+
+def _disco_parts(x, o):
+    """m = sigma(x/tau), A = sp(-x), mE = m e^{-x} (in log space), their derivatives."""
+    tau = o["tau"]
+    m = _sig(x / tau)
+    with np.errstate(over="ignore", under="ignore"):
+        me = np.exp(log_expit(x / tau) - x)
+    return tau, m, me
+
+
+def _disco_phi(x, o):
+    _, m, me = _disco_parts(x, o)
+    return (1 - m) * _sp(-x) + me
+
+
+def _disco_d1(x, o):
+    tau, m, me = _disco_parts(x, o)
+    a, a1 = _sp(-x), -_sig(-x)
+    m1 = m * (1 - m) / tau
+    # phi = A + m (E - A):  phi' = A' + m' (E - A) + m (E' - A'),  E' = -E
+    return a1 + (1 - m) / tau * me - m1 * a + (-me - m * a1)
+
+
+def _disco_d2(x, o):
+    tau, m, me = _disco_parts(x, o)
+    a, a1, a2 = _sp(-x), -_sig(-x), _sig(x) * _sig(-x)
+    m1 = m * (1 - m) / tau
+    m2 = m * (1 - m) * (1 - 2 * m) / tau**2
+    # phi'' = A'' + m'' (E - A) + 2 m' (E' - A') + m (E'' - A''),  E'' = E
+    return (
+        a2
+        + (1 - m) * (1 - 2 * m) / tau**2 * me
+        - m2 * a
+        + 2 * ((1 - m) / tau * (-me) - m1 * a1)
+        + (me - m * a2)
+    )
+
+
+# Each kernel: ell(a, b, beta, o) -> loss, and (d ell/da, d ell/db).
+def _margin_kernel(phi, d1):
+    def ell(a, b, beta, o):
+        return phi(beta * (a - b), o)
+
+    def grad(a, b, beta, o):
+        d = beta * d1(beta * (a - b), o)
+        return d, -d
+
+    return ell, grad
+
+
+def _ipo_ell(a, b, beta, o):
+    return (a - b - 1 / (2 * beta)) ** 2
+
+
+def _ipo_grad(a, b, beta, o):
+    d = 2 * (a - b - 1 / (2 * beta))
+    return d, -d
+
+
+def _nca_ell(a, b, beta, o):
+    u, v = beta * a, beta * b
+    return _sp(-u) + 0.5 * _sp(u) + 0.5 * _sp(v)
+
+
+def _nca_grad(a, b, beta, o):
+    u, v = beta * a, beta * b
+    return beta * (0.5 * _sig(u) - _sig(-u)), beta * 0.5 * _sig(v)
+
+
+def _bco_ell(a, b, beta, o):
+    d = o["delta"]
+    return _sp(d - beta * a) + _sp(beta * b - d)
+
+
+def _bco_grad(a, b, beta, o):
+    d = o["delta"]
+    return -beta * _sig(d - beta * a), beta * _sig(beta * b - d)
+
+
+def _sppo_ell(a, b, beta, o):
+    k = 0.5 / beta
+    return (a - k) ** 2 + (b + k) ** 2
+
+
+def _sppo_grad(a, b, beta, o):
+    k = 0.5 / beta
+    return 2 * (a - k), 2 * (b + k)
+
+
+def _apo_zero_ell(a, b, beta, o):
+    return _sig(-beta * a) + _sig(beta * b)  # 1 - sigma(u) = sigma(-u), exact in the tail
+
+
+def _apo_zero_grad(a, b, beta, o):
+    u, v = beta * a, beta * b
+    return -beta * _sig(u) * _sig(-u), beta * _sig(v) * _sig(-v)
+
+
+def _apo_down_ell(a, b, beta, o):
+    return _sig(beta * a) + _sig(-beta * (a - b))
+
+
+def _apo_down_grad(a, b, beta, o):
+    u, x = beta * a, beta * (a - b)
+    dx = -beta * _sig(x) * _sig(-x)
+    return beta * _sig(u) * _sig(-u) + dx, -dx
+
+
+# ---------------------------------------------------------------------------
+# the public value / gradient wrappers (TRL's argument order)
+# ---------------------------------------------------------------------------
+
+
+def _inputs(pc, pr, rc, rr):
+    arrs = [V.as_finite_array(n, a) for n, a in zip(_LOGP_NAMES, (pc, pr, rc, rr), strict=True)]
+    try:
+        shape = np.broadcast_shapes(*[a.shape for a in arrs])
+    except ValueError:
+        shapes = ", ".join(f"`{n}` {a.shape}" for n, a in zip(_LOGP_NAMES, arrs, strict=True))
+        raise ValueError(f"the log-probability arrays do not broadcast: {shapes}") from None
+    dtype = V.result_dtype(*arrs)
+    a = [np.broadcast_to(x, shape).astype(np.float64) for x in arrs]
+    return a, dtype
+
+
+def _make_pair(row_name, ell, grad, margin):
+    """value/gradient for a loss computed pair by pair from the log-ratios a and b.
+
+    Margin-only losses get ``a = h = (pc - pr) - (rc - rr)`` (TRL's ``logits``, rounded the
+    same way) and ``b = 0``.
+    """
+
+    def ratios(pc, pr, rc, rr):
+        if margin:
+            return (pc - pr) - (rc - rr), np.zeros_like(pc)
+        return pc - rc, pr - rr
+
+    def value(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> NDArray[np.floating]:
+        (pc, pr, rc, rr), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        b = V.as_positive_scalar("beta", beta)
+        o = LOSSES[row_name].resolve_options(options)
+        return ell(*ratios(pc, pr, rc, rr), b, o).astype(dtype)[()]
+
+    def gradient(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> PairGradient:
+        (pc, pr, rc, rr), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        b = V.as_positive_scalar("beta", beta)
+        o = LOSSES[row_name].resolve_options(options)
+        da, db = grad(*ratios(pc, pr, rc, rr), b, o)
+        if margin:
+            db = -da
+        da, db = da.astype(dtype), db.astype(dtype)
+        return PairGradient(da[()], db[()], (-da)[()], (-db)[()])
+
+    value.__name__ = f"{row_name}_value"
+    gradient.__name__ = f"{row_name}_gradient"
+    return value, gradient
+
+
+def _sorted_delta(left: NDArray, right: NDArray):
+    """TRL's sort along the batch axis 0: delta_k = sort(left)_k - sort(right)_k."""
+    il = np.argsort(left, axis=0, kind="stable")
+    ir = np.argsort(right, axis=0, kind="stable")
+    sl = np.take_along_axis(left, il, axis=0)
+    sr = np.take_along_axis(right, ir, axis=0)
+    return sl - sr, il, ir
+
+
+def _scatter(d_sorted: NDArray, order: NDArray) -> NDArray:
+    out = np.empty_like(d_sorted)
+    np.put_along_axis(out, order, d_sorted, axis=0)
+    return out
+
+
+def _make_sorted(row_name: str, pair_form: str):
+    """aot (sorts the policy and reference log-odds) and aot_pair (sorts a and b)."""
+
+    def parts(pc, pr, rc, rr):
+        if pair_form == "aot_pair":
+            return pc - rc, pr - rr
+        return pc - pr, rc - rr
+
+    def value(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> NDArray[np.floating]:
+        (pc, pr, rc, rr), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        b = V.as_positive_scalar("beta", beta)
+        o = LOSSES[row_name].resolve_options(options)
+        if pc.ndim == 0:
+            pc, pr, rc, rr = (np.reshape(t, (1,)) for t in (pc, pr, rc, rr))
+            scalar = True
+        else:
+            scalar = False
+        left, right = parts(pc, pr, rc, rr)
+        delta = _sorted_delta(left, right)[0]
+        out = _sigmoid_phi(b * delta, o).astype(dtype)
+        return out[0] if scalar else out
+
+    def gradient(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> PairGradient:
+        (pc, pr, rc, rr), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        b = V.as_positive_scalar("beta", beta)
+        o = LOSSES[row_name].resolve_options(options)
+        scalar = pc.ndim == 0
+        if scalar:
+            pc, pr, rc, rr = (np.reshape(t, (1,)) for t in (pc, pr, rc, rr))
+        left, right = parts(pc, pr, rc, rr)
+        delta, il, ir = _sorted_delta(left, right)
+        d = b * _sigmoid_d1(b * delta, o)
+        dl, dr = _scatter(d, il), _scatter(-d, ir)
+        if pair_form == "aot_pair":  # left = pc - rc, right = pr - rr
+            g = (dl, dr, -dl, -dr)
+        else:  # left = pc - pr, right = rc - rr
+            g = (dl, -dl, dr, -dr)
+        g = tuple(t.astype(dtype) for t in g)
+        if scalar:
+            g = tuple(t[0] for t in g)
+        return PairGradient(*g)
+
+    value.__name__ = f"{row_name}_value"
+    gradient.__name__ = f"{row_name}_gradient"
+    return value, gradient
+
+
+_EPS_DPO = LossOption(
+    "label_smoothing", 0.0, 0.0, 0.5, doc="probability that a label is flipped (cDPO)"
+)
+_EPS_ROBUST = LossOption(
+    "label_smoothing", 0.0, 0.0, 0.5, high_open=True, doc="known label-flip rate"
+)
+
+_RDPO = "Chowdhury, Kini and Natarajan, 2024, arXiv:2403.00409 (robust DPO)"
+
+_SPECS: list[tuple] = [
+    # name, formula, kind, kernel, options, margin_only, reference, notes
+    (
+        "sigmoid",
+        r"(1-\varepsilon)\,\mathrm{sp}(-x) + \varepsilon\,\mathrm{sp}(x)",
+        (_sigmoid_phi, _sigmoid_d1, _sigmoid_d2),
+        (_EPS_DPO,),
+        "Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: Mitchell, 2023, "
+        "https://ericmitchell.ai/cdpo.pdf (cDPO)",
+        "",
+    ),
+    (
+        "hinge",
+        r"\max(0,\,1 - x)",
+        (_hinge_phi, _hinge_d1, _hinge_d2),
+        (),
+        "Zhao et al., 2023, arXiv:2305.10425 (SLiC-HF)",
+        "piecewise linear: the population minimiser can be a set",
+    ),
+    (
+        "ipo",
+        r"\big(h - \tfrac{1}{2\beta}\big)^2",
+        "ipo",
+        (),
+        "Azar et al., 2023, arXiv:2310.12036, eq. (17); TRL's beta is the paper's tau",
+        "",
+    ),
+    (
+        "exo_pair",
+        r"\sigma(x)\big(\log\sigma(x) - \log(1-\epsilon)\big)"
+        r" + \sigma(-x)\big(\log\sigma(-x) - \log\epsilon\big)",
+        (_exo_phi, _exo_d1, _exo_d2),
+        (
+            LossOption(
+                "epsilon",
+                1e-3,
+                0.0,
+                1.0,
+                low_open=True,
+                high_open=True,
+                doc="TRL's label_smoothing, replaced by 1e-3 when 0",
+            ),
+        ),
+        "Ji et al., 2024, arXiv:2402.00856 (EXO), eq. (16)",
+        "TRL passes label_smoothing as epsilon and substitutes 1e-3 for 0",
+    ),
+    (
+        "nca_pair",
+        r"\mathrm{sp}(-\beta a) + \tfrac12\mathrm{sp}(\beta a) + \tfrac12\mathrm{sp}(\beta b)",
+        (_nca_ell, _nca_grad),
+        (),
+        "Chen et al., 2024, arXiv:2402.05369 (NCA)",
+        "",
+    ),
+    (
+        "robust",
+        r"\frac{(1-\varepsilon)\,\mathrm{sp}(-x) - \varepsilon\,\mathrm{sp}(x)}{1-2\varepsilon}",
+        (_robust_phi, _robust_d1, _sigmoid_d2),
+        (_EPS_ROBUST,),
+        _RDPO,
+        "unbiased for labels flipped with probability label_smoothing",
+    ),
+    (
+        "bco_pair",
+        r"\mathrm{sp}(\delta - \beta a) + \mathrm{sp}(\beta b - \delta)",
+        (_bco_ell, _bco_grad),
+        (
+            LossOption(
+                "delta",
+                0.0,
+                -math.inf,
+                math.inf,
+                True,
+                True,
+                doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
+            ),
+        ),
+        "Jung et al., 2024, arXiv:2404.04656 (BCO)",
+        "TRL's delta is a running mean of the batch means of beta a and beta b; its "
+        "population value is beta E_W[(a + b) / 2]",
+    ),
+    (
+        "sppo_hard",
+        r"\big(a - \tfrac{1}{2\beta}\big)^2 + \big(b + \tfrac{1}{2\beta}\big)^2",
+        (_sppo_ell, _sppo_grad),
+        (),
+        "Wu et al., 2024, arXiv:2405.00675 (SPPO), eq. (4.7) with hard labels",
+        "",
+    ),
+    (
+        "aot",
+        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(\log\tfrac{\pi(y_w)}{\pi(y_l)})_k"
+        r" - \mathrm{sort}(\log\tfrac{\pi_{ref}(y_w)}{\pi_{ref}(y_l)})_k",
+        "aot",
+        (_EPS_DPO,),
+        "Melnyk et al., 2024, arXiv:2406.05882 (AOT)",
+        "sorts along the batch axis 0",
+    ),
+    (
+        "aot_pair",
+        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
+        "aot_pair",
+        (_EPS_DPO,),
+        "Melnyk et al., 2024, arXiv:2406.05882 (AOT, paired)",
+        "sorts along the batch axis 0",
+    ),
+    (
+        "apo_zero",
+        r"1 - \sigma(\beta a) + \sigma(\beta b)",
+        (_apo_zero_ell, _apo_zero_grad),
+        (),
+        "D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (7)",
+        "",
+    ),
+    (
+        "apo_down",
+        r"\sigma(\beta a) + 1 - \sigma(\beta(a - b))",
+        (_apo_down_ell, _apo_down_grad),
+        (),
+        "D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (8)",
+        "",
+    ),
+    (
+        "discopop",
+        r"(1 - m)\,\mathrm{sp}(-x) + m\,e^{-x},\ m = \sigma(x/\tau)",
+        (_disco_phi, _disco_d1, _disco_d2),
+        (LossOption("tau", 0.05, 0.0, math.inf, True, True, doc="TRL's discopop_tau"),),
+        "Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
+        "",
+    ),
+]
+
+
+def _build() -> dict[str, PairLoss]:
+    rows: dict[str, PairLoss] = {}
+    for name, formula, kind, options, reference, notes in _SPECS:
+        if kind in ("aot", "aot_pair"):
+            value, gradient = _make_sorted(name, kind)
+            rows[name] = PairLoss(
+                name, formula, value, gradient, options, False, True, reference, notes
+            )
+            continue
+        if kind == "ipo":
+            ell, grad, kernel, margin = _ipo_ell, _ipo_grad, _Margin(None, None, None), True
+        elif len(kind) == 3:
+            phi, d1, d2 = kind
+            ell, grad = _margin_kernel(phi, d1)
+            kernel, margin = _Margin(phi, d1, d2), True
+        else:
+            ell, grad = kind
+            kernel, margin = None, False
+        value, gradient = _make_pair(name, ell, grad, margin)
+        rows[name] = PairLoss(
+            name,
+            formula,
+            value,
+            gradient,
+            options,
+            margin,
+            False,
+            reference,
+            notes,
+            _kernel=(ell, grad, kernel),
+        )
+    return rows
+
+
+LOSSES: Mapping[str, PairLoss] = MappingProxyType(_build())
+"""The pair losses by TRL ``loss_type``: a read-only mapping of :class:`PairLoss` rows."""
+
+
+def get_loss(name: Any) -> PairLoss:
+    """The registry row ``name``, or a ValueError listing the known names."""
+    if not isinstance(name, str) or name not in LOSSES:
+        raise ValueError(f"`loss` must be one of {', '.join(LOSSES)}; got {name!r}")
+    return LOSSES[name]

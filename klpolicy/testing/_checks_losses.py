@@ -1,0 +1,289 @@
+"""Check suite for pair preference losses against the rows of klpolicy.preference.LOSSES."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from ..preference import LOSSES
+from . import strategies as kst
+from ._runner import EPS, Falsified, call, check_options, first_alternative, fmt, run, worst
+
+__all__ = ["check_pair_loss"]
+
+_LN2 = math.log(2.0)
+
+
+def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
+    """Common mistakes, as (sentence, thunk) pairs; the first that matches is reported."""
+
+    def v(a, b, c, d, bt, **o):
+        return reduce(row.value(a, b, c, d, bt, **{**opts, **o}))
+
+    alts = [
+        (
+            "it has chosen and rejected swapped: it prefers the rejected response.",
+            lambda: v(pr, pc, rr, rc, beta),
+        ),
+        (
+            "it ignores the reference log-probabilities: the log-ratios are pc - rc and pr - rr.",
+            lambda: v(pc, pr, 0 * rc, 0 * rr, beta),
+        ),
+        ("it ignores beta.", lambda: v(pc, pr, rc, rr, 1.0)),
+        ("it uses 1/beta where the loss has beta.", lambda: v(pc, pr, rc, rr, 1 / beta)),
+    ]
+    if row.name == "ipo":
+        alts.append(
+            (
+                "its target margin is 1/beta; IPO regresses the margin onto 1/(2 beta) "
+                "(Azar et al. 2023, eq. 17).",
+                lambda: v(pc, pr, rc, rr, beta / 2),
+            )
+        )
+        alts.append(
+            (
+                "its target margin is beta/2 (or 2/beta); IPO's is 1/(2 beta).",
+                lambda: v(pc, pr, rc, rr, 1 / beta),
+            )
+        )
+    if row.name == "hinge":
+        h = beta * ((pc - pr) - (rc - rr))
+        alts.append(
+            (
+                "it has no margin: max(0, -beta h) instead of SLiC's max(0, 1 - beta h).",
+                lambda: reduce(np.maximum(0.0, -h)),
+            )
+        )
+        alts.append(
+            (
+                "its margin is beta, not 1: max(0, beta - beta h); the hinge is max(0, 1 - beta h).",
+                lambda: reduce(np.maximum(0.0, beta - h)),
+            )
+        )
+    for name in ("label_smoothing", "epsilon", "tau", "delta"):
+        if name in opts and opts[name] != 0:
+            alts.append(
+                (
+                    f"it ignores the option {name}={opts[name]!r} (uses the default).",
+                    lambda name=name: v(pc, pr, rc, rr, beta, **{name: _default(row, name)}),
+                )
+            )
+    alts.append(
+        (
+            "it returns bits (log base 2); the loss is in nats.",
+            lambda: v(pc, pr, rc, rr, beta) / _LN2,
+        )
+    )
+    return alts
+
+
+def _default(row, name):
+    return next(o.default for o in row.options if o.name == name)
+
+
+def check_pair_loss(
+    fn: Callable[..., Any],
+    loss: str = "sigmoid",
+    *,
+    grad: Callable[..., Any] | None = None,
+    max_examples: int = 100,
+    rtol: float = 1e-6,
+    atol: float = 1e-12,
+    reduction: str = "none",
+    **options: float,
+) -> None:
+    r"""Check a pair loss ``fn(pc, pr, rc, rr, beta)`` against its row of :data:`LOSSES`.
+
+    .. math::
+
+        \ell = \texttt{LOSSES[loss].value}(p_c, p_r, r_c, r_r, \beta, \ldots),\qquad
+        \nabla\ell = \texttt{LOSSES[loss].gradient}(\ldots)
+
+    ``fn`` receives the policy's chosen and rejected sequence log-probabilities, the
+    reference's (1-D arrays of one length) and a float ``beta``, in TRL's order.
+
+    Parameters
+    ----------
+    fn : callable
+        The implementation under test.
+    loss : str, optional
+        A key of :data:`klpolicy.preference.LOSSES` (TRL's ``loss_type``).
+    grad : callable, optional
+        ``grad(pc, pr, rc, rr, beta)`` returning the derivatives of the *sum* of the
+        per-pair losses with respect to the four inputs (a 4-tuple of arrays); checked on
+        every example. Without it, ``fn``'s own derivative is checked by central
+        differences on a few moderate inputs.
+    max_examples : int, optional
+        Hypothesis examples (default 100).
+    rtol, atol : float, optional
+        Tolerances (defaults 1e-6 and 1e-12) on top of the rounding slack of forming the
+        log-ratios.
+    reduction : {"none", "mean", "sum"}, optional
+        What ``fn`` returns: per-pair losses (default), or their mean or sum.
+    **options
+        The loss's options (``label_smoothing``, ``epsilon``, ``tau``, ``delta``), with
+        which ``fn`` is meant to agree (``fn`` itself is called without them).
+
+    Returns
+    -------
+    None
+        When every property holds.
+
+    Raises
+    ------
+    AssertionError
+        Naming the smallest falsifying input and what is wrong: shape, inf/NaN, a
+        mismatch (diagnosed when it swaps chosen and rejected, ignores the reference,
+        ignores or inverts ``beta``, uses IPO's target 1/beta instead of 1/(2 beta), a
+        hinge without its margin, ignores an option, or is in bits), or a gradient that
+        disagrees with the registry's.
+    ValueError
+        For an unknown ``loss``, invalid options or settings.
+
+    Notes
+    -----
+    Log-probabilities go down to -1e4 and ``beta`` ranges over [1e-3, 1e3]. For
+    ``aot`` and ``aot_pair`` the per-pair values are in sorted order, as TRL returns them.
+
+    References
+    ----------
+    .. [1] The papers of the rows of :data:`klpolicy.preference.LOSSES`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def ipo(pc, pr, rc, rr, beta):
+    ...     return ((pc - pr) - (rc - rr) - 1 / (2 * beta)) ** 2
+    >>> check_pair_loss(ipo, "ipo")
+    """
+    max_examples, rtol = check_options(max_examples, rtol)
+    if not isinstance(loss, str) or loss not in LOSSES:
+        raise ValueError(f"`loss` must be one of {', '.join(LOSSES)}; got {loss!r}")
+    row = LOSSES[loss]
+    opts = row.resolve_options(options)
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"`reduction` must be 'none', 'mean' or 'sum'; got {reduction!r}")
+    atol = float(atol)
+    if not atol >= 0:
+        raise ValueError(f"`atol` must be non-negative; got {atol!r}")
+    check = f"check_pair_loss[{loss}]"
+
+    def reduce(x):
+        x = np.asarray(x, dtype=np.float64)
+        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+
+    def slack(pc, pr, rc, rr, beta):
+        g = row.gradient(pc, pr, rc, rr, beta, **opts)
+        s = sum(np.abs(np.asarray(gi)) for gi in g) * (
+            np.abs(pc) + np.abs(pr) + np.abs(rc) + np.abs(rr)
+        )
+        return 16 * EPS * s
+
+    def prop(case):
+        (pc, pr, rc, rr), beta = case
+        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
+        got = call(fn, inputs, pc, pr, rc, rr, beta)
+        shape = pc.shape if reduction == "none" else ()
+        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
+            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
+        got = got.reshape(shape)
+        with np.errstate(all="ignore"):
+            exact = reduce(row.value(pc, pr, rc, rr, beta, **opts))
+        detail = f"expected {fmt(exact)}, got {fmt(got)}"
+        if np.isfinite(exact).all() and not np.isfinite(got).all():
+            raise Falsified(
+                "it returns inf/nan where the loss is finite: evaluate log-sigmoids as "
+                "softplus (np.logaddexp(0, -x)) and exponentials in log space.",
+                inputs,
+                detail,
+            )
+        tol = rtol * np.abs(exact) + atol + reduce(slack(pc, pr, rc, rr, beta))
+        if worst(got, exact, tol) is not None:
+            alts = _alternatives(row, opts, pc, pr, rc, rr, beta, reduce)
+            raise Falsified(
+                lambda: (
+                    first_alternative(got, alts, tol)
+                    or f"it differs from the exact {loss} loss {row.formula}."
+                ),
+                inputs,
+                detail,
+            )
+        if grad is None:
+            return
+        out = call(
+            lambda *a: np.stack([np.asarray(t, float) for t in grad(*a)]),
+            inputs,
+            pc,
+            pr,
+            rc,
+            rr,
+            beta,
+        )
+        want = np.stack([np.asarray(t, float) for t in row.gradient(pc, pr, rc, rr, beta, **opts)])
+        if out.shape != want.shape:
+            raise Falsified(
+                f"its gradient has shape {out.shape}; expected {want.shape} "
+                "(d/dpc, d/dpr, d/drc, d/drr).",
+                inputs,
+            )
+        scale = 64 * EPS * (2 + beta * beta) * (np.abs(pc) + np.abs(pr) + np.abs(rc) + np.abs(rr))
+        gtol = rtol * np.abs(want) + atol + scale
+        k = worst(out, want, gtol)
+        if k is not None:
+            field = ("pc", "pr", "rc", "rr")[np.unravel_index(k, want.shape)[0]]
+            raise Falsified(
+                f"its gradient with respect to {field} differs from the exact derivative of "
+                f"the {loss} loss.",
+                inputs,
+                f"expected {fmt(want)}, got {fmt(out)}",
+            )
+
+    explicit = [
+        (
+            (
+                np.array([-1.0, -3.0]),
+                np.array([-2.0, -2.5]),
+                np.array([-1.5, -2.0]),
+                np.array([-1.5, -3.0]),
+            ),
+            0.5,
+        ),
+    ]
+    strategy = st.tuples(kst.preference_pairs(), kst.betas(min_beta=1e-3, max_beta=1e3))
+    run(check, fn, prop, strategy, max_examples, explicit)
+    if grad is None:
+        _check_derivative_by_differences(check, fn, row, opts, reduction)
+
+
+def _check_derivative_by_differences(check, fn, row, opts, reduction):
+    """fn's own derivative, by central differences on a few moderate inputs."""
+    rng = np.random.default_rng(0)
+    step = 1e-5
+    for beta in (0.1, 1.0, 3.0):
+        x = rng.uniform(-4.0, -0.5, size=(4, 5))
+        want = np.stack(row.gradient(*x, beta, **opts))
+        if reduction == "mean":
+            want = want / x.shape[1]
+        for k in range(4):
+            for i in range(x.shape[1]):
+                up, dn = x.copy(), x.copy()
+                up[k, i] += step
+                dn[k, i] -= step
+                try:
+                    fd = (np.sum(call(fn, {}, *up, beta)) - np.sum(call(fn, {}, *dn, beta))) / (
+                        2 * step
+                    )
+                except Falsified as f:
+                    raise AssertionError(f"{check}: {f.sentence}") from None
+                if not abs(fd - want[k, i]) <= 1e-5 * abs(want[k, i]) + 1e-6:
+                    field = ("pc", "pr", "rc", "rr")[k]
+                    args = ", ".join(f"{n}={fmt(v)}" for n, v in zip(("pc", "pr", "rc", "rr"), x))
+                    raise AssertionError(
+                        f"{check}: its derivative with respect to {field}[{i}] (central "
+                        f"differences) is {fd!r}; the exact derivative is {want[k, i]!r}.\n"
+                        f"At: {args}, beta={beta!r}"
+                    )

@@ -1,0 +1,191 @@
+"""The package's inverses (beta from a KL budget, the trust-region step) against mpmath.
+
+Recipe (tests/_mpref.py): inputs are converted exactly to 400-digit mpmath numbers, the
+reference normalised there, and KL(pi*_beta || ref) evaluated from its definition
+sum pi log(pi / ref) with pi = ref exp(r / beta) / Z. A returned beta passes when the
+mpmath KL at it equals the target to 1e-10 relative, or, where the KL is so steep that no
+float beta gets that close, when the target lies between the KLs at beta's two float
+neighbours (beta is then the best float there is).
+"""
+
+from __future__ import annotations
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+import klpolicy as kp
+from klpolicy.estimators import fixed_point
+from klpolicy.trust_region import trust_region_step
+
+from .. import _mpref as R
+
+
+def _extreme_case(rng):
+    """ref with entries down to 1e-300 and zeros; rewards tiny, huge, tied or spread."""
+    n = int(rng.integers(2, 7))
+    ref = 10.0 ** rng.uniform(-300, 0, n)
+    ref[rng.random(n) < 0.15] = 0.0
+    ref[rng.integers(n)] = 1.0
+    ref = ref / ref.sum()
+    kind = rng.integers(4)
+    if kind == 0:
+        rew = rng.normal(size=n) * 10.0 ** rng.uniform(-8, 8)
+    elif kind == 1:
+        rew = np.round(rng.uniform(-20, 20, n), 2)
+    elif kind == 2:
+        rew = rng.choice([0.0, 1.0, 1 + 1e-12, 1e300, -1e300, 1e-300], n)
+    else:
+        rew = rng.normal(size=n) * 10.0 ** rng.uniform(-300, 300)
+    return ref, rew
+
+
+def _reachable_target(rng, ref, rew):
+    """A KL the optimal policy attains at some float beta (or max_kl's near neighbourhood)."""
+    support = ref > 0
+    spread = float(np.ptp(rew[support])) if support.any() else 0.0
+    if rng.random() < 0.8 and 0 < spread < np.inf:
+        beta = spread * 10.0 ** rng.uniform(-4, 4)
+    else:
+        beta = 10.0 ** rng.uniform(-300, 300)
+    kl = float(kp.optimal_kl(ref, rew, beta))
+    if rng.random() < 0.1:  # within a whisker of the greedy limit
+        kl = float(kp.max_kl(ref, rew)) * (1 - 10.0 ** rng.uniform(-15, -2))
+    return kl
+
+
+def _check_beta(ref, rew, kl, beta):
+    got = R.optimal_kl(ref, rew, beta)
+    with mp.workdps(R.DPS):
+        if abs(got / mp.mpf(kl) - 1) <= 1e-10:
+            return
+        below = R.optimal_kl(ref, rew, np.nextafter(beta, np.inf))
+        above = R.optimal_kl(ref, rew, np.nextafter(beta, 0)) if beta > 0 else got
+        assert below <= mp.mpf(kl) <= above, (list(ref), list(rew), kl, beta, float(got))
+
+
+@pytest.mark.slow
+def test_beta_for_kl_hits_reachable_targets_at_the_extremes():
+    """2,000 seeded extreme cases; the issue-16 report found 6 of 2,000 raising RuntimeError."""
+    rng = np.random.default_rng(1616)
+    checked = 0
+    for _ in range(2000):
+        ref, rew = _extreme_case(rng)
+        kl = _reachable_target(rng, ref, rew)
+        if not 0 < kl < float(kp.max_kl(ref, rew)):
+            continue
+        beta = float(kp.beta_for_kl(ref, rew, kl))
+        _check_beta(ref, rew, kl, beta)
+        checked += 1
+    assert checked > 1500
+
+
+def test_beta_for_kl_issue_16_case():
+    # formerly RuntimeError: the KL has a plateau at max_kl for beta < 0.08, then drops by
+    # 1e35 within a factor 2 of beta; bisection on the float range of beta brackets it
+    ref, rew, kl = [1.0, 1e-69], [0.0, 13.05], 2.27e-33
+    beta = float(kp.beta_for_kl(ref, rew, kl))
+    with mp.workdps(R.DPS):
+        assert abs(R.optimal_kl(ref, rew, beta) / mp.mpf(kl) - 1) < 1e-12
+
+
+def test_beta_for_kl_batch_of_extremes_matches_row_by_row():
+    rng = np.random.default_rng(7)
+    rows = []
+    while len(rows) < 40:
+        ref, rew = _extreme_case(rng)
+        if ref.size == 4:
+            kl = _reachable_target(rng, ref, rew)
+            if 0 < kl < float(kp.max_kl(ref, rew)):
+                rows.append((ref, rew, kl))
+    ref = np.array([r[0] for r in rows])
+    rew = np.array([r[1] for r in rows])
+    kl = np.array([r[2] for r in rows])
+    batch = kp.beta_for_kl(ref, rew, kl)
+    one = [float(kp.beta_for_kl(a, b, c)) for a, b, c in rows]
+    np.testing.assert_array_equal(batch, one)
+
+
+def test_beta_for_kl_off_support_huge_rewards_do_not_poison_the_kl():
+    # formerly NaN from the fast path: -1e300 / 1e-9 = -inf at a zero reference entry gave
+    # a -inf * 0 summand; reference: the same problem without that entry (it has no mass)
+    ref, rew = [0.5, 0.5, 0.0], [1e-7, 0.0, -1e300]
+    for beta in (1e-9, 3e-8, 0.3):
+        with_zero = kp.optimal_kl(ref, rew, beta)
+        assert float(with_zero) == float(kp.optimal_kl(ref[:2], rew[:2], beta))
+        assert float(with_zero) == pytest.approx(float(R.optimal_kl(ref, rew, beta)), rel=1e-13)
+    ref, rew = [0.5, 0.5, 0.0], [1.0, 0.0, -1e300]
+    b = float(kp.beta_for_kl(ref, rew, 0.2))
+    _check_beta(np.array(ref), np.array(rew), 0.2, b)
+
+
+def test_beta_for_kl_needing_a_beta_above_the_float_range_says_so():
+    # KL ~ 5.9e-265 (1e300 / beta)^2 / 2 >= 9e-282 for every float beta: 6e-303 is out of reach
+    with pytest.raises(ValueError, match=r"above the largest float64"):
+        kp.beta_for_kl([1.0, 5.9e-265], [1.0, -1e300], 6e-303)
+
+
+def test_trust_region_step_at_the_issue_16_case():
+    # trust_region_step solves beta_for_kl on (policy, advantage): it inherited the failure
+    p, a, delta = [1.0, 1e-69], [0.0, 13.05], 2.27e-33
+    new = trust_region_step(p, a, delta)
+    beta = float(kp.beta_for_kl(p, a, delta))
+    _check_beta(np.array(p), np.array(a), delta, beta)
+    np.testing.assert_allclose(new, R.to_float(R.optimal_policy(p, a, beta)), rtol=1e-12)
+
+
+@pytest.mark.slow
+def test_trust_region_step_on_extremes_spends_its_budget():
+    rng = np.random.default_rng(15)
+    for _ in range(200):
+        p, a = _extreme_case(rng)
+        delta = _reachable_target(rng, p, a)
+        if not 0 < delta < float(kp.max_kl(p, a)):
+            continue
+        new = trust_region_step(p, a, delta)
+        # the step is pi*_beta of (p, a) at beta = beta_for_kl(p, a, delta) (checked against
+        # mpmath above); the policy itself is then exact entrywise (its KL, recomputed from
+        # rounded entries, would carry eps * |log ratio| / KL of relative noise)
+        beta = float(kp.beta_for_kl(p, a, delta))
+        _check_beta(p, a, delta, beta)
+        np.testing.assert_allclose(new, R.to_float(R.optimal_policy(p, a, beta)), rtol=1e-12)
+
+
+def _mp_forward_kl_optimum(ref, rew, beta):
+    """argmax E_pi[r] - beta KL(ref || pi): pi_j = ref_j / (u + d_j), sum pi = 1, by mp.findroot.
+
+    Recipe: d_j = (r_max - r_j) / beta on the support; u is the root in [W_best, 1] of
+    sum_j ref_j / (u + d_j) - 1, solved by 400-digit bisection on log u (120 halvings of a
+    bracket at most 700 wide: 5e-34 relative in u).
+    """
+    with mp.workdps(R.DPS):
+        q = R._norm(ref)
+        r = [mp.mpf(float(v)) for v in rew]
+        b = mp.mpf(float(beta))
+        c = max(ri for qi, ri in zip(q, r) if qi > 0)
+        d = [(c - ri) / b for ri in r]
+
+        def f(u):
+            return mp.fsum(qi / (u + di) for qi, di in zip(q, d) if qi > 0) - 1
+
+        lo = mp.log(mp.fsum(qi for qi, di in zip(q, d) if qi > 0 and di == 0))
+        hi = mp.mpf(0)
+        for _ in range(120):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mp.exp(mid)) > 0 else (lo, mid)
+        u = mp.exp(lo)
+        return [float(qi / (u + di)) if qi > 0 else 0.0 for qi, di in zip(q, d)]
+
+
+def test_k3_loss_fixed_point_against_mpmath():
+    # the k3-in-the-loss fixed point solves a monotone equation in u with the package's root
+    # finder (formerly a fixed 110-step bisection)
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        ref, rew = _extreme_case(rng)
+        if ref.size > 4 or not np.all(np.abs(rew) < 1e200):
+            continue
+        spread = float(np.ptp(rew)) or 1.0
+        beta = spread * 10.0 ** rng.uniform(-6, 6)
+        got = fixed_point(ref, rew, beta, estimator="k3", placement="loss")
+        np.testing.assert_allclose(got, _mp_forward_kl_optimum(ref, rew, beta), rtol=1e-12)

@@ -1,0 +1,137 @@
+"""Tests for klpolicy.testing.check_pair_loss: correct losses pass, mutants are caught by name."""
+
+import numpy as np
+import pytest
+
+from klpolicy.preference import LOSSES
+from klpolicy.testing import check_pair_loss
+
+from .test_losses_registry import _trl, _trl_kwargs
+
+torch = pytest.importorskip("torch")
+
+
+def _torch_trl(name, **opts):
+    def fn(pc, pr, rc, rr, beta):
+        t = [torch.tensor(v) for v in (pc, pr, rc, rr)]
+        return _trl(name, *t, beta, **_trl_kwargs(name, opts)).numpy()
+
+    fn.__name__ = f"trl_{name}"
+    return fn
+
+
+def _torch_trl_grad(name, **opts):
+    def grad(pc, pr, rc, rr, beta):
+        t = [torch.tensor(v, requires_grad=True) for v in (pc, pr, rc, rr)]
+        _trl(name, *t, beta, **_trl_kwargs(name, opts)).sum().backward()
+        return [x.grad.numpy() for x in t]
+
+    return grad
+
+
+@pytest.mark.parametrize(
+    "name, opts",
+    [
+        ("sigmoid", {"label_smoothing": 0.1}),
+        ("hinge", {}),
+        ("ipo", {}),
+        ("robust", {"label_smoothing": 0.2}),
+        ("nca_pair", {}),
+        ("bco_pair", {"delta": 0.3}),
+        ("sppo_hard", {}),
+        ("aot_pair", {}),
+        ("apo_down", {}),
+    ],
+)
+def test_trl_transcriptions_pass(name, opts):
+    fn = _torch_trl(name, **opts)
+    check_pair_loss(fn, name, grad=_torch_trl_grad(name, **opts), max_examples=25, **opts)
+    assert check_pair_loss(fn, name, max_examples=5, **opts) is None
+
+
+def _expect(fn, name, sentence, **kw):
+    with pytest.raises(AssertionError) as e:
+        check_pair_loss(fn, name, max_examples=25, **kw)
+    assert sentence in str(e.value)
+    assert "Falsifying input: pc=" in str(e.value) or "At: pc=" in str(e.value)
+    return str(e.value)
+
+
+def test_mutants_are_caught_with_a_diagnosis():
+    def ipo_one_over_beta(pc, pr, rc, rr, beta):
+        return ((pc - pr) - (rc - rr) - 1 / beta) ** 2
+
+    _expect(ipo_one_over_beta, "ipo", "its target margin is 1/beta; IPO regresses")
+
+    def hinge_no_margin(pc, pr, rc, rr, beta):
+        return np.maximum(0.0, -beta * ((pc - pr) - (rc - rr)))
+
+    _expect(hinge_no_margin, "hinge", "it has no margin: max(0, -beta h)")
+
+    def hinge_beta_margin(pc, pr, rc, rr, beta):
+        return np.maximum(0.0, beta - beta * ((pc - pr) - (rc - rr)))
+
+    _expect(hinge_beta_margin, "hinge", "its margin is beta, not 1")
+
+    def sigmoid_swapped(pc, pr, rc, rr, beta):
+        return np.logaddexp(0.0, beta * ((pc - rc) - (pr - rr)))
+
+    _expect(sigmoid_swapped, "sigmoid", "it has chosen and rejected swapped")
+
+    def nca_no_ref(pc, pr, rc, rr, beta):
+        return LOSSES["nca_pair"].value(pc, pr, 0 * rc, 0 * rr, beta)
+
+    _expect(nca_no_ref, "nca_pair", "it ignores the reference log-probabilities")
+
+    def cdpo_ignores_smoothing(pc, pr, rc, rr, beta):
+        return np.logaddexp(0.0, -beta * ((pc - rc) - (pr - rr)))
+
+    _expect(
+        cdpo_ignores_smoothing,
+        "sigmoid",
+        "it ignores the option label_smoothing=0.2",
+        label_smoothing=0.2,
+    )
+
+    def sppo_divides(pc, pr, rc, rr, beta):
+        return LOSSES["sppo_hard"].value(pc, pr, rc, rr, 1 / beta)
+
+    _expect(sppo_divides, "sppo_hard", "it uses 1/beta where the loss has beta")
+
+
+def test_trl_discopop_overflows_at_large_negative_margins():
+    # TRL's discopop multiplies exp(-logits) by sigmoid(logits / tau): inf * 0 = nan once
+    # beta * logits < -709 (float64), where the loss itself is finite (~ -beta * logits)
+    msg = _expect(_torch_trl("discopop"), "discopop", "it returns inf/nan where the loss is finite")
+    assert "expected" in msg
+
+
+def test_gradient_mutants_are_caught():
+    def grad_wrong_sign(pc, pr, rc, rr, beta):
+        g = LOSSES["ipo"].gradient(pc, pr, rc, rr, beta)
+        return [-g[0], g[1], g[2], g[3]]
+
+    with pytest.raises(AssertionError, match="its gradient with respect to pc differs"):
+        check_pair_loss(LOSSES["ipo"].value, "ipo", grad=grad_wrong_sign, max_examples=10)
+
+    # a loss whose values are right on the drawn inputs but whose slope is not: a hinge that
+    # is flat (a straight-through clamp) has derivative 0 where SLiC's is -beta
+    class Hinge:
+        __name__ = "hinge_stop_gradient"
+
+        def __call__(self, pc, pr, rc, rr, beta):
+            h = (pc - pr) - (rc - rr)
+            return np.maximum(0.0, 1 - beta * np.round(h, 3))
+
+    with pytest.raises(AssertionError, match=r"its derivative with respect to pc\[0\]"):
+        check_pair_loss(Hinge(), "hinge", rtol=1e-2, atol=1e-2, max_examples=5)
+
+
+def test_bad_options():
+    f = LOSSES["ipo"].value
+    with pytest.raises(ValueError, match="`loss` must be one of sigmoid"):
+        check_pair_loss(f, "dpo")
+    with pytest.raises(ValueError, match="`loss` 'ipo' has no option `tau`"):
+        check_pair_loss(f, "ipo", tau=1.0)
+    with pytest.raises(ValueError, match="`reduction` must be"):
+        check_pair_loss(f, "ipo", reduction="avg")
