@@ -273,6 +273,9 @@ def _minimise_margin_loss(
     sub = w[np.ix_(idx, idx)].copy()
     np.fill_diagonal(sub, 0.0)
     _check_connected(sub + sub.T, np.arange(idx.size))
+    from scipy.sparse import csr_matrix  # lazy: keeps `import klpolicy` light
+    from scipy.sparse.csgraph import connected_components
+
     n_scc, labels = connected_components(csr_matrix(sub > 0), directed=True, connection="strong")
     if n_scc == 1 or not runaway:
         g[idx] = solve(sub)
