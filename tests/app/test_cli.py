@@ -246,8 +246,8 @@ def test_plot_draws_the_numbers_given(capsys, tmp_path, monkeypatch):
             ["kl-budget", "--d", "0", "1", "--gold", "0", "-o", "OUT"],
             "klpolicy: error: `gold` must have the shape of `d`; got (1,) and (2,)",
         ),
-        (
-            ["beta-sweep", "--ref", "1"],
+        (  # beta-sweep alone may write only `--animate GIF`, so take a figure that needs -o
+            ["frontier", "--ref", "1"],
             "klpolicy: error: the following arguments are required: -o/--output, --reward",
         ),
     ],
