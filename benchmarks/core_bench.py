@@ -17,8 +17,10 @@ Baselines:
   token tree).
 
 The ``floor`` line, ``np.exp(r) * ref`` (no shift, no sum, no checks), is the
-least any numpy implementation reads, computes and writes: both inputs, one
-exponential, one output array.
+least any single-threaded numpy implementation reads, computes and writes: both
+inputs, one exponential, one output array. The ``workers=-1`` line runs
+``optimal_policy`` on a thread pool over row blocks (every core) and is reported
+as a ratio to that single-threaded floor.
 
 Peak memory is measured with :mod:`tracemalloc` (numpy reports its buffers to
 it) as the largest traced allocation during the call, in units of one input
@@ -30,6 +32,7 @@ Run from the repository root: ``python benchmarks/core_bench.py [--repeat 7] [--
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import tracemalloc
 
@@ -100,6 +103,7 @@ def main() -> None:
                 "exp": lambda r=reward: np.exp(r),
                 "floor": lambda a=ref, b=reward: exp_times(b, a),
                 "policy": lambda a=ref, b=reward: optimal_policy(a, b, beta),
+                "threads": lambda a=ref, b=reward: optimal_policy(a, b, beta, workers=-1),
                 "softmax": lambda a=ref, b=reward: scipy.special.softmax(
                     np.log(a) + b / beta, axis=-1
                 ),
@@ -117,6 +121,13 @@ def main() -> None:
         row(table, f"optimal_policy {label}", t["policy"] / t["exp"], "np.exp", t["policy"])
         row(table, f"  np.exp {label}", 1.0, "np.exp", t["exp"])
         row(table, f"  floor: exp(r) * ref {label}", t["floor"] / t["exp"], "np.exp", t["floor"])
+        row(
+            table,
+            f"  optimal_policy workers=-1 ({os.cpu_count()} cores) {label}",
+            t["threads"] / t["floor"],
+            "floor",
+            t["threads"],
+        )
         row(
             table,
             f"  softmax / optimal_policy {label}",

@@ -1,20 +1,25 @@
-r"""The trust-region step in closed form, and PPO's clipped step beside it.
+r"""Trust-region steps in closed form (both KL directions), and PPO's clipped step beside them.
 
-TRPO (Schulman et al. 2015) improves a policy by
+A trust-region step maximises the expected advantage inside a KL ball around
+the current policy. The two directions of the KL give two different steps:
 
-.. math::
+* ``constraint="mirror"`` (the default):
+  :math:`\max_\pi \mathbb{E}_\pi[A]` s.t. :math:`\mathrm{KL}(\pi\,\|\,\pi_{old}) \le \delta`.
+  This is the KL-regularised problem with :math:`\pi_{old}` as the reference:
+  the step is the exponential tilt :math:`\pi_{old}\,e^{A/\beta}/Z` with the
+  multiplier :math:`\beta` whose optimum spends exactly :math:`\delta`
+  (:func:`klpolicy.beta_for_kl`). Iterating it is mirror descent with the KL
+  as Bregman divergence (Tomar et al. 2020).
+* ``constraint="trpo"``: TRPO's own constraint (Schulman et al. 2015, eq. 12),
+  :math:`\mathrm{KL}(\pi_{old}\,\|\,\pi) \le \delta`. Its exact tabular step is
+  :math:`\pi(y) = \beta\,\pi_{old}(y) / (\lambda - A(y))`, with
+  :math:`\lambda > \max A` fixed by normalisation and :math:`\beta` by the
+  radius: the form of the k3-in-the-loss fixed point
+  (:func:`klpolicy.estimators.fixed_point`), not the tilt.
 
-    \max_\pi \; \mathbb{E}_\pi[A] \quad\text{s.t.}\quad
-    \mathrm{KL}(\pi\,\|\,\pi_{old}) \le \delta .
-
-On a tabular policy this is the KL-regularised problem with :math:`\pi_{old}`
-as the reference: the Lagrangian :math:`\mathbb{E}_\pi[A] - \beta\,
-\mathrm{KL}(\pi\|\pi_{old})` is maximised by :math:`\pi_{old}\,e^{A/\beta}/Z`,
-and the multiplier :math:`\beta` is the one whose optimum spends exactly
-:math:`\delta` (:func:`klpolicy.beta_for_kl`). Iterating the step is mirror
-descent with the KL as Bregman divergence. PPO (Schulman et al. 2017) replaces
-the constraint by a clipped ratio; :func:`ppo_clip_step` runs its exact
-(population) surrogate so the two steps can be compared at equal KL.
+PPO (Schulman et al. 2017) replaces the constraint by a clipped ratio;
+:func:`ppo_clip_step` runs its exact (population) surrogate so the steps can be
+compared at equal KL.
 
 Importing this module does not import torch.
 """
@@ -25,6 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from .core import beta_for_kl, optimal_policy
+from .core.internal import expm1mx
 from .core.internal import prepare as _prepare
 from .core.internal import tilt as _tilt
 from .core.internal import validation as V
@@ -32,12 +38,91 @@ from .core.internal import validation as V
 __all__ = ["ppo_clip_step", "trust_region_beta", "trust_region_step"]
 
 
+#: The two trust regions: ``"mirror"`` bounds KL(pi || pi_old), ``"trpo"`` bounds KL(pi_old || pi).
+_CONSTRAINTS = ("mirror", "trpo")
+
+
+def _as_delta(delta: ArrayLike) -> NDArray[np.float64]:
+    return V.as_kl_budget("delta", delta)
+
+
+def _trpo_kl(p: NDArray, xh: NDArray, s: NDArray) -> tuple[NDArray, NDArray, NDArray]:
+    """KL(p || pi_t) for pi_t = p / (t + xh) / norm, t = exp(s); also pi_t / p and the norm.
+
+    With M = E_p[t / (t + xh)], the ratio pi_t / p is rho = t / ((t + xh) M),
+    accurate to a few ulp however small. Near one it is also
+    1 + (m - v) / M with v = xh / (t + xh) and m = E_p[v] = 1 - M, which gives
+    log(rho) without cancellation; the KL's summands p (rho - 1 - log rho)
+    (non-negative, as the ratios average to one) are ``expm1mx(log rho)``.
+    """
+    t = np.exp(s)[..., None]
+    v = xh / (t + xh)
+    m = np.sum(p * v, -1, keepdims=True)
+    big_m = np.sum(p * (t / (t + xh)), -1, keepdims=True)
+    rho = (t / (t + xh)) / big_m
+    dev = (m - v) / big_m
+    with np.errstate(divide="ignore"):
+        near = (big_m > 0.25) & (np.abs(dev) < 0.5)
+        w = np.where(near, np.log1p(np.where(near, dev, 0.0)), np.log(rho))
+    kl = np.sum(np.where(p > 0, p * expm1mx(w), 0.0), -1)
+    return kl, rho, big_m[..., 0]
+
+
+def _trpo_solve(p: NDArray, a: NDArray, d: NDArray) -> tuple[NDArray, NDArray]:
+    """TRPO's exact tabular step: (policy, beta), rows along the last axis, float64.
+
+    pi = beta p / (lambda - A) on p's support; with x = max A - A (>= 0) scaled
+    by its largest value on the support, lambda - A = xmax (t + xh) and
+    KL(p || pi_t) falls strictly from +inf (t -> 0) to 0 (t -> inf), so t is
+    found by bisection on log t to the last bit.
+    """
+    shape = np.broadcast_shapes(p.shape[:-1], d.shape)
+    p = np.broadcast_to(p, (*shape, p.shape[-1])).reshape(-1, p.shape[-1]).astype(np.float64)
+    a = np.broadcast_to(a, (*shape, a.shape[-1])).reshape(-1, a.shape[-1]).astype(np.float64)
+    dd = np.broadcast_to(d, shape).reshape(-1)
+    p = p / p.sum(-1, keepdims=True)
+    support = p > 0
+    c = np.max(np.where(support, a, -np.inf), -1, keepdims=True)
+    x = np.where(support, c - a, 0.0)
+    xmax = np.max(x, -1)
+    moves = (xmax > 0) & (dd > 0)  # otherwise the step is p itself (beta = inf)
+    xh = x / np.where(xmax > 0, xmax, 1.0)[:, None]
+    pm, xm, dm = p[moves], xh[moves], dd[moves]
+    lo = np.full(dm.shape, -1.0)
+    hi = np.full(dm.shape, 1.0)
+    floor = np.log(np.finfo(np.float64).tiny)
+    for _ in range(12):  # widen the bracket: KL(lo) > delta >= KL(hi)
+        k_lo = _trpo_kl(pm, xm, lo)[0]
+        k_hi = _trpo_kl(pm, xm, hi)[0]
+        lo = np.where(k_lo > dm, lo, np.maximum(2.0 * lo, floor))
+        hi = np.where(k_hi <= dm, hi, 2.0 * hi)
+    for _ in range(200):  # bisection on log t to adjacent floats
+        mid = 0.5 * (lo + hi)
+        if np.all((mid == lo) | (mid == hi)):
+            break
+        above = _trpo_kl(pm, xm, mid)[0] > dm
+        lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
+    s = 0.5 * (lo + hi)
+    _, rho, big_m = _trpo_kl(pm, xm, s)
+    out = p.copy()
+    out[moves] = pm * rho
+    beta = np.full(dd.shape, np.inf)
+    beta[moves] = xmax[moves] * np.exp(s) / big_m
+    return out.reshape(*shape, p.shape[-1]), beta.reshape(shape)
+
+
 def trust_region_beta(
-    pi_old: ArrayLike, advantage: ArrayLike, delta: ArrayLike, *, axis: int = -1
+    pi_old: ArrayLike,
+    advantage: ArrayLike,
+    delta: ArrayLike,
+    *,
+    constraint: str = "mirror",
+    axis: int = -1,
 ) -> NDArray[np.floating] | np.floating:
-    r"""The multiplier of the trust-region step: :math:`\beta` whose optimum spends :math:`\delta`.
+    r"""The multiplier of the trust-region step: :math:`\beta` whose step spends :math:`\delta`.
 
     .. math:: \beta(\delta) = \texttt{beta\_for\_kl}(\pi_{old}, A, \min(\delta, \mathrm{KL}_{max}))
+              \quad (\text{``mirror''})
 
     Parameters
     ----------
@@ -47,69 +132,106 @@ def trust_region_beta(
         Advantages (any finite values; constants along ``axis`` do not matter).
     delta : float or array_like
         KL radius in nats, ``>= 0``, broadcasting over the batch shape.
+    constraint : {"mirror", "trpo"}, optional
+        Which KL the radius bounds: ``"mirror"`` (default) bounds
+        :math:`\mathrm{KL}(\pi\|\pi_{old})`, ``"trpo"`` bounds
+        :math:`\mathrm{KL}(\pi_{old}\|\pi)`; see :func:`trust_region_step`.
     axis : int, optional
         The probability axis.
 
     Returns
     -------
     ndarray or float
-        ``beta`` per batch row; ``0`` (greedy) when ``delta`` exceeds the
-        largest KL a step can spend, ``inf`` when ``delta = 0``.
+        ``beta`` per batch row; ``inf`` when ``delta = 0``. For ``"mirror"``,
+        ``0`` (greedy) when ``delta`` exceeds the largest KL a step can spend;
+        for ``"trpo"`` the KL is unbounded and ``beta > 0`` for every radius.
 
     Raises
     ------
     ValueError
-        As in :func:`klpolicy.beta_for_kl`.
+        As in :func:`klpolicy.beta_for_kl`, for a negative or non-finite
+        ``delta``, or an unknown ``constraint``.
 
     Examples
     --------
     >>> from klpolicy.trust_region import trust_region_beta
     >>> round(float(trust_region_beta([0.5, 0.5], [1.0, 0.0], 0.3499)), 3)
     0.5
+    >>> round(float(trust_region_beta([0.5, 0.5], [1.0, 0.0], 0.3499, constraint="trpo")), 3)
+    0.35
     """
+    kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
     p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+    d = _as_delta(delta)
+    if kind == "trpo":
+        beta = _trpo_solve(p, a, d)[1].astype(p.dtype)
+        return beta if beta.ndim else beta[()]
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
-    d = V.as_kl_budget("delta", delta)
     return beta_for_kl(p, a, np.minimum(d, kmax))
 
 
 def trust_region_step(
-    pi_old: ArrayLike, advantage: ArrayLike, delta: ArrayLike, *, axis: int = -1
+    pi_old: ArrayLike,
+    advantage: ArrayLike,
+    delta: ArrayLike,
+    *,
+    constraint: str = "mirror",
+    axis: int = -1,
 ) -> NDArray[np.floating]:
-    r"""TRPO's step on a tabular policy, exactly: the closed form with pi_old as reference.
+    r"""The exact trust-region step on a tabular policy, for either direction of the KL.
 
     .. math::
 
-        \arg\max_{\mathrm{KL}(\pi\|\pi_{old})\le\delta} \mathbb{E}_\pi[A]
+        \text{mirror:}\ \arg\max_{\mathrm{KL}(\pi\|\pi_{old})\le\delta} \mathbb{E}_\pi[A]
         = \frac{\pi_{old}\, e^{A/\beta_\delta}}{Z}, \qquad
-        \beta_\delta = \texttt{beta\_for\_kl}(\pi_{old}, A, \delta)
+        \text{trpo:}\ \arg\max_{\mathrm{KL}(\pi_{old}\|\pi)\le\delta} \mathbb{E}_\pi[A]
+        = \frac{\beta_\delta\,\pi_{old}}{\lambda - A}
 
     Parameters
     ----------
     pi_old, advantage, delta, axis
         As in :func:`trust_region_beta`.
+    constraint : {"mirror", "trpo"}, optional
+        ``"mirror"`` (the default, and this function's meaning before the
+        option existed) bounds :math:`\mathrm{KL}(\pi\|\pi_{old})`: the step is
+        the exponential tilt, mirror descent's step. ``"trpo"`` bounds
+        :math:`\mathrm{KL}(\pi_{old}\|\pi)`, the constraint of TRPO
+        (Schulman et al. 2015, eq. 12).
 
     Returns
     -------
     ndarray
-        The new policy, same shape as ``pi_old``; its KL from ``pi_old`` is
-        ``delta`` (or the greedy policy's KL when that is smaller).
+        The new policy, same shape as ``pi_old``; its KL to ``pi_old`` (in the
+        constrained direction) is ``delta``, or for ``"mirror"`` the greedy
+        policy's KL when that is smaller.
 
     Raises
     ------
     ValueError
-        As in :func:`klpolicy.beta_for_kl`.
+        As in :func:`trust_region_beta`.
 
     Notes
     -----
-    The objective is linear and the constraint set convex, so the constraint
-    is active unless the greedy step already fits inside it; the KKT
-    conditions are those of the KL-regularised problem with multiplier
-    :math:`\beta`. Iterating with :math:`A = r - \beta_0\log(\pi_{old}/\pi_{ref})`
-    (the functional gradient of :math:`\mathbb{E}_\pi[r] - \beta_0
-    \mathrm{KL}(\pi\|\pi_{ref})`) is mirror descent on the regularised
-    objective; it reaches :math:`\pi^*_{\beta_0}` in one step once the step's
-    multiplier is capped at :math:`\beta_0` (see ``method="trust_region"`` in
+    The objective is linear and both constraint sets are convex, so the KKT
+    conditions decide. With multiplier :math:`\beta`:
+
+    * mirror: :math:`A - \beta(\log(\pi/\pi_{old}) + 1) - \lambda = 0` gives the
+      tilt, the KL-regularised optimum with :math:`\pi_{old}` as reference; the
+      constraint is active unless the greedy step fits inside it.
+    * trpo: :math:`A + \beta\,\pi_{old}/\pi - \lambda = 0` gives
+      :math:`\pi = \beta\pi_{old}/(\lambda - A)` with :math:`\lambda > \max A`.
+      As :math:`\mathrm{KL}(\pi_{old}\|\pi)` is unbounded (the step may not
+      empty any outcome of :math:`\pi_{old}`), the constraint is always active.
+      This is the stationary point of k3 in the loss
+      (:func:`klpolicy.estimators.fixed_point`), whose expected gradient is
+      that of :math:`\mathrm{KL}(\pi_{ref}\|\pi)`.
+
+    The two steps agree to second order in :math:`\delta` (both KLs are
+    :math:`\tfrac12\chi^2` near :math:`\pi_{old}`) and differ beyond. Iterating
+    the mirror step with :math:`A = r - \beta_0\log(\pi_{old}/\pi_{ref})` is
+    mirror descent on :math:`\mathbb{E}_\pi[r] - \beta_0\mathrm{KL}(\pi\|\pi_{ref})`;
+    it reaches :math:`\pi^*_{\beta_0}` in one step once the step's multiplier is
+    capped at :math:`\beta_0` (``method="trust_region"`` in
     :func:`klpolicy.torch.fit_policy`).
 
     References
@@ -117,6 +239,7 @@ def trust_region_step(
     .. [1] Schulman et al., "Trust Region Policy Optimization", 2015, arXiv:1502.05477.
     .. [2] Beck and Teboulle, "Mirror descent and nonlinear projected subgradient
        methods for convex optimization", 2003, Oper. Res. Lett. 31(3).
+    .. [3] Tomar et al., "Mirror Descent Policy Optimization", 2020, arXiv:2005.09814.
 
     Examples
     --------
@@ -126,7 +249,15 @@ def trust_region_step(
     >>> new = trust_region_step([0.5, 0.5], [1.0, 0.0], 0.01)
     >>> new.round(4), round(float(kl_divergence(new, [0.5, 0.5])), 10)
     (array([0.5706, 0.4294]), 0.01)
+    >>> trpo = trust_region_step([0.5, 0.5], [1.0, 0.0], 0.01, constraint="trpo")
+    >>> trpo.round(4), round(float(kl_divergence([0.5, 0.5], trpo)), 10)
+    (array([0.5704, 0.4296]), 0.01)
     """
+    kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
+    if kind == "trpo":
+        p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+        step = _trpo_solve(p, a, _as_delta(delta))[0].astype(p.dtype)
+        return np.moveaxis(step, -1, axis)
     beta = np.asarray(trust_region_beta(pi_old, advantage, delta, axis=axis))
     p = V.as_probabilities("pi_old", pi_old, axis)
     return optimal_policy(

@@ -893,6 +893,15 @@ ROWS += [
         proxy=(_opt(REWARD), [0.3, 0.5]),
     ),
     row(_PL + "lecture_style"),
+    row(
+        _PL + "animate_beta_sweep",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        frames=(COUNT, 3),
+        fps=(POS, 10.0),
+        dpi=(POS, 50.0),
+    ),
+    row(_PL + "explore", ref=(PROB, P), reward=(REWARD, R), beta=(POS, 1.0)),
     row(_PL + "token_kl", kl=(REWARD, [0.1, 0.2, 0.3])),
 ]
 
@@ -997,6 +1006,10 @@ ROWS += [
     ),
     *[row(_T + k, logp=(LOGP, LP), logq=(LOGP, LQ)) for k in ("k1", "k2", "k3")],
     row(_T + "kl_divergence", p=(PROB, P), q=(PROB, Q)),
+    row(_T + "cross_entropy", p=(PROB, P), q=(PROB, Q)),
+    row(_T + "total_variation", p=(PROB, P), q=(PROB, Q)),
+    row(_T + "entropy", p=(PROB, P)),
+    row(_T + "optimal_kl", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_T + "optimal_policy", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
 ]

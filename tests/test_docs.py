@@ -202,3 +202,147 @@ def test_every_top_level_page_is_in_the_front_toctree():
     entries = {ln.strip() for ln in toctree.splitlines() if ln.strip() and not ln.startswith(":")}
     pages = {p.stem for p in DOCS.glob("*.md")} - {"index"}
     assert pages <= entries, f"add {sorted(pages - entries)} to the toctree of docs/index.md"
+
+
+# ---------------------------------------------------------------- one KL convention
+# KL(pi || pi_ref) is the *reverse* KL (mode-seeking), KL(pi_ref || pi) the *forward* KL
+# (mass-covering); docs/derivations/closed_form.md states it once. These patterns are the
+# ways the two have been mixed up.
+_PAGES = sorted((ROOT / "tutorials").glob("*.md")) + [
+    p  # docs/tutorials/NN_*.md are build copies of tutorials/
+    for p in sorted(DOCS.rglob("*.md"))
+    if "_build" not in p.parts and not (p.parent.name == "tutorials" and p.name[0].isdigit())
+]
+
+
+def _normalise_kl(text: str) -> str:
+    """LaTeX and plain spellings of KL(a || b) in one form: KL(pi||pi_ref), KL(pi_ref||pi)."""
+    t = re.sub(r"\\mathrm\{KL\}|\\operatorname\{KL\}|D_\{?\\?mathrm\{?KL\}?\}?", "KL", text)
+    t = re.sub(r"\\[,;!]|\\left|\\right|\\big|\\Big|[*_`]{0,1}(?=\w)", "", t)
+    t = t.replace("\\|", "||").replace("\\pi", "pi").replace("{ref}", "ref")
+    t = t.replace("{old}", "old").replace("π", "pi").replace("‖", "||")
+    t = re.sub(r"\s+", " ", t).replace("*", "")
+    t = re.sub(r"\s*\|\|\s*", "||", t)
+    return t
+
+
+_FORWARD = r"KL\(pi_?(?:ref|old)\|\|pi\)"
+_REVERSE = r"KL\(pi\|\|pi_?(?:ref|old)\)"
+_WRONG = [
+    (rf"reverse[- ]KL\W{{0,4}}{_FORWARD}", "KL(pi_ref || pi) called reverse"),
+    (rf"{_FORWARD}\W{{0,4}}(?:is )?(?:the )?reverse", "KL(pi_ref || pi) called reverse"),
+    (rf"forward[- ]KL\W{{0,4}}{_REVERSE}", "KL(pi || pi_ref) called forward"),
+    (rf"{_REVERSE}\W{{0,4}}(?:is )?(?:the )?forward", "KL(pi || pi_ref) called forward"),
+    (r"k3 in the loss[^.]{0,40}reverse", "k3 in the loss differentiates the forward KL"),
+    (r"k3 in the loss is a reverse", "k3 in the loss differentiates the forward KL"),
+    (r"reverse-KL (?:point|fixed point)", "the k3/TRPO fixed point is the forward-KL one"),
+    (r"forward-KL (?:penalty|regulari[sz]ed optimum pi\*)", "the RLHF penalty is the reverse KL"),
+]
+
+
+def test_the_kl_convention_is_stated_once():
+    text = (DOCS / "derivations" / "closed_form.md").read_text(encoding="utf-8")
+    norm = _normalise_kl(text)
+    assert "(kl-direction)=" in text
+    assert re.search(rf"reverse KL is \$?{_REVERSE}", norm), "the reverse KL is not defined"
+    assert re.search(rf"forward KL is \$?{_FORWARD}", norm), "the forward KL is not defined"
+    assert "mode-seeking" in text and "mass-covering" in text
+
+
+@pytest.mark.parametrize("path", _PAGES, ids=[str(p.relative_to(ROOT)) for p in _PAGES])
+def test_forward_and_reverse_kl_are_named_one_way(path):
+    norm = _normalise_kl(path.read_text(encoding="utf-8"))
+    found = [(why, m.group(0)) for pattern, why in _WRONG for m in re.finditer(pattern, norm, re.I)]
+    assert found == [], f"{path.name}: {found}"
+
+
+def test_the_kl_convention_check_catches_the_old_mistakes():
+    # the phrasings that used to be in tutorial 08 and would be wrong anywhere
+    bad = [
+        "## k3 in the loss: the reverse KL",
+        r"the gradient of the *reverse* KL $\mathrm{KL}(\pi_{ref}\|\pi)$.",
+        r"$\mathrm{KL}(\pi_{ref}\,\|\,\pi)$, the reverse KL,",
+        "Per token, k3 in the loss is a reverse KL at every prefix",
+        r"the *forward* KL $\mathrm{KL}(\pi\,\|\,\pi_{ref})$, the RLHF penalty",
+        "reverse-KL point at the policy-dependent coefficient",
+    ]
+    for line in bad:
+        norm = _normalise_kl(line)
+        assert any(re.search(p, norm, re.I) for p, _ in _WRONG), line
+    good = r"the *forward* KL $\mathrm{KL}(\pi_{ref}\|\pi)$ (mass-covering), not the *reverse* KL"
+    assert not any(re.search(p, _normalise_kl(good), re.I) for p, _ in _WRONG)
+
+
+def test_the_tutorial_index_has_a_core_and_an_advanced_track():
+    text = (DOCS / "tutorials" / "index.md").read_text(encoding="utf-8")
+    trees = dict(
+        re.findall(
+            r"```\{toctree\}\n(?::maxdepth: \d\n)?:caption: ([^\n]*)\n\n(.*?)```", text, re.S
+        )
+    )
+    assert set(trees) == {"Core track", "Advanced track"}
+    core = trees["Core track"].split()
+    advanced = trees["Advanced track"].split()
+    for stem in ("01_worked_example", "02_kl_budget", "10_diversity_calibration",
+                 "05_best_of_n_overoptimization", "04_token_level", "07_dpo"):  # fmt: skip
+        assert stem in core
+    assert advanced == [
+        "03_estimators",
+        "06_controllers",
+        "08_torch_trainers",
+        "09_property_testing",
+    ]
+    # every tutorial is on exactly one track (a listed one that does not exist yet is
+    # dropped by docs/conf.py until its file lands)
+    listed = core + advanced
+    assert len(listed) == len(set(listed))
+    assert {p.stem for p in TUTORIALS} <= set(listed)
+
+
+def test_math_renders_offline_with_the_bundled_mathjax():
+    conf = (DOCS / "conf.py").read_text(encoding="utf-8")
+    path = re.search(r'^mathjax_path = "([^"]+)"', conf, re.M).group(1)
+    assert not path.startswith(("http:", "https:", "//")), "MathJax must not come from a CDN"
+    bundled = DOCS / "_static" / path
+    assert bundled.exists() and 'VERSION="3.' in bundled.read_text(encoding="utf-8")
+    fonts = DOCS / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2"
+    assert len(list(fonts.glob("*.woff"))) >= 20
+    assert (DOCS / "_static" / "mathjax" / "input" / "tex" / "extensions" / "ams.js").exists()
+
+
+def _title(path: Path) -> str:
+    text = path.read_text(encoding="utf-8")
+    return re.search(r"^# (.*)$", text, re.M).group(1)
+
+
+def test_cross_references_show_words_not_raw_latex():
+    """A {doc} link without its own text shows the target's title; a title with math would
+    show as raw LaTeX in the link, so such links must carry words of their own."""
+    pages = list(TUTORIALS) + sorted((DOCS / "derivations").glob("*.md"))
+    bad = []
+    for page in pages:
+        here = DOCS / "tutorials" if page.parent.name == "tutorials" else page.parent
+        for target in re.findall(r"\{doc\}`([^`<]+)`", page.read_text(encoding="utf-8")):
+            if target.startswith("/"):
+                path = DOCS / (target.lstrip("/") + ".md")
+            elif (here / (target + ".md")).exists():
+                path = here / (target + ".md")
+            else:
+                path = ROOT / "tutorials" / (Path(target).name + ".md")
+            if "$" in _title(path):
+                bad.append(f"{page.name}: {{doc}}`{target}`")
+    assert bad == []
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=[p.name for p in TUTORIALS])
+def test_tutorial_figures_use_the_lecture_style(path):
+    """A tutorial that draws with pyplot switches the lecture style on first (or draws only
+    through klpolicy.plotting, which applies it), and never shrinks text below 14 pt."""
+    text = path.read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```\{code-cell\} ipython3\n(.*?)```", text, re.S))
+    if re.search(r"\bplt\.(subplots|figure|plot|semilogx|semilogy)\(", code):
+        first_draw = re.search(r"\bplt\.(subplots|figure|plot|semilogx|semilogy)\(", code).start()
+        style = re.search(r"lecture_style\(\)", code)
+        assert style and style.start() < first_draw, f"{path.name} draws before the lecture style"
+    small = [int(n) for n in re.findall(r"fontsize=(\d+)", code) if int(n) < 14]
+    assert small == [], f"{path.name} sets fontsize {small}"

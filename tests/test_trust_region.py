@@ -111,3 +111,178 @@ def test_ppo_clip_is_dominated_by_the_trust_region_step_at_equal_kl():
 def test_bad_inputs(call, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         call()
+
+
+# ---------------------------------------------------------------- the two constraints
+import mpmath  # noqa: E402
+
+from klpolicy.estimators import fixed_point  # noqa: E402
+
+
+def _mp_bisect(f, lo, hi, n=260):
+    """Root of a decreasing f on [lo, hi] by bisection in mpmath."""
+    lo, hi = mpmath.mpf(lo), mpmath.mpf(hi)
+    for _ in range(n):
+        mid = (lo + hi) / 2
+        if f(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _mp_trpo(p_old, adv, delta):
+    """mpmath recipe (60 digits): pi = p / (t + x) / sum, x = max A - A on the support,
+    t = exp(s) with KL(p || pi_t) = delta found by bisection on s."""
+    with mpmath.workdps(60):
+        p = [mpmath.mpf(float(v)) for v in p_old]
+        p = [pi / sum(p) for pi in p]  # the exact KL needs exactly normalised pi_old
+        a = [mpmath.mpf(float(v)) for v in adv]
+        c = max(ai for pi, ai in zip(p, a) if pi > 0)
+        x = [c - ai for ai in a]
+
+        def pol(s):
+            t = mpmath.e**s
+            w = [pi / (t + xi) if pi > 0 else mpmath.mpf(0) for pi, xi in zip(p, x)]
+            z = sum(w)
+            return [wi / z for wi in w]
+
+        def kl(s):
+            q = pol(s)
+            return sum(pi * mpmath.log(pi / qi) for pi, qi in zip(p, q) if pi > 0) - delta
+
+        s = _mp_bisect(kl, -700, 400)
+        return np.array([float(v) for v in pol(s)])
+
+
+def _mp_mirror(p_old, adv, delta):
+    """mpmath recipe (60 digits): pi = p exp(A / beta) / Z with KL(pi || p) = delta,
+    log beta found by bisection."""
+    with mpmath.workdps(60):
+        p = [mpmath.mpf(float(v)) for v in p_old]
+        p = [pi / sum(p) for pi in p]
+        a = [mpmath.mpf(float(v)) for v in adv]
+        c = max(ai for pi, ai in zip(p, a) if pi > 0)
+
+        def pol(lb):
+            b = mpmath.e**lb
+            w = [pi * mpmath.e ** ((ai - c) / b) for pi, ai in zip(p, a)]
+            z = sum(w)
+            return [wi / z for wi in w]
+
+        def kl(lb):
+            q = pol(lb)
+            return sum(qi * mpmath.log(qi / pi) for pi, qi in zip(p, q) if qi > 0) - delta
+
+        lb = _mp_bisect(kl, -60, 60)
+        return np.array([float(v) for v in pol(lb)])
+
+
+EXTREME = [
+    # (pi_old, advantage, delta)
+    ([0.4, 0.3, 0.2, 0.1], [0.5, -1.0, 1.0, 0.2], 0.1),
+    ([0.4, 0.3, 0.2, 0.1], [0.5, -1.0, 1.0, 0.2], 1e-10),
+    ([0.4, 0.3, 0.2, 0.1], [0.5, -1.0, 1.0, 0.2], 20.0),
+    ([0.5, 0.5 - 1e-300, 1e-300], [0.0, 1.0, 2.0], 0.5),
+    ([0.7, 0.0, 0.3], [1e8, 3e8, -2e8], 0.05),
+    ([0.99, 0.01], [0.0, 1.0], 2.0),
+]
+
+
+@pytest.mark.parametrize(("p_old", "adv", "delta"), EXTREME)
+def test_trpo_step_matches_mpmath_at_extremes(p_old, adv, delta):
+    got = trust_region_step(p_old, adv, delta, constraint="trpo")
+    np.testing.assert_allclose(got, _mp_trpo(p_old, adv, delta), rtol=1e-12, atol=0)
+    assert float(klpolicy.kl_divergence(p_old, got)) == pytest.approx(delta, rel=1e-11)
+
+
+@pytest.mark.parametrize(("p_old", "adv", "delta"), [e for e in EXTREME if e[2] < 1.0])
+def test_mirror_step_matches_mpmath(p_old, adv, delta):
+    got = trust_region_step(p_old, adv, delta, constraint="mirror")
+    want = _mp_mirror(p_old, adv, delta)
+    big = want > 1e-250  # entries that underflow in the tilt are compared absolutely
+    np.testing.assert_allclose(got[big], want[big], rtol=1e-11)
+    assert np.all(got[~big] <= 1e-250)
+
+
+def test_default_is_the_mirror_step_and_the_two_differ_beyond_second_order():
+    p_old = np.array([0.4, 0.3, 0.2, 0.1])
+    adv = np.array([0.5, -1.0, 1.0, 0.2])
+    np.testing.assert_array_equal(
+        trust_region_step(p_old, adv, 0.1), trust_region_step(p_old, adv, 0.1, constraint="mirror")
+    )
+    tv = (
+        0.5
+        * np.abs(
+            trust_region_step(p_old, adv, 0.1)
+            - trust_region_step(p_old, adv, 0.1, constraint="trpo")
+        ).sum()
+    )
+    assert tv == pytest.approx(0.04502, abs=5e-5)  # tutorial 08's figure
+    small = (
+        0.5
+        * np.abs(
+            trust_region_step(p_old, adv, 1e-6)
+            - trust_region_step(p_old, adv, 1e-6, constraint="trpo")
+        ).sum()
+    )
+    assert small < 1e-5 * np.sqrt(1e-6) * 100  # third order: far below the step's size
+
+
+def test_trpo_step_is_the_k3_in_loss_fixed_point_at_its_multiplier():
+    p_old = np.array([0.4, 0.3, 0.2, 0.1])
+    adv = np.array([0.5, -1.0, 1.0, 0.2])
+    beta = float(trust_region_beta(p_old, adv, 0.1, constraint="trpo"))
+    step = trust_region_step(p_old, adv, 0.1, constraint="trpo")
+    fp = fixed_point(p_old, adv, beta, estimator="k3", placement="loss")
+    np.testing.assert_allclose(step, fp, rtol=1e-12)
+    # and the KKT form: beta * p / (lambda - A) with one lambda
+    lam = adv + beta * p_old / step
+    np.testing.assert_allclose(lam, lam[0], rtol=1e-12)
+
+
+@given(
+    st.lists(st.floats(0.05, 1.0), min_size=2, max_size=5),
+    st.floats(0.001, 2.0),
+    st.integers(0, 2**32 - 1),
+)
+def test_no_policy_in_the_trpo_region_has_more_advantage(weights, delta, seed):
+    rng = np.random.default_rng(seed)
+    p_old = np.array(weights) / np.sum(weights)
+    adv = rng.normal(size=p_old.size)
+    best = trust_region_step(p_old, adv, delta, constraint="trpo") @ adv
+    cand = p_old * np.exp(rng.normal(scale=1.0, size=(400, p_old.size)))
+    cand /= cand.sum(1, keepdims=True)
+    inside = klpolicy.kl_divergence(p_old, cand) <= delta
+    assert np.all(cand[inside] @ adv <= best + 1e-12)
+
+
+def test_trpo_degenerate_rows_batches_and_zeros():
+    # delta 0, constant advantage, all mass on the best: the step is pi_old, beta infinite
+    np.testing.assert_array_equal(
+        trust_region_step([0.3, 0.7], [1.0, 0.0], 0.0, constraint="trpo"), [0.3, 0.7]
+    )
+    np.testing.assert_array_equal(
+        trust_region_step([0.3, 0.7], [2.0, 2.0], 0.4, constraint="trpo"), [0.3, 0.7]
+    )
+    assert float(trust_region_beta([0.3, 0.7], [2.0, 2.0], 0.4, constraint="trpo")) == np.inf
+    # zeros in pi_old stay zero; rows and axis broadcast like the mirror step
+    step = trust_region_step([0.5, 0.0, 0.5], [0.0, 9.0, 1.0], 0.2, constraint="trpo")
+    assert step[1] == 0.0 and float(klpolicy.kl_divergence([0.5, 0.0, 0.5], step)) == (
+        pytest.approx(0.2, rel=1e-12)
+    )
+    p_old = np.array([[0.5, 0.5], [0.2, 0.8]])
+    adv = np.array([[1.0, 0.0], [0.0, 1.0]])
+    new = trust_region_step(p_old.T, adv.T, np.array([0.01, 0.02]), axis=0, constraint="trpo")
+    np.testing.assert_allclose(
+        klpolicy.kl_divergence(p_old.T, new, axis=0), [0.01, 0.02], rtol=1e-11
+    )
+    betas = trust_region_beta(p_old, adv, np.array([0.01, 0.02]), constraint="trpo")
+    assert betas.shape == (2,) and np.all(np.diff(betas) < 0)
+
+
+def test_unknown_constraint_is_refused():
+    with pytest.raises(
+        ValueError, match=re.escape("`constraint` must be one of 'mirror', 'trpo'; got 'forward'")
+    ):
+        trust_region_step([0.5, 0.5], [1.0, 0.0], 0.1, constraint="forward")

@@ -232,8 +232,37 @@ def _cmd_plot(args: argparse.Namespace) -> int:
                 f"`klpolicy plot {args.figure}` needs klpolicy.{module}, "
                 "which this installation lacks"
             )
+    from pathlib import Path
+
+    animate = getattr(args, "animate", None)
+    if args.output is None and animate is None:
+        raise ValueError(f"`klpolicy plot {args.figure}` needs `-o FILE` (or `--animate FILE.gif`)")
+    if animate is not None:
+        from ..plotting import animate_beta_sweep
+
+        if Path(animate).suffix.lower() != ".gif":
+            raise ValueError(f"`--animate` writes a GIF; got {animate!r} (name it *.gif)")
+        try:
+            animate_beta_sweep(
+                args.ref, args.reward, frames=args.frames, fps=args.fps, path=animate, dpi=args.dpi
+            )
+        except OSError as exc:
+            raise ValueError(
+                f"cannot write `--animate` {animate!r}: {exc.strerror or exc}"
+            ) from None
+        finally:
+            plt.close("all")
+        print(animate)
+        if args.output is None:
+            return 0
     try:
-        save_figure(lambda ax: args.draw(args, ax), args.output, dpi=args.dpi, title=args.title)
+        save_figure(
+            lambda ax: args.draw(args, ax),
+            args.output,
+            dpi=args.dpi,
+            title=args.title,
+            format=args.format,
+        )
     except OSError as exc:
         raise ValueError(f"cannot write `-o` {args.output!r}: {exc.strerror or exc}") from None
     finally:
@@ -310,6 +339,11 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", metavar="DIR", help="write the headline figures as PNG into DIR")
     d.set_defaults(func=_cmd_demo)
     _add_plot_parser(sub)
+    sub.add_parser(
+        "check",
+        help="run a klpolicy.testing suite on module:function (needs hypothesis); "
+        "klpolicy check -h lists the suites",
+    )
     return p
 
 
@@ -317,9 +351,16 @@ def _add_plot_parser(sub) -> None:
     pl = sub.add_parser("plot", help="draw one figure into a file (needs matplotlib)")
     figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
 
-    def fig(name: str, draw, help: str, needs: tuple[str, ...] = ()):
+    def fig(name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True):
         f = figs.add_parser(name, help=help)
-        f.add_argument("-o", "--output", required=True, metavar="FILE", help="image file")
+        f.add_argument(
+            "-o", "--output", required=output_required, metavar="FILE", help="image file"
+        )
+        f.add_argument(
+            "--format",
+            choices=("png", "svg", "pdf"),
+            help="file format for slides (default: from the suffix of FILE)",
+        )
         f.add_argument("--title", help="replace the figure's title")
         f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")
         f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
@@ -339,10 +380,17 @@ def _add_plot_parser(sub) -> None:
             help=f"beta grid, log-spaced (default {lo:g} {hi:g})",
         )
 
-    f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)")
+    f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)", output_required=False)
     problem(f)
     beta_range(f, 1e-2, 1e2)
     f.add_argument("--mark", type=float, nargs="*", default=[0.5, 2.0], help="betas to mark")
+    f.add_argument(
+        "--animate",
+        metavar="GIF",
+        help="also (or instead of -o) write an animation of pi*_beta as beta goes from inf to 0",
+    )
+    f.add_argument("--frames", type=int, default=60, help="frames of the animation (default 60)")
+    f.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
 
     f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
     problem(f)
@@ -407,6 +455,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``klpolicy: internal error: ...``; please report it). A bare ``klpolicy``
     prints the list of commands and returns 0.
     """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["check"]:  # its own parser; imported lazily (it needs hypothesis)
+        from ..testing.cli import run_check
+
+        return run_check(argv[1:])
     try:
         parser = _parser()
         args = parser.parse_args(argv)

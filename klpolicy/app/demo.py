@@ -190,7 +190,7 @@ def _beta_sweep(ax) -> None:
     from .. import plotting
 
     plotting.beta_sweep(WORKED_REF, WORKED_REWARD, labels=("better (r=1)", "worse (r=0)"), ax=ax)
-    ax.set_title("Worked example: β as a temperature")
+    ax.set_title(r"Worked example: $\beta$ as a temperature")
 
 
 def _frontier(ax) -> None:
@@ -223,11 +223,14 @@ def _controller(ax) -> None:
 def overoptimization_problem() -> dict[str, Any]:
     """The over-optimisation figure's sweep: a proxy that over-rates rare outcomes, optimised exactly.
 
+    The beta grid is uniform in :math:`d = \\sqrt{\\mathrm{KL}}` (0.03 to 3.6), so the
+    curves are smooth along the axis they are drawn against.
+
     Returns
     -------
     dict
-        ``curve`` (:class:`klpolicy.overoptimization.OptimizationCurve` of a
-        beta sweep on ``make_problem("rare_errors", size=5000, seed=1)``),
+        ``curve`` (:class:`klpolicy.overoptimization.OptimizationCurve` of the
+        sweep on ``make_problem("rare_errors", size=5000, error=2.0, seed=0)``),
         ``proxy_gain`` (proxy reward minus its reference mean) and ``fit``
         (Gao et al.'s RL form fitted to the gold gain).
 
@@ -240,8 +243,10 @@ def overoptimization_problem() -> dict[str, Any]:
     """
     from ..best_of_n import overoptimization as oo
 
-    prob = oo.make_problem("rare_errors", size=5000, seed=1)
-    curve = oo.closed_form_sweep(prob.ref, prob.proxy, prob.gold, np.geomspace(1e2, 1e-2, 100))
+    prob = oo.make_problem("rare_errors", size=5000, error=2.0, seed=0)
+    d = np.linspace(0.03, 3.6, 120)
+    betas = np.asarray(beta_for_kl(prob.ref, prob.proxy, d**2), dtype=float)
+    curve = oo.closed_form_sweep(prob.ref, prob.proxy, prob.gold, betas)
     proxy_gain = curve.proxy_reward - float(np.dot(prob.ref, prob.proxy))
     return {
         "curve": curve,
@@ -250,7 +255,7 @@ def overoptimization_problem() -> dict[str, Any]:
     }
 
 
-def _kl_budget(ax) -> None:
+def _overoptimization(ax) -> None:
     from .. import plotting
 
     o = overoptimization_problem()
@@ -260,9 +265,15 @@ def _kl_budget(ax) -> None:
         return d * (fit.a - fit.b * np.log(d))
 
     plotting.kl_budget(
-        c.d, c.gold_gain, o["proxy_gain"], fits={"Gao et al. fit: d(a - b log d)": gao}, ax=ax
+        c.d,
+        c.gold_gain,
+        o["proxy_gain"],
+        fits={r"Gao et al. fit $d\,(a - b\log d)$": gao},
+        proxy_axis="right",
+        ax=ax,
     )
-    ax.set_ylabel("reward gained over the reference")
+    ax.set_ylabel("gold reward gained")
+    ax.right_ax.set_ylabel("proxy reward gained")
     ax.set_title("Over-optimisation: the proxy over-rates rare outcomes")
 
 
@@ -272,7 +283,7 @@ FIGURES: dict[str, tuple[Callable[[Any], None], tuple[str, ...]]] = {
     "frontier": (_frontier, ()),
     "token_kl": (_token_kl, ("sequences",)),
     "controller_trace": (_controller, ("control",)),
-    "kl_budget": (_kl_budget, ("overoptimization",)),
+    "overoptimization": (_overoptimization, ("overoptimization",)),
 }
 
 

@@ -202,6 +202,7 @@ def best_of_n_for_kl(
     def kl_at(n_rows):
         return _kl(lv, _law(lv, n_rows)).ravel()
 
+    # an integer search, not core.roots' Newton: n is an integer and KL_n has no derivative
     lo = np.ones_like(tgt)  # KL(lo) <= tgt always (KL(1) = 0)
     hi = np.full_like(tgt, 2.0)
     pending = kl_at(hi) <= tgt

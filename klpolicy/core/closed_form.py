@@ -49,6 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from . import _tilt as _kernel
 from . import _validation as V
+from . import _xp
 from ._tilt import _Tilt
 from .roots import monotone_root
 
@@ -153,16 +154,19 @@ def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
     )
 
 
-def _solve(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int, want) -> tuple:
+def _solve(
+    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int, want, workers=None
+) -> tuple:
     """Validate and run the kernel; return ``(_Tilt, axis_neg)``."""
+    nw = _kernel.normalise_workers(workers)
     fs = _fast_setup(ref, reward, beta, axis)
     if fs is not None:
         ref_a, rew_a, b, ax, check = fs
-        t = _kernel.tilt(ref_a, rew_a, b, want, check=check)
+        t = _kernel.tilt(ref_a, rew_a, b, want, check=check, workers=nw)
         if t is not None:
             return t, ax
     ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)  # raises for invalid values
-    return _kernel.tilt(ref_a, rew_a, b, want), ax
+    return _kernel.tilt(ref_a, rew_a, b, want, workers=nw), ax
 
 
 def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Tilt:
@@ -213,7 +217,13 @@ def _greedy_kl(ref: NDArray, reward: NDArray) -> NDArray:
 
 
 def optimal_policy(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    axis: int = -1,
+    validate: bool = True,
+    workers: int | None = None,
 ) -> NDArray[np.floating]:
     r"""The maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`.
 
@@ -234,12 +244,23 @@ def optimal_policy(
         size 1 along ``axis`` (e.g. shape ``(B, 1)`` for ``(B, V)`` inputs).
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        Check the values (default). Only for torch/JAX/CuPy input, where each
+        check costs one device-to-host transfer and ``jax.jit`` cannot run them:
+        ``validate=False`` skips them (the caller guarantees valid input).
+        numpy input is always checked (the checks are fused into the kernel).
+    workers : int, optional
+        numpy input: threads over row blocks (scipy.fft's convention: ``None``
+        or 1 one thread, -1 every core). The result is the same to the bit.
 
     Returns
     -------
     ndarray
         :math:`\pi^*_\beta`, with the broadcast shape of ``ref`` and ``reward``;
-        float32 when the inputs are float32, float64 otherwise.
+        float32 when the inputs are float32, float64 otherwise. torch tensors,
+        JAX and CuPy arrays give their own array type, device and dtype
+        (float16/bfloat16 are computed in float32), by the same algorithm
+        (:mod:`klpolicy.core._xp`, see ``docs/backends.md``), differentiable.
 
     Raises
     ------
@@ -278,12 +299,20 @@ def optimal_policy(
     >>> optimal_policy([0.25, 0.25, 0.5], [1.0, 1.0, 0.0], beta=0.0)
     array([0.5, 0.5, 0. ])
     """
-    t, ax = _solve(ref, reward, beta, axis, {"pi"})
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.optimal_policy(ref, reward, beta, axis=axis, validate=validate)
+    t, ax = _solve(ref, reward, beta, axis, {"pi"}, workers)
     return _restore(t.pi, ax)
 
 
 def soft_value(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    axis: int = -1,
+    validate: bool = True,
+    workers: int | None = None,
 ) -> NDArray[np.floating] | np.floating:
     r"""The optimal value :math:`\beta \log \mathbb{E}_{\pi_{ref}}[e^{r/\beta}]`.
 
@@ -294,7 +323,7 @@ def soft_value(
 
     Parameters
     ----------
-    ref, reward, beta, axis
+    ref, reward, beta, axis, validate, workers
         As in :func:`optimal_policy`.
 
     Returns
@@ -329,11 +358,19 @@ def soft_value(
     >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
     (1.0, 0.5)
     """
-    return _scalar(_solve(ref, reward, beta, axis, {"value"})[0].value)
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.soft_value(ref, reward, beta, axis=axis, validate=validate)
+    return _scalar(_solve(ref, reward, beta, axis, {"value"}, workers)[0].value)
 
 
 def optimal_kl(
-    ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, *, axis: int = -1
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    axis: int = -1,
+    validate: bool = True,
+    workers: int | None = None,
 ) -> NDArray[np.floating] | np.floating:
     r"""The KL divergence of the optimal policy from the reference.
 
@@ -344,7 +381,7 @@ def optimal_kl(
 
     Parameters
     ----------
-    ref, reward, beta, axis
+    ref, reward, beta, axis, validate, workers
         As in :func:`optimal_policy`.
 
     Returns
@@ -375,11 +412,13 @@ def optimal_kl(
     >>> round(float(optimal_kl([0.5, 0.5], [1.0, 0.0], 0.5)), 6)
     0.327813
     """
-    return _scalar(_solve(ref, reward, beta, axis, {"kl"})[0].kl)
+    if _xp.is_foreign(ref, reward, beta):
+        return _xp.optimal_kl(ref, reward, beta, axis=axis, validate=validate)
+    return _scalar(_solve(ref, reward, beta, axis, {"kl"}, workers)[0].kl)
 
 
 def max_kl(
-    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1
+    ref: ArrayLike, reward: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""The largest KL the optimal policy can reach: that of the greedy limit.
 
@@ -393,7 +432,7 @@ def max_kl(
 
     Parameters
     ----------
-    ref, reward, axis
+    ref, reward, axis, validate
         As in :func:`optimal_policy`.
 
     Returns
@@ -416,6 +455,8 @@ def max_kl(
     >>> round(float(max_kl([0.5, 0.25, 0.25], [0.0, 1.0, 1.0])), 6)  # log 2
     0.693147
     """
+    if _xp.is_foreign(ref, reward):
+        return _xp.max_kl(ref, reward, axis=axis, validate=validate)
     ref_a, rew_a = _prepare(ref, reward, axis)
     return _scalar(_greedy_kl(ref_a, rew_a)[..., None])
 
@@ -469,7 +510,7 @@ def objective(
     ----------
     pi : array_like
         The policy to evaluate (probabilities along ``axis``).
-    ref, reward, beta, axis
+    ref, reward, beta, axis, validate, workers
         As in :func:`optimal_policy`.
 
     Returns
@@ -634,17 +675,25 @@ def beta_for_kl(
     ValueError
         For a negative, NaN or infinite ``kl``, and for a ``kl`` above the
         largest reachable value (the greedy limit's, :func:`max_kl`); the message
-        states that maximum.
+        states that maximum. Also for a ``kl`` so small that only a ``beta``
+        above the largest float64 reaches it (rewards of 1e300 and a ``kl`` of
+        1e-300, say).
+    RuntimeError
+        When an explicit ``max_iter`` cap is reached before a row is resolved.
 
     Notes
     -----
     The KL is strictly decreasing in :math:`\beta` unless the reward is
     constant on the support. The solver works on :math:`s = \log\beta` and
-    :math:`g(s) = \log \mathrm{KL} - \log \mathrm{kl}`, brackets the root from
-    the large-:math:`\beta` guess :math:`\sqrt{\mathrm{Var}_{ref}(r)/(2\,\mathrm{kl})}`,
-    and takes Newton steps with :math:`g'(s) = -\mathrm{Var}_{\pi^*}(r)/(\beta^2 \mathrm{KL})`,
-    falling back to bisection whenever a step leaves the bracket. All rows
-    iterate together; no Python loop over rows.
+    :math:`g(s) = \log \mathrm{KL} - \log \mathrm{kl}`, decreasing on the whole
+    float range of :math:`\beta` (5e-324 to 1.8e308), which brackets the root.
+    From the large-:math:`\beta` guess :math:`\sqrt{\mathrm{Var}_{ref}(r)/(2\,\mathrm{kl})}`
+    the package's root finder (:mod:`klpolicy.core.roots`) takes Newton steps with
+    :math:`g'(s) = -\mathrm{Var}_{\pi^*}(r)/(\beta^2 \mathrm{KL})` from the
+    better bracket end, and bisects whenever a step leaves the bracket or
+    progress stalls, so it always terminates; a KL plateau followed by a drop
+    of 1e35 within a factor 2 of :math:`\beta` is crossed by bisection. All
+    rows iterate together; no Python loop over rows.
 
     References
     ----------

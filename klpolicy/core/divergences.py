@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
+from . import _xp
 from ._numerics import kl_terms, kl_unit_series
 
 __all__ = [
@@ -180,7 +181,7 @@ def _kl_careful(p: NDArray, q: NDArray) -> NDArray:
 
 
 def kl_divergence(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Kullback-Leibler divergence :math:`\mathrm{KL}(p\|q)` in nats.
 
@@ -196,6 +197,9 @@ def kl_divergence(
         rounding); batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -235,6 +239,8 @@ def kl_divergence(
     >>> float(kl_divergence([1.0, 0.0], [0.5, 0.5]))  # log 2
     0.6931471805599453
     """
+    if _xp.is_foreign(p, q):
+        return _xp.kl_divergence(p, q, axis=axis, validate=validate)
     fast = _fast_pair(p, q, axis)
     if fast is not None:
         kl = _kl_last(*fast)
@@ -245,7 +251,7 @@ def kl_divergence(
 
 
 def total_variation(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Total-variation distance :math:`\tfrac12 \sum_y |p(y) - q(y)|`.
 
@@ -255,6 +261,9 @@ def total_variation(
         Probabilities along ``axis``; batch axes broadcast.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -277,6 +286,8 @@ def total_variation(
     >>> float(total_variation([0.88, 0.12], [0.5, 0.5]))
     0.38
     """
+    if _xp.is_foreign(p, q):
+        return _xp.total_variation(p, q, axis=axis, validate=validate)
     pa, qa = _pair(p, q, axis)
     return (0.5 * np.abs(pa - qa).sum(axis=-1))[()]
 
@@ -313,7 +324,9 @@ def _cross_entropy_last(p: NDArray, q: NDArray) -> NDArray:
         return terms.sum(axis=-1) / p64.sum(axis=-1) + log_wq
 
 
-def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floating:
+def entropy(
+    p: ArrayLike, *, axis: int = -1, validate: bool = True
+) -> NDArray[np.floating] | np.floating:
     r"""Shannon entropy :math:`H(p)` in nats.
 
     .. math::
@@ -327,6 +340,9 @@ def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floati
         rounding); other axes are batch axes.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -365,12 +381,14 @@ def entropy(p: ArrayLike, *, axis: int = -1) -> NDArray[np.floating] | np.floati
     >>> divergences.entropy([[0.25, 0.25, 0.25, 0.25], [0.7, 0.1, 0.1, 0.1]]).round(6)
     array([1.386294, 0.940448])
     """
+    if _xp.is_foreign(p):
+        return _xp.entropy(p, axis=axis, validate=validate)
     pa = V.as_probabilities("p", p, axis)
     return _entropy_last(pa).astype(V.result_dtype(pa))[()]
 
 
 def cross_entropy(
-    p: ArrayLike, q: ArrayLike, *, axis: int = -1
+    p: ArrayLike, q: ArrayLike, *, axis: int = -1, validate: bool = True
 ) -> NDArray[np.floating] | np.floating:
     r"""Cross-entropy :math:`H(p, q)` of ``q`` relative to ``p``, in nats.
 
@@ -387,6 +405,9 @@ def cross_entropy(
         must match.
     axis : int, optional
         The probability axis (default -1).
+    validate : bool, optional
+        For torch/JAX/CuPy input: ``False`` skips the value checks (see
+        :func:`klpolicy.optimal_policy`). numpy input is always checked.
 
     Returns
     -------
@@ -427,6 +448,8 @@ def cross_entropy(
     >>> float(divergences.cross_entropy([1.0, 0.0], [1.0, 0.0]))
     0.0
     """
+    if _xp.is_foreign(p, q):
+        return _xp.cross_entropy(p, q, axis=axis, validate=validate)
     pa, qa = _pair(p, q, axis)
     return _cross_entropy_last(pa, qa).astype(pa.dtype)[()]
 

@@ -28,19 +28,29 @@ pair(p, q, axis, names) -> (p, q, axis_neg)
     Validate two distributions over the same outcomes.
 kl_last(p, q), entropy_last(p), cross_entropy_last(p, q)
     The divergences on validated arrays, probability axis last.
+array_api
+    The closed form, divergences and per-sample estimators written once against the
+    Python array API (:mod:`klpolicy.core._xp`), for torch/JAX/CuPy input:
+    ``is_foreign(*xs)`` (is one argument such an array), ``optimal_policy``,
+    ``soft_value``, ``optimal_kl``, ``max_kl``, ``kl_divergence``, ``cross_entropy``,
+    ``entropy``, ``total_variation`` (``axis=``, ``validate=``) and
+    ``estimate(name, logp, logq, clip, log_ratio_clip, validate=True)``.
 expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
     Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
+normalised_log_ratio(p, q)
+    ``log(p_n/q_n)`` of rows taken as exactly normalised, exact for nearly equal rows.
 monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Roots
     The one root finder for monotone inverses: safeguarded Newton with bisection,
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
 """
 
 from . import _validation as validation
+from . import _xp as array_api
 from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
 from ._numerics import _SERIES_RADIUS as SERIES_RADIUS
 from ._numerics import _horner_x2 as horner_x2
-from ._numerics import expm1mx, kl_terms, kl_unit_series
+from ._numerics import expm1mx, kl_terms, kl_unit_series, normalised_log_ratio
 from ._tilt import ALL as TILT_ALL
 from ._tilt import _Tilt as Tilt
 from .closed_form import _prepare as prepare
@@ -59,6 +69,7 @@ __all__ = [
     "TILT_ALL",
     "Roots",
     "Tilt",
+    "array_api",
     "cross_entropy_last",
     "entropy_last",
     "expm1mx",
@@ -67,6 +78,7 @@ __all__ = [
     "kl_terms",
     "kl_unit_series",
     "monotone_root",
+    "normalised_log_ratio",
     "pair",
     "prepare",
     "restore",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from ..core.internal import normalised_log_ratio
 from ..core.internal import pair as _pair
 from ..core.internal import validation as V
 from .registry import ESTIMATORS, get_estimator
@@ -27,25 +28,28 @@ def _values(name: str, ell: NDArray, clip: float | None, log_ratio_clip: float |
 def _normalised(p: NDArray, q: NDArray) -> tuple[NDArray, NDArray, NDArray]:
     """``p/sum(p)``, ``q/sum(q)`` and their log-ratio on p's support (``+inf`` where q = 0).
 
-    The log-ratio is ``log1p((p - q)/q) - log1p(sum(p - q)/sum(q))``, so that
-    nearly equal rows keep full relative precision even though their sums
-    differ from one by a few ulp (as in :func:`klpolicy.kl_divergence`).
+    The log-ratio is core's ``normalised_log_ratio``: nearly equal rows keep full
+    relative precision even though their sums differ from one by a few ulp (as in
+    :func:`klpolicy.kl_divergence`).
     """
     wp, wq = p.sum(-1, keepdims=True), q.sum(-1, keepdims=True)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ratio = (p - q) / q
-        ell = np.where(np.isfinite(ratio), np.log1p(ratio), np.log(p) - np.log(q))
-        ell = ell - np.log1p(np.sum(p - q, -1, keepdims=True) / wq)
+    with np.errstate(invalid="ignore"):
+        ell = normalised_log_ratio(p, q).astype(p.dtype, copy=False)
         ell = np.where(p > 0, np.where(q > 0, ell, np.inf), 0)
     return p / wp, q / wq, ell
 
 
 def _weighted_moments(w: NDArray, k: NDArray) -> tuple[NDArray, NDArray]:
     """Mean and variance of ``k`` under the weights ``w`` (last axis); inf-aware."""
+    # centred on the value c at the heaviest weight (an exact zero there), not on the rounded
+    # mean: for a near point mass, k - mean is rounding noise (eps |k|, squared 1e-38) beside
+    # a variance of 1e-60; with d = k - c and m = E[d], Var = E[(d - m)^2] is exact
     with np.errstate(invalid="ignore", over="ignore"):
-        terms = np.where(w > 0, w * k, 0)
-        mean = terms.sum(-1)
-        dev = np.where(w > 0, k - mean[..., None], 0)
+        c = np.take_along_axis(k, np.argmax(w, axis=-1)[..., None], axis=-1)
+        d = np.where(w > 0, k - c, 0)
+        m = np.where(w > 0, w * d, 0).sum(-1)
+        mean = c[..., 0] + m
+        dev = np.where(w > 0, d - m[..., None], 0)
         var = np.where(w > 0, w * dev * dev, 0).sum(-1)
     inf = ~np.isfinite(mean)
     return np.where(inf, np.inf, mean), np.where(inf, np.inf, var)

@@ -35,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from ..core.internal import array_api as _xp
 from ..core.internal import kl_last as _kl_last
 from ..core.internal import validation as V
 from ._exact import _exact_bias, _normalised, _setup, _values, _weighted_moments
@@ -56,6 +57,8 @@ __all__ = [
 
 
 def _per_sample(name, logp, logq, clip, log_ratio_clip):
+    if _xp.is_foreign(logp, logq):  # torch, JAX, CuPy: the array-API kernel, same checks
+        return _xp.estimate(name, logp, logq, clip, log_ratio_clip)
     lp = V.as_log_probs("logp", logp, allow_neg_inf=False)
     lq = V.as_log_probs("logq", logq, allow_neg_inf=True)
     c = V.as_optional_clip("clip", clip)
@@ -411,12 +414,10 @@ def moments(
     k = _values(name, ell, c, lc)
     mean, var = _weighted_moments(pn, k)
     if name == "k1" and c is None and lc is None:
+        # the mean is the KL, summed from non-negative terms (the variance above is centred
+        # on the heaviest outcome's value, exact for near point masses)
         mean = _kl_last(pa, qa)
-        with np.errstate(invalid="ignore"):
-            dev = np.where(pn > 0, k - mean[..., None], 0)
-            var = np.where(
-                np.isfinite(mean), np.sum(np.where(pn > 0, pn * dev * dev, 0), -1), np.inf
-            )
+        var = np.where(np.isfinite(mean), var, np.inf)
     return mean.astype(pa.dtype)[()], var.astype(pa.dtype)[()]
 
 

@@ -3,6 +3,8 @@
 * :mod:`~klpolicy.plotting.figures`: one function per figure, each drawing on ``ax``
   when given, in the lecture style otherwise.
 * :mod:`~klpolicy.plotting.save`: :func:`save_figure`, draw one figure and write it.
+* :mod:`~klpolicy.plotting.lecture`: :func:`animate_beta_sweep` (a GIF of
+  :math:`\\pi^*_\\beta` as beta sweeps) and :func:`explore` (a notebook beta slider).
 
 A leaf: it uses the library's public API and nothing in the library imports it.
 """
@@ -18,13 +20,16 @@ from .figures import (
     lecture_style,
     token_kl,
 )
+from .lecture import animate_beta_sweep, explore
 from .save import save_figure
 
 __all__ = [
     "OKABE_ITO",
+    "animate_beta_sweep",
     "beta_sweep",
     "controller_trace",
     "estimator_histograms",
+    "explore",
     "fixed_points",
     "frontier",
     "kl_budget",

@@ -56,24 +56,36 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 def lecture_style() -> dict[str, Any]:
     """rcParams for slides: large fonts, thick lines, the Okabe-Ito cycle.
 
-    Use as ``with matplotlib.rc_context(lecture_style()): ...``.
+    Every text is at least 14 pt at the figure's own size (7.5 x 4.8 inches, about
+    half a 16:9 slide), labels use mathtext (real subscripts: ``$\\pi^*_\\beta$``),
+    and the lines differ in style as well as colour.
+
+    Use as ``with matplotlib.rc_context(lecture_style()): ...``, or for a whole
+    notebook ``matplotlib.pyplot.rcParams.update(lecture_style())``.
 
     Examples
     --------
     >>> from klpolicy.plotting import lecture_style
-    >>> lecture_style()["font.size"]
-    14
+    >>> lecture_style()["font.size"], lecture_style()["legend.fontsize"]
+    (14, 14)
     """
     from cycler import cycler
 
     return {
         "font.size": 14,
-        "axes.titlesize": 15,
-        "axes.labelsize": 14,
-        "legend.fontsize": 12,
+        "axes.titlesize": 16,
+        "axes.labelsize": 16,
+        "xtick.labelsize": 14,
+        "ytick.labelsize": 14,
+        "legend.fontsize": 14,
+        "legend.title_fontsize": 14,
+        "figure.titlesize": 17,
+        "mathtext.fontset": "dejavusans",
         "lines.linewidth": 2.2,
         "lines.markersize": 7,
-        "axes.prop_cycle": cycler(color=_COLOURS[:7]) + cycler(linestyle=_STYLES[:7]),
+        # 7 colours against 5 line styles: the first 35 curves differ in colour or style
+        "axes.prop_cycle": cycler(color=list(_COLOURS[:7]) * 5)
+        + cycler(linestyle=list(_STYLES[:5]) * 7),
         "axes.grid": True,
         "grid.alpha": 0.3,
         "figure.dpi": 110,
@@ -189,13 +201,38 @@ def beta_sweep(
     for j, b in enumerate(mark):
         p0 = float(_cf.optimal_policy(ref, reward, b)[0])
         ax.plot([b], [p0], marker=_MARKERS[j % 7], color="black", linestyle="none", zorder=5)
-        ax.annotate(f"{p0:.2f} at β={b:g}", (b, p0), textcoords="offset points", xytext=(8, 6))
+        ax.annotate(
+            rf"{p0:.2f} at $\beta$={b:g}", (b, p0), textcoords="offset points", xytext=(8, 6)
+        )
     ax.set_xscale("log")
-    ax.set_xlabel("β (KL coefficient, log scale)")
-    ax.set_ylabel("π*(y)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("β as a temperature: greedy ← π* → reference")
-    ax.legend(loc="best")
+    ax.set_xlim(grid[0], grid[-1])
+    # the two limits, at the two ends of the axis
+    box = {"boxstyle": "round,pad=0.25", "facecolor": "white", "edgecolor": "0.6", "alpha": 0.9}
+    ax.annotate(
+        "greedy\n" r"($\beta \to 0$)",
+        xy=(0.0, 1.0),
+        xycoords="axes fraction",
+        xytext=(6, -6),
+        textcoords="offset points",
+        ha="left",
+        va="top",
+        bbox=box,
+    )
+    ax.annotate(
+        "reference\n" r"($\beta \to \infty$)",
+        xy=(1.0, 1.0),
+        xycoords="axes fraction",
+        xytext=(-6, -6),
+        textcoords="offset points",
+        ha="right",
+        va="top",
+        bbox=box,
+    )
+    ax.set_xlabel(r"$\beta$ (KL coefficient, log scale)")
+    ax.set_ylabel(r"$\pi^*_\beta(y)$")
+    ax.set_ylim(-0.02, 1.25)
+    ax.set_title(r"$\beta$ as a temperature")
+    ax.legend(loc="center left")
     return ax
 
 
@@ -206,6 +243,7 @@ def frontier(
     *,
     betas: ArrayLike | None = None,
     best_of_n: Sequence[int] | None = (1, 2, 4, 8, 16, 32, 64),
+    mark: Sequence[float] | None = None,
     ax=None,
 ):
     r"""The reward-KL frontier of :math:`\pi^*_\beta`, with best-of-n points.
@@ -216,10 +254,14 @@ def frontier(
     ----------
     ref, reward : array_like, shape (V,)
     betas : array_like, optional
-        The beta grid for the curve (default ``geomspace(1e-3, 1e3, 300)``).
+        The beta grid for the curve (default: 301 betas evenly spaced in KL from
+        0 to the greedy KL, so the curve is smooth at both ends).
     best_of_n : sequence of int or None, optional
         Values of n whose exact (KL, E[r]) points are drawn
         (:mod:`klpolicy.best_of_n`); None for none.
+    mark : sequence of float or None, optional
+        Betas to mark along the curve with their value (default: up to five
+        round values, 1, 2 or 5 times a power of ten, spread along the curve).
     ax : matplotlib Axes, optional
 
     Returns
@@ -247,16 +289,34 @@ def frontier(
     >>> from klpolicy.plotting import frontier
     >>> ax = frontier([0.25, 0.25, 0.5], [1.0, 0.5, 0.0], best_of_n=None)
     >>> ax.get_xlabel()
-    'KL(π || π_ref) (nats)'
+    '$\\mathrm{KL}(\\pi\\,\\|\\,\\pi_{\\mathrm{ref}})$ (nats)'
     """
-    grid = (
-        np.geomspace(1e-3, 1e3, 300)
-        if betas is None
-        else V.check_beta_values("betas", betas).reshape(-1)
-    )
+    if betas is None:
+        kmax = float(_cf.max_kl(ref, reward))
+        grid = np.asarray(_cf.beta_for_kl(ref, reward, np.linspace(0.0, kmax, 301)), dtype=float)
+    else:
+        grid = V.check_beta_values("betas", betas).reshape(-1)
     f = _cf.frontier(ref, reward, grid)
     ax = _axes(ax)
-    ax.plot(f.kl, f.expected_reward, label="π*_β (KL-regularised optimum)", **_style(0))
+    ax.plot(f.kl, f.expected_reward, label=r"$\pi^*_\beta$ (KL-regularised optimum)", **_style(0))
+    # beta along the curve
+    kmax = float(np.max(f.kl))
+    if mark is None:
+        cands = [m * 10.0**k for k in range(-3, 4) for m in (1.0, 2.0, 5.0)]
+        kls = np.asarray(_cf.optimal_kl(ref, reward, np.asarray(cands)[:, None]), dtype=float)
+        inside = [(b, k) for b, k in zip(cands, kls) if 0.04 * kmax < k < 0.9 * kmax]
+        chosen: list[float] = []
+        for b, k in sorted(inside, key=lambda t: t[1]):  # at least a sixth of the range apart
+            if not chosen or k - float(_cf.optimal_kl(ref, reward, chosen[-1])) > kmax / 6:
+                chosen.append(b)
+        mark = chosen[:5]
+    for b in mark:
+        pi_b = _cf.optimal_policy(ref, reward, b)
+        x, y = float(_cf.optimal_kl(ref, reward, b)), float(np.dot(pi_b, reward))
+        ax.plot([x], [y], marker="o", color="black", markersize=6, linestyle="none", zorder=5)
+        ax.annotate(
+            rf"$\beta$={b:g}", (x, y), textcoords="offset points", xytext=(-8, 8), ha="right"
+        )
     if best_of_n is not None:
         from .. import best_of_n as bon
 
@@ -265,9 +325,14 @@ def frontier(
         er = [float(np.dot(bon.best_of_n_policy(ref, reward, n), reward)) for n in ns]
         ax.plot(kl, er, marker="s", linestyle="none", color=_COLOURS[1], label="best-of-n")
         for n, x, y in zip(ns, kl, er):
-            ax.annotate(f"n={n}", (x, y), textcoords="offset points", xytext=(6, -14), fontsize=10)
-    ax.set_xlabel("KL(π || π_ref) (nats)")
-    ax.set_ylabel("E_π[r]")
+            if n == 1:  # the reference itself, at KL 0: labelled inside the axes
+                ax.annotate("n=1", (x, y), textcoords="offset points", xytext=(10, -4), va="top")
+            else:
+                ax.annotate(f"n={n}", (x, y), textcoords="offset points", xytext=(8, -18))
+    ax.margins(y=0.1)
+    ax.set_xlim(left=-0.12 * kmax)  # room for the labels of the points near KL = 0
+    ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$")
     ax.set_title("Reward-KL frontier")
     ax.legend(loc="lower right")
     return ax
@@ -281,6 +346,7 @@ def kl_budget(
     *,
     fits: dict[str, Any] | None = None,
     label: str = "",
+    proxy_axis: str = "left",
     ax=None,
 ):
     r"""Gold (and proxy) reward against :math:`d = \sqrt{\mathrm{KL}}`: over-optimisation.
@@ -298,6 +364,9 @@ def kl_budget(
         fitted forms).
     label : str, optional
         Prefix for the legend entries.
+    proxy_axis : {"left", "right"}, optional
+        ``"right"`` draws the proxy on its own axis (``ax.right_ax``), so that a
+        proxy that keeps rising does not squeeze the gold curve flat.
     ax : matplotlib Axes, optional
 
     Returns
@@ -333,19 +402,42 @@ def kl_budget(
     pre = f"{label} " if label else ""
     # dense sweeps: markers evenly spaced along the drawn curve, not one per point
     every = None if d_a.size <= 25 else 0.04
+    if proxy_axis not in ("left", "right"):
+        raise ValueError(f"`proxy_axis` must be 'left' or 'right'; got {proxy_axis!r}")
     ax.plot(d_a, g_a, marker="o", markevery=every, label=f"{pre}gold reward", **_style(0))
+    lines = list(ax.get_lines()[-1:])
     if proxy is not None:
         p_a = V.as_rewards("proxy", proxy)
         if p_a.shape != d_a.shape:
             raise ValueError(f"`proxy` must have the shape of `d`; got {p_a.shape} and {d_a.shape}")
-        ax.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
+        target = ax
+        if proxy_axis == "right":
+            target = ax.twinx()
+            target.grid(False)
+            target.set_ylabel("proxy reward", color=_COLOURS[1])
+            target.tick_params(axis="y", colors=_COLOURS[1])
+            ax.right_ax = target
+        target.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
+        lines.append(target.get_lines()[-1])
     for i, (name, fn) in enumerate((fits or {}).items()):
         xs = np.linspace(max(d_a.min(), 1e-6), d_a.max(), 200)
         ax.plot(xs, fn(xs), label=name, color=_COLOURS[(i + 2) % 7], linestyle=":")
-    ax.set_xlabel("d = √KL(π || π_ref)")
-    ax.set_ylabel("reward")
+        lines.append(ax.get_lines()[-1])
+    ax.set_xlabel(r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$")
+    ax.set_ylabel("gold reward" if proxy_axis == "right" and proxy is not None else "reward")
     ax.set_title("Over-optimisation: the KL budget as a safety margin")
-    ax.legend(loc="best")
+    if proxy_axis == "right" and proxy is not None:
+        # below the axes: the rising proxy crosses every corner inside
+        ax.legend(
+            lines,
+            [ln.get_label() for ln in lines],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.2),
+            ncol=2,
+            frameon=False,
+        )
+    else:
+        ax.legend(lines, [ln.get_label() for ln in lines], loc="best")
     return ax
 
 
@@ -601,7 +693,7 @@ def fixed_points(
     ----------
     ref, reward : array_like, shape (V,)
     betas : array_like, optional
-        Grid (default ``geomspace(0.05, 20, 40)``).
+        Grid (default ``geomspace(0.05, 20, 160)``: smooth curves).
     combos : sequence of (estimator, placement)
     ax : matplotlib Axes, optional
 
@@ -630,14 +722,14 @@ def fixed_points(
     from .. import estimators as est
 
     grid = (
-        np.geomspace(0.05, 20, 40)
+        np.geomspace(0.05, 20, 160)
         if betas is None
         else V.check_beta_values("betas", betas).reshape(-1)
     )
     exact = _cf.frontier(ref, reward, grid).expected_reward  # validates ref and reward
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
-    ax.plot(grid, exact, label="π*_β (exact)", color="black", linewidth=3.5, alpha=0.35)
+    ax.plot(grid, exact, label=r"$\pi^*_\beta$ (exact)", color="black", linewidth=3.5, alpha=0.35)
     for i, (e, place) in enumerate(combos):
         vals = [
             float(np.dot(est.fixed_point(ref, reward, b, estimator=e, placement=place), r))
@@ -652,8 +744,8 @@ def fixed_points(
             **_style(i),
         )
     ax.set_xscale("log")
-    ax.set_xlabel("β (log scale)")
-    ax.set_ylabel("E[r] at convergence")
+    ax.set_xlabel(r"$\beta$ (log scale)")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ at convergence")
     ax.set_title("Where each KL estimator placement converges")
     ax.legend(loc="best")
     return ax

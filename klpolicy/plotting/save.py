@@ -16,6 +16,7 @@ def save_figure(
     *,
     dpi: float | None = None,
     title: str | None = None,
+    format: str | None = None,
 ) -> Path:
     """Draw ``draw(ax)`` on a new lecture-size Axes under :func:`lecture_style` and save it.
 
@@ -34,6 +35,9 @@ def save_figure(
         Resolution; the lecture style's 150 by default.
     title : str, optional
         A title set after drawing.
+    format : str, optional
+        ``"png"``, ``"svg"``, ``"pdf"``, ...; by default the suffix of ``path``
+        decides (SVG and PDF keep the figure as vectors, for slides).
 
     Returns
     -------
@@ -78,7 +82,9 @@ def save_figure(
             draw(ax)
             if title is not None:
                 ax.set_title(title)
-            kwargs = {} if dpi is None else {"dpi": dpi}
+            kwargs: dict[str, Any] = {} if dpi is None else {"dpi": dpi}
+            if format is not None:
+                kwargs["format"] = format
             ax.figure.savefig(path, **kwargs)
         finally:
             plt.close(ax.figure)

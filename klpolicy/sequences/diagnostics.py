@@ -23,8 +23,10 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import kl_last as _kl_last
+from ..core.internal import normalised_log_ratio
 from ..core.internal import validation as V
 from ..estimators import ESTIMATORS, get_estimator
+from .bellman import per_token_kl
 from .trees import _pair_trees, _prefix_probs, sample, token_logprobs
 
 __all__ = [
@@ -173,14 +175,24 @@ def sequence_kl_moments(
     total = np.zeros(prob.shape, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         for t in range(T):
-            est = _per_token_estimate(np.log(p[t]), np.log(q[t]), estimator)
+            est = ESTIMATORS[estimator].value(_row_log_ratio(p[t], q[t]))
             total = total + est.reshape(est.shape + (1,) * (T - t - 1))
         on = prob > 0
         mean = float(np.sum(np.where(on, prob * total, 0.0)))
         if not np.isfinite(mean):
             return math.inf, math.inf
         var = float(np.sum(np.where(on, prob * (total - mean) ** 2, 0.0)))
+    if estimator == "k1":
+        # E[k1] is the KL: summed by the chain rule from non-negative terms, where the signed
+        # log-ratios above (1e-10 each for a KL of 1e-20) cancel to rounding
+        mean = float(np.sum(per_token_kl(p, q)))
     return mean, var
+
+
+def _row_log_ratio(p: NDArray, q: NDArray) -> NDArray:
+    """log(p_n / q_n) per entry of rows taken as exactly normalised (core's precise kernel)."""
+    with np.errstate(invalid="ignore"):
+        return normalised_log_ratio(p, q)
 
 
 # ------------------------------------------------------------------ diagnostics on log-prob arrays

@@ -9,6 +9,8 @@ Install with ``pip install klpolicy[testing]`` (it needs hypothesis).
   else's function and either return ``None`` or raise ``AssertionError``
   naming the smallest falsifying input and what is wrong.
 * :mod:`klpolicy.testing.pytest_plugin`: pytest fixtures and a marker.
+* :mod:`klpolicy.testing.cli`: ``klpolicy check SUITE module:function``, the
+  suites from the shell (exit 0 on pass, 1 on failure, 2 on bad arguments).
 
 >>> import numpy as np
 >>> from scipy.special import rel_entr
@@ -20,6 +22,7 @@ import importlib
 from typing import Any
 
 _CHECKS = (
+    "ClampBiasWarning",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",
@@ -48,6 +51,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ClampBiasWarning",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",

@@ -56,20 +56,40 @@ def fn_name(fn: Any) -> str:
 
 
 def to_array(out: Any) -> np.ndarray:
-    """The result of someone else's function as a float64 array (torch tensors too)."""
+    """The result of someone else's function as a float64 array (torch tensors too).
+
+    A pair ``(loss, metrics)`` whose second element is a dict, as trainer methods
+    return, counts as its first element.
+    """
+    out = first_of(out)
     if hasattr(out, "detach"):
-        out = out.detach().cpu().numpy()
+        out = out.detach().cpu()
+        if str(out.dtype) in ("torch.bfloat16", "torch.float16"):  # numpy has no bfloat16
+            out = out.float()
+        out = out.numpy()
     return np.asarray(out, dtype=np.float64)
+
+
+def first_of(out: Any) -> Any:
+    """``loss`` from ``(loss, metrics_dict)``; anything else unchanged."""
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[1], dict):
+        return out[0]
+    return out
 
 
 def call(fn: Callable, inputs: dict[str, Any], *args: Any) -> np.ndarray:
     """Call ``fn(*args)`` on copies, silencing floating-point warnings; errors become Falsified."""
+    return call_raw(fn, inputs, *args)[0]
+
+
+def call_raw(fn: Callable, inputs: dict[str, Any], *args: Any) -> tuple[np.ndarray, Any]:
+    """As :func:`call`, also returning what ``fn`` returned (to read its dtype)."""
     copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
             out = fn(*copies)
-            return to_array(out)
+            return to_array(out), first_of(out)
         except Falsified:
             raise
         except Exception as exc:
@@ -166,13 +186,20 @@ def log_support(ref: np.ndarray) -> np.ndarray:
         return np.where(ref > 0, np.abs(np.log(np.where(ref > 0, ref, 1.0))), 0.0)
 
 
-def first_alternative(got, alternatives, tol):
-    """The sentence of the first alternative formula that ``got`` matches, else None."""
+def first_alternative(got, alternatives, tol, exact=None, resolution=None):
+    """The sentence of the first alternative formula that ``got`` matches, else None.
+
+    With ``exact`` and ``resolution``, an alternative is named only where it
+    differs from the exact value by more than ``resolution`` (the rounding of
+    the dtype): formulas that rounding cannot tell apart are not diagnosed.
+    """
     for sentence, make in alternatives:
         try:
             with np.errstate(all="ignore"):
                 alt = np.asarray(make(), dtype=np.float64)
         except (ValueError, ZeroDivisionError, FloatingPointError):
+            continue
+        if exact is not None and matches(np.asarray(exact, dtype=np.float64), alt, resolution):
             continue
         if matches(got, alt, tol):
             return sentence

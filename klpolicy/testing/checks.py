@@ -26,11 +26,14 @@ bits instead of nats, overflow) are wrong by far more.
 
 from __future__ import annotations
 
-from ._checks_kl import check_kl_divergence, check_kl_estimator
+from ._checks_control import check_kl_controller
+from ._checks_estimators import ClampBiasWarning, check_kl_estimator
+from ._checks_kl import check_kl_divergence
 from ._checks_policy import check_optimal_policy, check_soft_value
-from ._checks_training import check_dpo_loss, check_kl_controller
+from ._checks_training import check_dpo_loss
 
 __all__ = [
+    "ClampBiasWarning",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",

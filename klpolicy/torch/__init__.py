@@ -8,8 +8,10 @@ the distance of the learned policy to the exact optimum
 Modules
 -------
 ``klpolicy.torch.closed_form``
-    :func:`optimal_policy`, :func:`soft_value`, :func:`kl_divergence` and the
-    k1/k2/k3 estimators on tensors (device and dtype kept, differentiable).
+    :func:`optimal_policy`, :func:`soft_value`, :func:`optimal_kl`, the
+    divergences and the k1/k2/k3 estimators on tensors (device and dtype kept,
+    differentiable): the core's one array-API kernel (:mod:`klpolicy.core._xp`),
+    the very functions ``klpolicy.optimal_policy`` runs on tensors.
 ``klpolicy.torch.policies``
     :class:`TabularPolicy`, :class:`TabularConditionals` and the small
     autoregressive :class:`AutoregressivePolicy` (a GRU over tokens).
@@ -35,12 +37,16 @@ except ImportError as exc:  # pragma: no cover - exercised only without torch
     ) from exc
 
 from klpolicy.torch.closed_form import (
+    cross_entropy,
+    entropy,
     k1,
     k2,
     k3,
     kl_divergence,
+    optimal_kl,
     optimal_policy,
     soft_value,
+    total_variation,
 )
 from klpolicy.torch.policies import (
     AutoregressivePolicy,
@@ -85,7 +91,9 @@ __all__ = [
     "FitResult",
     "TabularConditionals",
     "TabularPolicy",
+    "cross_entropy",
     "default_device",
+    "entropy",
     "fit_policy",
     "fit_reference",
     "fit_sequence_policy",
@@ -93,6 +101,8 @@ __all__ = [
     "k2",
     "k3",
     "kl_divergence",
+    "optimal_kl",
     "optimal_policy",
     "soft_value",
+    "total_variation",
 ]

@@ -1,195 +1,124 @@
-r"""Tensor twins of the closed form: same contract as the numpy core, on tensors.
+r"""The closed form on tensors: the core's one array-API kernel, with ``dim=`` for torch users.
 
-Each function takes tensors (or anything ``torch.as_tensor`` accepts), keeps
-the device and dtype of its first tensor argument, is differentiable with
-respect to every floating input, and on CPU in float64 equals the numpy core
-(:mod:`klpolicy.core.closed_form`, :mod:`klpolicy.core.divergences`) to about 1e-12.
-Probabilities lie along ``dim`` (default -1); the other dimensions broadcast.
+These are the functions :func:`klpolicy.optimal_policy` and its siblings run
+on torch tensors (:mod:`klpolicy.core._xp`): the same careful algorithm as for
+numpy arrays, so that float64 tensors equal the numpy core to about 1e-12 at
+every extreme (``beta`` from 0 to inf including subnormal values, tied
+rewards, rewards of 1e308, reference entries of 1e-300 and 0). This module
+only adds the torch conveniences:
 
-Zeros of the reference are handled as in the core: they stay zero, their
-logarithm never enters a gradient (``torch.where`` on a safe value, so no
-``0 * inf = nan`` in the backward pass), and mass off the reference's support
-gives an infinite KL.
+* arguments that are not tensors (lists, numpy arrays, floats) are converted
+  to the device and dtype of the first tensor argument (float64 when there
+  is none), and the result is always a tensor;
+* the probability axis may be given as ``dim=`` (torch's spelling) or
+  ``axis=``;
+* ``validate=False`` skips the value checks (NaN, negatives, row sums,
+  ``beta >= 0``): each is one reduction and one boolean brought to the host,
+  which a hot training loop on a GPU may want to avoid.
+
+Every function is differentiable with respect to every floating tensor
+argument, and the gradient is finite wherever the value is (no ``0 * inf``
+from discarded branches). float16 and bfloat16 tensors are computed in
+float32 and returned in their own dtype.
 """
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
-from klpolicy.core.internal import validation as V
+from klpolicy.core.internal import array_api as _xp
+from klpolicy.core.internal import validation as _V
 
-__all__ = ["k1", "k2", "k3", "kl_divergence", "optimal_policy", "soft_value"]
+__all__ = [
+    "cross_entropy",
+    "entropy",
+    "k1",
+    "k2",
+    "k3",
+    "kl_divergence",
+    "optimal_kl",
+    "optimal_policy",
+    "soft_value",
+    "total_variation",
+]
 
-_SERIES_RADIUS = 0.2
-# exp(x) - 1 - x = sum_{k>=2} x^k / k!  (16 terms, as in klpolicy.core._numerics)
-_EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]
+
+def _axis(dim: int | None, axis: int | None) -> int:
+    if dim is not None and axis is not None and dim != axis:
+        raise ValueError(f"`dim` and `axis` name the same axis; got dim={dim} and axis={axis}")
+    return -1 if dim is None and axis is None else (dim if dim is not None else axis)
 
 
-def _as_tensor(name: str, x, like: torch.Tensor | None = None) -> torch.Tensor:
-    """``x`` as a real floating tensor (on ``like``'s device and dtype), or a ValueError naming it.
+def _tensors(*xs, names: tuple[str, ...] = ()):
+    """The arguments as tensors on the first tensor's device (its dtype for converted ones).
 
-    Non-tensors go through the numpy validators (None, strings, bools, complex
-    numbers, objects, ragged lists and empty arrays are refused by name);
-    tensors must be real (not bool, not complex) and non-empty.
+    Non-tensors are read by the numpy validators first, so that ``None``, strings,
+    ragged lists and the like are refused naming the caller's argument (``names``).
     """
-    if isinstance(x, torch.Tensor):
-        if x.dtype == torch.bool or x.is_complex():
-            raise ValueError(f"`{name}` must be a tensor of real numbers; got dtype {x.dtype}")
-        if x.numel() == 0:
-            raise ValueError(f"`{name}` must not be empty; got shape {tuple(x.shape)}")
-        if not x.is_floating_point():
-            x = x.to(torch.float64 if like is None else like.dtype)
-        return x if like is None else x.to(device=like.device)
-    if isinstance(x, (bool, np.bool_)):
-        raise ValueError(f"`{name}` must be a real number or array; got {x!r}")
-    arr = V.as_float_array(name, x)
-    if like is None:
-        return torch.as_tensor(arr, dtype=torch.float64)
-    return torch.as_tensor(arr, dtype=like.dtype, device=like.device)
+    like = next((x for x in xs if isinstance(x, torch.Tensor)), None)
+    out = []
+    for i, x in enumerate(xs):
+        if isinstance(x, torch.Tensor):
+            out.append(x if like is None or x.device == like.device else x.to(like.device))
+            continue
+        if i < len(names):
+            x = _V.as_float_array(names[i], x)
+        if like is None:
+            out.append(torch.as_tensor(x, dtype=torch.float64))
+        else:
+            dt = like.dtype if like.is_floating_point() else torch.float64
+            out.append(torch.as_tensor(x, dtype=dt, device=like.device))
+    return out
 
 
-def _first_bad(name: str, t: torch.Tensor, what: str, bad: torch.Tensor) -> ValueError:
-    idx = tuple(int(i) for i in torch.nonzero(bad)[0])
-    v = float(t[idx])
-    return ValueError(f"`{name}` {what}; found {v:.6g} at index {idx}")
+def _problem_tensors(ref, reward, beta):
+    ref_t, rew_t = _tensors(ref, reward, names=("ref", "reward"))
+    if isinstance(beta, torch.Tensor):
+        beta = beta.to(ref_t.device)
+    return ref_t, rew_t, beta
 
 
-def _check_probabilities(name: str, p: torch.Tensor, dim: int = -1) -> None:
-    """Finite, non-negative, each slice along ``dim`` summing to one (the numpy tolerance).
-
-    The sum is not checked for a tensor that requires grad: finite differences
-    (``torch.autograd.gradcheck``) and optimisers move such a leaf off the simplex,
-    and the gradient is that of the function extended to unnormalised inputs.
-    """
-    if p.ndim == 0:
-        raise ValueError(f"`{name}` must have at least one dimension; got a scalar")
-    if not -p.ndim <= dim < p.ndim:
-        raise ValueError(f"`dim` {dim} is out of bounds for `{name}` with {p.ndim} dimensions")
-    with torch.no_grad():
-        sums = p.sum(dim=dim, dtype=torch.float64)
-        tol = V.row_sum_tolerance(np.dtype(str(p.dtype).removeprefix("torch.")), p.shape[dim])
-        # one device sync in the common case: NaN fails p >= 0, inf makes the sum wrong
-        check_sum = not p.requires_grad
-        wrong = ((sums - 1).abs() > tol).any() if check_sum else torch.isinf(p).any()
-        if not bool((~(p >= 0)).any() | wrong):
-            return
-        if torch.isnan(p).any():
-            raise _first_bad(name, p, "must not contain NaN", torch.isnan(p))
-        if torch.isinf(p).any():
-            raise _first_bad(name, p, "must be finite", torch.isinf(p))
-        if (p < 0).any():
-            raise _first_bad(name, p, "must be non-negative", p < 0)
-        bad = (sums - 1).abs() > tol
-        idx = tuple(int(i) for i in torch.nonzero(bad)[0]) if bad.ndim else ()
-        raise ValueError(
-            f"`{name}` must sum to 1 along dim {dim}; "
-            + (f"row {idx} " if idx else "it ")
-            + f"sums to {float(sums[idx])!r} (tolerance {tol:.2g}); "
-            "klpolicy never renormalises silently"
-        )
-
-
-def _check_finite(name: str, t: torch.Tensor, *, allow_neg_inf: bool = False) -> None:
-    """No NaN and no infinities (``-inf`` allowed with ``allow_neg_inf``): one device sync."""
-    with torch.no_grad():
-        bad = torch.isnan(t) | (t == math.inf) if allow_neg_inf else ~torch.isfinite(t)
-        if bool(bad.any()):
-            raise _first_bad(
-                name, t, "must not be NaN or +inf" if allow_neg_inf else "must be finite", bad
-            )
-
-
-def _check_same_size(a: torch.Tensor, b: torch.Tensor, dim: int, names=("ref", "reward")):
-    if b.ndim == 0:
-        raise ValueError(f"`{names[1]}` must have at least one dimension; got a scalar")
-    if a.shape[dim] != b.shape[dim]:
-        raise ValueError(
-            f"`{names[1]}` must have the same size as `{names[0]}` along the probability "
-            f"axis; got {b.shape[dim]} and {a.shape[dim]}"
-        )
-
-
-def _broadcast(names, *ts: torch.Tensor) -> list[torch.Tensor]:
-    try:
-        return list(torch.broadcast_tensors(*ts))
-    except RuntimeError:
-        shapes = " and ".join(f"`{n}` {tuple(t.shape)}" for n, t in zip(names, ts, strict=True))
-        raise ValueError(f"the shapes of {shapes} do not broadcast") from None
-
-
-def _beta(beta, like: torch.Tensor) -> torch.Tensor:
-    if not isinstance(beta, torch.Tensor):
-        V.check_beta_values("beta", beta)  # words None, strings, bools, ragged, NaN, < 0
-    b = _as_tensor("beta", beta, like)
-    with torch.no_grad():
-        if torch.isnan(b).any():
-            raise ValueError("`beta` must not be NaN")
-        if (b < 0).any():
-            raise ValueError(f"`beta` must be non-negative; found {float(b.min()):.6g}")
-    return b
-
-
-def _setup(ref, reward, beta, dim):
-    ref_t = _as_tensor("ref", ref)
-    rew_t = _as_tensor("reward", reward, ref_t)
-    _check_probabilities("ref", ref_t, dim)
-    _check_finite("reward", rew_t)
-    _check_same_size(ref_t, rew_t, dim)
-    b = _beta(beta, ref_t)
-    if b.ndim == 0:
-        b = b.reshape((1,) * ref_t.ndim)
-    ref_t, rew_t, b = _broadcast(("ref", "reward", "beta"), ref_t, rew_t, b)
-    return ref_t, rew_t, b
-
-
-def _log_tilt(ref, reward, b, dim):
-    """(support, log_ref, finite-beta logits) for broadcast inputs."""
-    support = ref > 0
-    log_ref = torch.log(torch.where(support, ref, torch.ones_like(ref)))
-    finite = (b > 0) & torch.isfinite(b)
-    safe_b = torch.where(finite, b, torch.ones_like(b))
-    neg_inf = torch.full_like(ref, -math.inf)
-    logits = torch.where(support, log_ref + reward / safe_b, neg_inf)
-    return support, log_ref, logits, safe_b
-
-
-def optimal_policy(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
-    r"""The maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`, on tensors.
+def optimal_policy(
+    ref, reward, beta, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""The maximiser :math:`\pi^*_\beta = \pi_{ref} e^{r/\beta} / Z` on tensors.
 
     .. math::
 
-        \pi^*_\beta = \operatorname{softmax}\big(\log\pi_{ref} + r/\beta\big)
+        \pi^*_\beta(y) = \frac{\pi_{ref}(y)\, e^{r(y)/\beta}}{\sum_{y'} \pi_{ref}(y')\, e^{r(y')/\beta}}
 
     Parameters
     ----------
     ref : Tensor or array_like
-        Reference probabilities along ``dim``; its device and dtype are kept.
+        Reference probabilities along ``dim`` (non-negative, rows summing to 1).
     reward : Tensor or array_like
-        Rewards, same size along ``dim``; other dimensions broadcast.
+        Finite rewards, same size along ``dim``; other dimensions broadcast.
     beta : float or Tensor
-        Coefficient ``>= 0``; ``0`` is the greedy limit, ``inf`` the reference.
-        A tensor broadcasts against ``ref`` (size 1 along ``dim``).
-    dim : int, optional
-        The probability dimension.
+        Coefficient ``>= 0``: ``0`` is the greedy limit, ``inf`` the reference.
+        A tensor has size 1 along ``dim`` and broadcasts over the batch.
+    dim, axis : int, optional
+        The probability dimension (either spelling; default -1).
+    validate : bool, optional
+        Check the values (default). ``False`` skips the device-to-host checks.
 
     Returns
     -------
     Tensor
-        :math:`\pi^*_\beta`, the broadcast shape, on ``ref``'s device and dtype.
+        :math:`\pi^*_\beta`, on the inputs' device, in their dtype.
 
     Raises
     ------
     ValueError
-        For negative or NaN ``ref`` or ``beta``, or sizes that differ along ``dim``.
+        The numpy core's messages: NaN, negative, infinite or non-normalised
+        ``ref``; non-finite ``reward``; negative or NaN ``beta``; sizes that
+        differ along ``dim``.
 
     Notes
     -----
-    A softmax over the reference's support, with the greedy (``beta = 0``)
-    and reference (``beta = inf``) limits selected by ``torch.where``; the
-    gradient flows to ``ref``, ``reward`` and ``beta``.
+    The same algorithm as :func:`klpolicy.optimal_policy` (log space
+    relative to the best reward on the support; greedy and reference limits;
+    zeros of ``ref`` stay zero). :math:`\partial\pi_i/\partial r_j =
+    \pi_i(\delta_{ij} - \pi_j)/\beta`.
 
     References
     ----------
@@ -201,52 +130,32 @@ def optimal_policy(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     >>> from klpolicy.torch import optimal_policy
     >>> optimal_policy(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.5)
     tensor([0.8808, 0.1192])
+    >>> optimal_policy(torch.tensor([0.3, 0.7], dtype=torch.float64), [1.0, 1.0], 1e-16)
+    tensor([0.3000, 0.7000], dtype=torch.float64)
     """
-    if isinstance(beta, (int, float)) and not isinstance(beta, bool) and 0 < beta < math.inf:
-        # fast path for a plain positive coefficient: one masked softmax
-        ref_t = _as_tensor("ref", ref)
-        rew_t = _as_tensor("reward", reward, ref_t)
-        _check_probabilities("ref", ref_t, dim)
-        _check_finite("reward", rew_t)
-        _check_same_size(ref_t, rew_t, dim)
-        _broadcast(("ref", "reward"), ref_t, rew_t)
-        if not (ref_t.requires_grad or rew_t.requires_grad):
-            # log 0 = -inf masks the zeros by itself (rewards are finite)
-            return torch.softmax(torch.log(ref_t) + rew_t / float(beta), dim=dim)
-        ref_t, rew_t = torch.broadcast_tensors(ref_t, rew_t)
-        support = ref_t > 0
-        log_ref = torch.log(torch.where(support, ref_t, 1.0))
-        return torch.softmax(
-            torch.where(support, log_ref + rew_t / float(beta), -math.inf), dim=dim
-        )
-    ref_t, rew_t, b = _setup(ref, reward, beta, dim)
-    support, _, logits, _ = _log_tilt(ref_t, rew_t, b, dim)
-    pi = torch.softmax(logits, dim=dim)
-    neg_inf = torch.full_like(rew_t, -math.inf)
-    c = torch.amax(torch.where(support, rew_t, neg_inf), dim=dim, keepdim=True)
-    best = torch.where(support & (rew_t == c), ref_t, torch.zeros_like(ref_t))
-    greedy = best / best.sum(dim=dim, keepdim=True)
-    plain = ref_t / ref_t.sum(dim=dim, keepdim=True)
-    return torch.where(b == 0, greedy, torch.where(torch.isinf(b), plain, pi))
+    ref_t, rew_t, beta = _problem_tensors(ref, reward, beta)
+    return _xp.optimal_policy(ref_t, rew_t, beta, axis=_axis(dim, axis), validate=validate)
 
 
-def soft_value(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
-    r"""The soft value :math:`\beta\log\mathbb{E}_{\pi_{ref}}[e^{r/\beta}]`, on tensors.
+def soft_value(
+    ref, reward, beta, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""The soft value :math:`\beta\log\mathbb{E}_{\pi_{ref}}[e^{r/\beta}]` on tensors.
 
     .. math::
 
-        V_\beta = \beta \operatorname{logsumexp}\big(\log\pi_{ref} + r/\beta\big)
+        V_\beta = \max_\pi\; \mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})
 
     Parameters
     ----------
-    ref, reward, beta, dim
+    ref, reward, beta, dim, axis, validate
         As in :func:`optimal_policy`.
 
     Returns
     -------
     Tensor
-        One value per batch row (``dim`` removed). Its gradient with respect to
-        ``reward`` is :math:`\pi^*_\beta`.
+        One value per batch row (``dim`` removed). Its gradient in ``reward``
+        is :math:`\pi^*_\beta`, in ``beta`` it is :math:`-\mathrm{KL}(\pi^*_\beta\|\pi_{ref})`.
 
     Raises
     ------
@@ -255,10 +164,8 @@ def soft_value(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
 
     Notes
     -----
-    ``beta = 0`` gives the best reward on the support and ``beta = inf`` the
-    reference mean. At very large ``beta`` the numpy core is more precise (it
-    re-centres on the reference mean); the two agree to about
-    ``1e-16 * max|r|`` in absolute terms.
+    At large ``beta`` the value is re-centred on the reference mean, so the
+    correction :math:`\mathrm{Var}_{ref}(r)/(2\beta)` keeps its digits.
 
     References
     ----------
@@ -272,53 +179,81 @@ def soft_value(ref, reward, beta, *, dim: int = -1) -> torch.Tensor:
     >>> round(float(soft_value(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.5)), 6)
     0.71689
     """
-    ref_t, rew_t, b = _setup(ref, reward, beta, dim)
-    support, _, logits, safe_b = _log_tilt(ref_t, rew_t, b, dim)
-    total = ref_t.sum(dim=dim, keepdim=True)
-    value = safe_b.narrow(dim, 0, 1) * (
-        torch.logsumexp(logits, dim=dim, keepdim=True) - torch.log(total)
-    )
-    neg_inf = torch.full_like(rew_t, -math.inf)
-    c = torch.amax(torch.where(support, rew_t, neg_inf), dim=dim, keepdim=True)
-    mean = (ref_t * rew_t).sum(dim=dim, keepdim=True) / total
-    bk = b.narrow(dim, 0, 1)
-    out = torch.where(bk == 0, c, torch.where(torch.isinf(bk), mean, value))
-    return out.squeeze(dim)
+    ref_t, rew_t, beta = _problem_tensors(ref, reward, beta)
+    return _xp.soft_value(ref_t, rew_t, beta, axis=_axis(dim, axis), validate=validate)
 
 
-def kl_divergence(p, q, *, dim: int = -1) -> torch.Tensor:
-    r"""Kullback-Leibler divergence :math:`\mathrm{KL}(p\|q)` in nats, on tensors.
+def optimal_kl(
+    ref, reward, beta, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""The KL of the optimal policy from the reference, on tensors.
 
     .. math::
 
-        \mathrm{KL}(p\|q) = \sum_y p(y)\log\frac{p(y)}{q(y)} - p(y) + q(y)
+        \mathrm{KL}(\pi^*_\beta\|\pi_{ref}), \qquad
+        \frac{d\,\mathrm{KL}}{d\beta} = -\frac{\mathrm{Var}_{\pi^*_\beta}(r)}{\beta^3}
 
     Parameters
     ----------
-    p, q : Tensor or array_like
-        Probabilities along ``dim`` (rows summing to one); other dimensions
-        broadcast. ``p``'s device and dtype are kept.
-    dim : int, optional
-        The probability dimension.
+    ref, reward, beta, dim, axis, validate
+        As in :func:`optimal_policy`.
 
     Returns
     -------
     Tensor
-        One non-negative value per row (``dim`` removed); ``inf`` where ``p``
-        puts mass on a zero of ``q``.
+        One value per batch row, from the greedy limit's at ``beta = 0`` to 0 at ``inf``.
 
     Raises
     ------
     ValueError
-        For negative or NaN inputs or sizes that differ along ``dim``.
+        As in :func:`optimal_policy`.
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from klpolicy.torch import optimal_kl
+    >>> round(float(optimal_kl(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]), 0.5)), 5)
+    0.32781
+    """
+    ref_t, rew_t, beta = _problem_tensors(ref, reward, beta)
+    return _xp.optimal_kl(ref_t, rew_t, beta, axis=_axis(dim, axis), validate=validate)
+
+
+def kl_divergence(
+    p, q, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""Kullback-Leibler divergence :math:`\mathrm{KL}(p\|q)` in nats, on tensors.
+
+    .. math::
+
+        \mathrm{KL}(p\|q) = \sum_y p(y)\log\frac{p(y)}{q(y)}
+
+    Parameters
+    ----------
+    p, q : Tensor or array_like
+        Probabilities along ``dim``; other dimensions broadcast.
+    dim, axis, validate
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    Tensor
+        One non-negative value per row; ``inf`` where ``p`` puts mass on a zero of ``q``.
+
+    Raises
+    ------
+    ValueError
+        For negative, NaN, infinite or non-normalised inputs, or sizes that differ.
 
     Notes
     -----
-    Summed from the non-negative terms ``p (log(p/q) - 1) + q`` (equal to the
-    KL for normalised rows), so the result is never negative. Zeros of ``p``
-    contribute ``q`` and do not enter the gradient through ``log 0``. The
-    numpy core keeps full relative precision for KLs below 1e-16; this twin
-    is exact to ``1e-16`` in absolute terms.
+    Summed from the non-negative terms :math:`q(u e^u - e^u + 1)`,
+    :math:`u = \log(p/q)` taken as ``log1p((p - q)/q)`` where ``p`` and ``q``
+    are close: a KL of 1e-20 keeps its relative precision.
 
     References
     ----------
@@ -331,41 +266,141 @@ def kl_divergence(p, q, *, dim: int = -1) -> torch.Tensor:
     >>> round(float(kl_divergence(torch.tensor([0.88, 0.12]), torch.tensor([0.5, 0.5]))), 6)
     0.326222
     """
-    p_t = _as_tensor("p", p)
-    q_t = _as_tensor("q", q, p_t)
-    _check_probabilities("p", p_t, dim)
-    _check_probabilities("q", q_t, dim)
-    _check_same_size(p_t, q_t, dim, ("p", "q"))
-    p_t, q_t = _broadcast(("p", "q"), p_t, q_t)
-    pos_p, pos_q = p_t > 0, q_t > 0
-    one = torch.ones_like(p_t)
-    u = torch.log(torch.where(pos_p, p_t, one)) - torch.log(torch.where(pos_q, q_t, one))
-    terms = torch.where(pos_p, p_t * (u - 1), torch.zeros_like(p_t)) + q_t
-    terms = torch.where(pos_p & ~pos_q, torch.full_like(p_t, math.inf), terms)
-    return terms.sum(dim=dim)
+    p_t, q_t = _tensors(p, q, names=("p", "q"))
+    return _xp.kl_divergence(p_t, q_t, axis=_axis(dim, axis), validate=validate)
 
 
-def _log_pair(logp, logq) -> list[torch.Tensor]:
-    """Validated log-probabilities: ``logp`` finite (a sampled token), ``logq`` not NaN or +inf."""
-    lp = _as_tensor("logp", logp)
-    lq = _as_tensor("logq", logq, lp)
-    _check_finite("logp", lp)
-    _check_finite("logq", lq, allow_neg_inf=True)
-    return _broadcast(("logp", "logq"), lp, lq)
+def cross_entropy(
+    p, q, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""Cross-entropy :math:`H(p, q) = -\sum_y p(y)\log q(y)` on tensors.
+
+    Parameters
+    ----------
+    p, q : Tensor or array_like
+        Probabilities along ``dim``.
+    dim, axis, validate
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    Tensor
+        One value per row; ``inf`` where ``p > 0 = q``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`kl_divergence`.
+
+    References
+    ----------
+    .. [1] Cover and Thomas, "Elements of Information Theory", 2nd ed., 2006, ch. 2.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from klpolicy.torch import cross_entropy
+    >>> round(float(cross_entropy(torch.tensor([0.5, 0.5]), torch.tensor([0.9, 0.1]))), 6)
+    1.203973
+    """
+    p_t, q_t = _tensors(p, q, names=("p", "q"))
+    return _xp.cross_entropy(p_t, q_t, axis=_axis(dim, axis), validate=validate)
 
 
-def k1(logp, logq) -> torch.Tensor:
+def entropy(p, *, dim: int | None = None, axis: int | None = None, validate: bool = True):
+    r"""Shannon entropy :math:`H(p) = -\sum_y p(y)\log p(y)` on tensors (0 log 0 = 0).
+
+    Parameters
+    ----------
+    p : Tensor or array_like
+        Probabilities along ``dim``.
+    dim, axis, validate
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    Tensor
+        One value per row.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`kl_divergence`.
+
+    References
+    ----------
+    .. [1] Shannon, "A Mathematical Theory of Communication", 1948.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from klpolicy.torch import entropy
+    >>> round(float(entropy(torch.tensor([0.5, 0.5]))), 6)
+    0.693147
+    """
+    (p_t,) = _tensors(p, names=("p",))
+    return _xp.entropy(p_t, axis=_axis(dim, axis), validate=validate)
+
+
+def total_variation(
+    p, q, *, dim: int | None = None, axis: int | None = None, validate: bool = True
+) -> torch.Tensor:
+    r"""Total-variation distance :math:`\tfrac12\sum_y |p(y) - q(y)|` on tensors.
+
+    Parameters
+    ----------
+    p, q : Tensor or array_like
+        Probabilities along ``dim``.
+    dim, axis, validate
+        As in :func:`optimal_policy`.
+
+    Returns
+    -------
+    Tensor
+        One value in [0, 1] per row.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`kl_divergence`.
+
+    References
+    ----------
+    .. [1] Tsybakov, "Introduction to Nonparametric Estimation", 2009, sec. 2.4.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from klpolicy.torch import total_variation
+    >>> round(float(total_variation(torch.tensor([0.88, 0.12]), torch.tensor([0.5, 0.5]))), 6)
+    0.38
+    """
+    p_t, q_t = _tensors(p, q, names=("p", "q"))
+    return _xp.total_variation(p_t, q_t, axis=_axis(dim, axis), validate=validate)
+
+
+def k1(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True) -> torch.Tensor:
     r"""The k1 estimate of :math:`\mathrm{KL}(p\|q)` from a sample of p: :math:`\log p - \log q`.
 
     Parameters
     ----------
     logp, logq : Tensor
-        Log-probabilities of the sampled outcomes under ``p`` and ``q``.
+        Log-probabilities of the sampled outcomes under ``p`` and ``q``
+        (``logq = -inf`` allowed: an infinite estimate).
+    clip, log_ratio_clip : float, optional
+        As in :func:`klpolicy.estimators.k1`.
+    validate : bool, optional
+        Check for NaN and infinities (default).
 
     Returns
     -------
     Tensor
         Per-sample estimates (broadcast shape); unbiased, can be negative.
+
+    Raises
+    ------
+    ValueError
+        As :func:`klpolicy.estimators.k1`: NaN, infinite ``logp``, ``logq = +inf``.
 
     References
     ----------
@@ -378,23 +413,28 @@ def k1(logp, logq) -> torch.Tensor:
     >>> k1(torch.tensor([-0.5]), torch.tensor([-1.0]))
     tensor([0.5000])
     """
-    logp, logq = _log_pair(logp, logq)
-    return logp - logq
+    lp, lq = _tensors(logp, logq, names=("logp", "logq"))
+    return _xp.k1(lp, lq, clip=clip, log_ratio_clip=log_ratio_clip, validate=validate)
 
 
-def k2(logp, logq) -> torch.Tensor:
+def k2(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True) -> torch.Tensor:
     r"""The k2 estimate :math:`\tfrac12(\log p - \log q)^2` (biased, low variance, non-negative).
 
     Parameters
     ----------
-    logp, logq : Tensor
-        Log-probabilities of the sampled outcomes under ``p`` and ``q``.
+    logp, logq, clip, log_ratio_clip, validate
+        As in :func:`k1`.
 
     Returns
     -------
     Tensor
         Per-sample estimates. Its gradient in ``logp`` is ``k1 * grad(logp)``,
         the unbiased score-function gradient of the KL when placed in the loss.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`k1`.
 
     References
     ----------
@@ -407,25 +447,30 @@ def k2(logp, logq) -> torch.Tensor:
     >>> k2(torch.tensor([-0.5]), torch.tensor([-1.0]))
     tensor([0.1250])
     """
-    d = k1(logp, logq)
-    return 0.5 * d * d
+    lp, lq = _tensors(logp, logq, names=("logp", "logq"))
+    return _xp.k2(lp, lq, clip=clip, log_ratio_clip=log_ratio_clip, validate=validate)
 
 
-def k3(logp, logq) -> torch.Tensor:
+def k3(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True) -> torch.Tensor:
     r"""The k3 estimate :math:`e^{x} - 1 - x`, :math:`x = \log q - \log p` (unbiased, non-negative).
 
     Parameters
     ----------
-    logp, logq : Tensor
-        Log-probabilities of the sampled outcomes under ``p`` and ``q``.
+    logp, logq, clip, log_ratio_clip, validate
+        As in :func:`k1`.
 
     Returns
     -------
     Tensor
-        Per-sample estimates, evaluated with a Taylor series for ``|x| < 0.2``
-        so that the relative error is a few ulp even at ``x = 1e-8``. Its
-        gradient in ``logp`` has expectation :math:`-\mathbb{E}_q[\nabla\log p]`,
-        the gradient of the *reverse* KL: k3 in the loss is biased.
+        Per-sample estimates, with a Taylor series for ``|x| < 0.2`` (a few
+        ulp even at ``x = 1e-8``). Its gradient in ``logp`` has expectation
+        :math:`-\mathbb{E}_q[\nabla\log p]`, the gradient of the *reverse*
+        KL: k3 in the loss is biased.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`k1`.
 
     References
     ----------
@@ -439,12 +484,5 @@ def k3(logp, logq) -> torch.Tensor:
     >>> k3(torch.tensor([-0.5]), torch.tensor([-1.0]))
     tensor([0.1065])
     """
-    logp, logq = _log_pair(logp, logq)
-    x = logq - logp
-    small = torch.abs(x) < _SERIES_RADIUS
-    xs = torch.where(small, x, torch.zeros_like(x))
-    acc = torch.full_like(xs, _EXPM1MX[-1])
-    for c in _EXPM1MX[-2::-1]:
-        acc = acc * xs + c
-    series = acc * xs * xs
-    return torch.where(small, series, torch.expm1(x) - x)
+    lp, lq = _tensors(logp, logq, names=("logp", "logq"))
+    return _xp.k3(lp, lq, clip=clip, log_ratio_clip=log_ratio_clip, validate=validate)

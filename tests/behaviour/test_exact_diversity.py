@@ -10,6 +10,7 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import given, settings
 from klpolicy.diversity import (
     best_of_n_diversity,
     diversity_curve,
@@ -19,6 +20,7 @@ from klpolicy.diversity import (
 )
 
 import klpolicy as kp
+from klpolicy.testing.strategies import problems
 
 from .. import _mpref as R
 
@@ -110,3 +112,15 @@ def test_best_of_n_diversity_against_mpmath():
         if float(d.beta[0]) > 0:
             _, _, opt_ent = R.tilt_moments(ref, rew, float(d.beta[0]))
             assert float(d.optimal_entropy[0]) == pytest.approx(float(opt_ent), rel=1e-12)
+
+
+@given(problems(min_size=2, max_size=6))
+@settings(max_examples=40)
+def test_entropy_and_slope_on_the_strategies_extremes(pb):
+    _, _, ent = R.tilt_moments(pb.ref, pb.reward, pb.beta)
+    got = float(optimal_entropy(pb.ref, pb.reward, pb.beta))
+    assert got == pytest.approx(float(ent), rel=1e-12, abs=1e-300)
+    want = _mp_slope(pb.ref, pb.reward, pb.beta)
+    assert float(entropy_slope(pb.ref, pb.reward, pb.beta)) == pytest.approx(
+        want, rel=1e-10, abs=1e-300
+    )

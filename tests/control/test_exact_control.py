@@ -9,9 +9,11 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
 
 import klpolicy as kp
 from klpolicy.control import kl_elasticity, stability_region
+from klpolicy.testing.strategies import problems
 
 from .. import _mpref as R
 
@@ -65,3 +67,11 @@ def test_stability_region_gain_at_the_extremes():
         want = _mp_elasticity(ref, rew, beta)
         assert float(reg.elasticity) == pytest.approx(want, rel=1e-10)
         assert float(reg.gain[0]) == pytest.approx(want / 10.0, rel=1e-10)
+
+
+@given(problems(min_size=2, max_size=6))
+@settings(max_examples=40)
+def test_kl_elasticity_on_the_strategies_extremes(pb):
+    assume(float(kp.optimal_kl(pb.ref, pb.reward, pb.beta)) > 0)
+    want = _mp_elasticity(pb.ref, pb.reward, pb.beta)
+    assert kl_elasticity(pb.ref, pb.reward, pb.beta) == pytest.approx(want, rel=1e-10, abs=1e-300)

@@ -13,10 +13,12 @@ from __future__ import annotations
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
 
 import klpolicy as kp
 from klpolicy.estimators import fixed_point
-from klpolicy.trust_region import trust_region_step
+from klpolicy.testing.strategies import problems
+from klpolicy.trust_region import ppo_clip_step, trust_region_step
 
 from .. import _mpref as R
 
@@ -189,3 +191,63 @@ def test_k3_loss_fixed_point_against_mpmath():
         beta = spread * 10.0 ** rng.uniform(-6, 6)
         got = fixed_point(ref, rew, beta, estimator="k3", placement="loss")
         np.testing.assert_allclose(got, _mp_forward_kl_optimum(ref, rew, beta), rtol=1e-12)
+
+
+def _mp_ppo_clip_step(p_old, adv, clip, lr, epochs):
+    """PPO's epochs of logit ascent on the exact clipped surrogate, in 400 digits.
+
+    Recipe: theta = log pi_old; per epoch p = softmax(theta), rho = p / pi_old,
+    g_y = A_y where the clip is inactive (A >= 0 and rho <= 1 + clip, or A < 0 and
+    rho >= 1 - clip), else 0; theta += lr p (g - E_p[g]).
+    """
+    with mp.workdps(R.DPS):
+        q = R._norm(p_old)
+        a = [mp.mpf(float(v)) for v in adv]
+        sup = [x > 0 for x in q]
+        theta = [mp.log(x) if s else None for x, s in zip(q, sup)]
+        for _ in range(epochs + 1):
+            top = max(t for t in theta if t is not None)
+            e = [mp.exp(t - top) if t is not None else mp.mpf(0) for t in theta]
+            z = mp.fsum(e)
+            p = [x / z for x in e]
+            if _ == epochs:
+                return [float(x) for x in p]
+            g = []
+            for pi, qi, ai in zip(p, q, a):
+                if qi == 0:
+                    g.append(mp.mpf(0))
+                    continue
+                rho = pi / qi
+                on = rho <= 1 + mp.mpf(clip) if ai >= 0 else rho >= 1 - mp.mpf(clip)
+                g.append(ai if on else mp.mpf(0))
+            mean = mp.fsum(pi * gi for pi, gi in zip(p, g))
+            theta = [
+                t + mp.mpf(lr) * pi * (gi - mean) if t is not None else None
+                for t, pi, gi in zip(theta, p, g)
+            ]
+
+
+def test_ppo_clip_step_against_mpmath():
+    rng = np.random.default_rng(1650)
+    for _ in range(60):
+        n = int(rng.integers(2, 6))
+        p_old = 10.0 ** rng.uniform(-300, 0, n)
+        p_old[rng.random(n) < 0.15] = 0.0
+        p_old[rng.integers(n)] = 1.0
+        p_old = p_old / p_old.sum()
+        adv = rng.normal(size=n) * 10.0 ** rng.uniform(-3, 1)
+        clip, lr, epochs = float(rng.uniform(0.05, 0.5)), float(rng.uniform(0.1, 3)), 4
+        got = ppo_clip_step(p_old, adv, clip, lr=lr, epochs=epochs)
+        want = _mp_ppo_clip_step(p_old, adv, clip, lr, epochs)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+@given(problems(min_size=2, max_size=6))
+@settings(max_examples=40)
+def test_beta_for_kl_round_trip_on_the_strategies_extremes(pb):
+    # hypothesis' extreme problems (entries down to 1e-300, zeros, rewards to 1e6, beta
+    # 1e-8..1e8): the KL attained at beta is a reachable target; beta_for_kl recovers a beta
+    # whose mpmath KL is that target (or the best float beta for it)
+    kl = float(kp.optimal_kl(pb.ref, pb.reward, pb.beta))
+    assume(0 < kl < float(kp.max_kl(pb.ref, pb.reward)))
+    _check_beta(pb.ref, pb.reward, kl, float(kp.beta_for_kl(pb.ref, pb.reward, kl)))

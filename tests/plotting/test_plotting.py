@@ -49,7 +49,12 @@ def test_beta_sweep_marks_the_worked_example():
         pytest.approx((0.5, _sigmoid(2.0)), rel=1e-14),
         pytest.approx((2.0, _sigmoid(0.5)), rel=1e-14),
     ]
-    assert [t.get_text() for t in ax.texts] == ["0.88 at β=0.5", "0.62 at β=2"]
+    assert [t.get_text() for t in ax.texts] == [
+        r"0.88 at $\beta$=0.5",
+        r"0.62 at $\beta$=2",
+        "greedy\n" r"($\beta \to 0$)",  # the two limits, at the two ends of the axis
+        "reference\n" r"($\beta \to \infty$)",
+    ]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["y=0, r=1", "y=1, r=0"]
 
 
@@ -71,7 +76,7 @@ def test_beta_sweep_custom_problem_labels_and_marks():
 def test_frontier_curve_is_klpolicy_frontier():
     ref, reward = [0.25, 0.25, 0.5], [1.0, 0.5, 0.0]
     betas = np.geomspace(1e-2, 1e2, 50)
-    ax = plotting.frontier(ref, reward, betas=betas, best_of_n=None)
+    ax = plotting.frontier(ref, reward, betas=betas, best_of_n=None, mark=())
     f = klpolicy.frontier(ref, reward, betas)
     assert len(ax.lines) == 1
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), f.kl)
@@ -84,17 +89,103 @@ def test_frontier_best_of_n_points_are_exact_and_below_the_curve():
     ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
     ns = [1, 2, 4, 8]
     ax = plotting.frontier(ref, reward, best_of_n=ns)
-    points = ax.lines[1]
+    (points,) = [ln for ln in ax.lines if ln.get_label() == "best-of-n"]
     kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
     er = [float(bon.best_of_n_expected_reward(ref, reward, n)) for n in ns]
     np.testing.assert_allclose(points.get_xdata(), kl, rtol=1e-12)
     np.testing.assert_allclose(points.get_ydata(), er, rtol=1e-12)
-    assert [t.get_text() for t in ax.texts] == ["n=1", "n=2", "n=4", "n=8"]
+    assert [t.get_text() for t in ax.texts if t.get_text().startswith("n=")] == [
+        "n=1",
+        "n=2",
+        "n=4",
+        "n=8",
+    ]
     # no policy beats the frontier: E[r] of pi* at best-of-n's KL is at least best-of-n's
     for k, e in zip(kl[1:], er[1:]):
         b = klpolicy.beta_for_kl(ref, reward, k)
         pi = klpolicy.optimal_policy(ref, reward, b)
         assert float(klpolicy.expected_reward(pi, reward)) >= e - 1e-12
+
+
+def test_frontier_default_grid_is_smooth_and_marks_beta_on_the_curve():
+    ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
+    ax = plotting.frontier(ref, reward, best_of_n=None)
+    curve = ax.lines[0]
+    kl = curve.get_xdata()
+    # KL-uniform: 301 points from 0 to the greedy KL, evenly spaced
+    kmax = float(klpolicy.max_kl(ref, reward))
+    np.testing.assert_allclose(np.diff(kl), kmax / 300, rtol=1e-6)
+    assert kl[0] == pytest.approx(0.0, abs=1e-12) and kl[-1] == pytest.approx(kmax, rel=1e-9)
+    # each marked beta is a point of the curve, labelled with its value
+    marks = [t for t in ax.texts if t.get_text().startswith(r"$\beta$=")]
+    assert 3 <= len(marks) <= 5
+    for t in marks:
+        b = float(t.get_text().split("=")[1])
+        pi = klpolicy.optimal_policy(ref, reward, b)
+        assert t.xy == pytest.approx(
+            (float(klpolicy.optimal_kl(ref, reward, b)), float(np.dot(pi, reward))), rel=1e-12
+        )
+    # mathtext labels with real subscripts
+    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$"
+    assert r"\pi_{\mathrm{ref}}" in ax.get_xlabel()
+    assert ax.get_legend().get_texts()[0].get_text().startswith(r"$\pi^*_\beta$")
+
+
+def test_frontier_labels_stay_inside_the_axes():
+    ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
+    ax = plotting.frontier(ref, reward, best_of_n=(1, 2, 4, 8, 16, 32))
+    fig = ax.figure
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    for t in ax.texts:
+        ext = t.get_window_extent()
+        assert box.x0 <= ext.x0 and ext.x1 <= box.x1, t.get_text()
+        assert box.y0 <= ext.y0 and ext.y1 <= box.y1, t.get_text()
+
+
+def test_lecture_style_cycle_tells_35_curves_apart():
+    cycle = list(plotting.lecture_style()["axes.prop_cycle"])
+    pairs = [(c["color"], str(c["linestyle"])) for c in cycle]
+    assert len(pairs) == 35 and len(set(pairs)) == 35
+
+
+def test_lecture_style_text_is_at_least_14_points():
+    style = plotting.lecture_style()
+    for key in ("font.size", "axes.titlesize", "axes.labelsize", "xtick.labelsize",
+                "ytick.labelsize", "legend.fontsize"):  # fmt: skip
+        assert style[key] >= 14, key
+    for draw in (
+        plotting.beta_sweep,
+        lambda: plotting.frontier([0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]),
+    ):
+        ax = draw()
+        texts = [*ax.texts, *ax.get_legend().get_texts(), ax.title, ax.xaxis.label]
+        texts += list(ax.get_xticklabels()) + list(ax.get_yticklabels())
+        assert min(t.get_fontsize() for t in texts) >= 14
+        plt.close(ax.figure)
+
+
+def test_demo_overoptimization_figure_fits_and_is_not_squeezed(tmp_path):
+    from klpolicy.app import demo
+
+    o = demo.overoptimization_problem()
+    c, fit = o["curve"], o["fit"]
+    gao = c.d * (fit.a - fit.b * np.log(c.d))
+    span = np.ptp(c.gold_gain)
+    # Gao et al.'s form follows the exact gold curve within 6 % of its range everywhere
+    assert np.abs(gao - c.gold_gain).max() < 0.06 * span
+    # the gold reward rises, peaks and falls below its start
+    assert c.gold_gain.argmax() not in (0, c.d.size - 1) and c.gold_gain[-1] < 0
+    # the beta grid is uniform in d
+    np.testing.assert_allclose(np.diff(c.d), np.diff(c.d)[0], rtol=1e-6)
+    # drawn: the proxy has its own axis, so the gold curve fills most of the left one
+    ax = plt.figure().add_subplot()
+    demo.FIGURES["overoptimization"][0](ax)
+    lo, hi = ax.get_ylim()
+    assert span / (hi - lo) > 0.8
+    np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), o["proxy_gain"])
+    names = [p.name for p in demo.write_figures(tmp_path, ["overoptimization"])]
+    assert names == ["overoptimization.png"]
 
 
 def test_kl_budget_lines_and_fits():
@@ -189,8 +280,8 @@ def test_fixed_points_exact_curve_and_k1_in_reward_coincide():
 
 def test_own_axes_get_the_lecture_style_and_given_axes_keep_theirs():
     ax = plotting.beta_sweep()
-    assert ax.title.get_fontsize() == 15
-    assert ax.xaxis.label.get_fontsize() == 14
+    assert ax.title.get_fontsize() == 16
+    assert ax.xaxis.label.get_fontsize() == 16
     with matplotlib.rc_context({"axes.titlesize": 9, "axes.labelsize": 8}):
         _, mine = plt.subplots()
         out = plotting.beta_sweep(ax=mine)
@@ -259,3 +350,99 @@ def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
         assert matplotlib.is_interactive()
     finally:
         matplotlib.interactive(was)
+
+
+# --------------------------------------------------------------------------- lecture hall
+
+
+@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
+    from PIL import Image
+
+    from klpolicy.plotting import lecture
+
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+    betas = lecture._sweep_betas(ref, reward, 9)
+    assert betas[0] == np.inf and betas[-1] == 0.0 and betas.size == 9
+    kls = np.array([float(klpolicy.optimal_kl(ref, reward, b)) for b in betas])
+    # evenly spaced in KL, from 0 to the greedy KL
+    np.testing.assert_allclose(
+        kls, np.linspace(0, float(klpolicy.max_kl(ref, reward)), 9), atol=1e-9
+    )
+    gif = plotting.animate_beta_sweep(ref, reward, frames=9, path=tmp_path / "sweep.gif")
+    with Image.open(gif) as im:
+        assert im.format == "GIF" and im.n_frames == 9
+    # the readout states the exact KL and expected reward of the frame's beta
+    anim = plotting.animate_beta_sweep(ref, reward, frames=9)
+    fig = anim._fig
+    anim._func(4)
+    (text,) = [t for t in fig.axes[0].texts if "nats" in t.get_text()]
+    pi = klpolicy.optimal_policy(ref, reward, betas[4])
+    assert f"= {kls[4]:.3f} nats" in text.get_text()
+    assert f"= {float(pi @ reward):.3f}" in text.get_text()
+    heights = [p.get_height() for p in fig.axes[0].patches[3:]]
+    np.testing.assert_allclose(heights, pi, rtol=1e-15)
+    with pytest.raises(ValueError, match=re.escape("`frames` must be an integer >= 3; got 2")):
+        plotting.animate_beta_sweep(ref, reward, frames=2)
+
+
+def test_cli_animates_and_writes_svg_and_pdf(tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    from PIL import Image
+
+    from klpolicy.app.cli import main
+
+    gif = tmp_path / "sweep.gif"
+    problem = ["--ref", "0.5", "0.5", "--reward", "1", "0"]
+    assert main(["plot", "beta-sweep", *problem, "--animate", str(gif), "--frames", "7"]) == 0
+    with Image.open(gif) as im:
+        assert im.n_frames == 7
+    svg = tmp_path / "frontier.svg"
+    assert main(["plot", "frontier", *problem, "-o", str(svg)]) == 0
+    root = ET.parse(svg).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    # --format wins over a missing suffix
+    pdf = tmp_path / "sweep_slide"
+    assert main(["plot", "beta-sweep", *problem, "-o", str(pdf), "--format", "pdf"]) == 0
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    png_too = tmp_path / "both.png"
+    gif2 = tmp_path / "both.gif"
+    argv = ["plot", "beta-sweep", *problem, "--animate", str(gif2), "-o", str(png_too)]
+    assert main([*argv, "--frames", "4"]) == 0
+    assert png_too.read_bytes()[:4] == b"\x89PNG" and gif2.exists()
+    capsys.readouterr()
+    assert main(["plot", "beta-sweep", *problem, "--animate", str(tmp_path / "x.png")]) == 2
+    assert "`--animate` writes a GIF; got" in capsys.readouterr().err
+    assert main(["plot", "beta-sweep", *problem]) == 2
+    assert "needs `-o FILE` (or `--animate FILE.gif`)" in capsys.readouterr().err
+
+
+def test_explore_is_a_slider_with_ipywidgets():
+    pytest.importorskip("ipywidgets")
+    ref, reward = [0.5, 0.3, 0.2], [1.0, 0.0, 0.5]
+    w = plotting.explore(ref, reward, beta=0.5)
+    assert type(w).__name__ == "VBox"
+    for beta in (0.5, 2.0, 0.1):
+        w.slider.value = beta
+        b = float(w.slider.value)
+        kl = float(klpolicy.optimal_kl(ref, reward, b))
+        assert f"KL = {kl:.4f} nats" in w.readout.value
+        bars = w.figure.axes[0].patches[3:]
+        np.testing.assert_allclose(
+            [p.get_height() for p in bars], klpolicy.optimal_policy(ref, reward, b), rtol=1e-15
+        )
+
+
+def test_explore_without_ipywidgets_is_a_static_figure(monkeypatch):
+    import matplotlib.figure
+
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
+    fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
+    assert isinstance(fig, matplotlib.figure.Figure)
+    assert len(fig.axes) == 5
+    # first panel the reference, last the greedy policy
+    first = [p.get_height() for p in fig.axes[0].patches[3:]]
+    last = [p.get_height() for p in fig.axes[-1].patches[3:]]
+    np.testing.assert_allclose(first, [0.5, 0.3, 0.2], rtol=1e-15)
+    np.testing.assert_array_equal(last, [1.0, 0.0, 0.0])

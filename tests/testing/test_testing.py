@@ -290,7 +290,7 @@ def test_a_nondeterministic_fn_is_reported():
 
 def test_bad_estimator_name_and_reduction():
     with pytest.raises(
-        ValueError, match=re.escape("`estimator` must be 'k1', 'k2' or 'k3'; got 'k4'")
+        ValueError, match=re.escape("`estimator` must be one of 'k1', 'k2', 'k3', 'abs'; got 'k4'")
     ):
         check_kl_estimator(lambda lp, lq: lp - lq, "k4")
     with pytest.raises(
@@ -483,7 +483,7 @@ ESTIMATOR_MUTANTS = [
     ("k2 without half", "k2", lambda lp, lq: (lp - lq) ** 2, "factor 1/2"),
     ("k1 in bits", "k1", lambda lp, lq: (lp - lq) / math.log(2), "bits"),
     ("k1 through probabilities", "k1", lambda lp, lq: np.log(np.exp(lp) / np.exp(lq)), None),
-    ("k1 absolute value", "k1", lambda lp, lq: np.abs(lp - lq), None),
+    ("k1 absolute value", "k1", lambda lp, lq: np.abs(lp - lq), "'abs'"),
     ("k3 is really k2", "k3", lambda lp, lq: 0.5 * (lp - lq) ** 2, "computes k2"),
     ("k3 sign of linear term", "k3", lambda lp, lq: np.expm1(lq - lp) + (lq - lp), None),
     (
@@ -559,7 +559,7 @@ def test_dpo_loss_catches_mutants(name, fn, match):
 
 
 class TRLAdaptive:
-    """TRL's AdaptiveKLController (Ziegler et al. 2019)."""
+    """TRL's AdaptiveKLController (Ziegler et al. 2019), as released: no input checks."""
 
     def __init__(self, init_kl_coef, target, horizon):
         self.value, self.target, self.horizon = init_kl_coef, target, horizon
@@ -567,6 +567,24 @@ class TRLAdaptive:
     def update(self, current, n_steps):
         err = np.clip(current / self.target - 1, -0.2, 0.2)
         self.value *= 1 + err * n_steps / self.horizon
+
+
+class GuardedAdaptive(TRLAdaptive):
+    """TRL's rule with the three guards a training loop needs: each mutant below drops one."""
+
+    def __init__(self, init_kl_coef, target, horizon):
+        if not target > 0:
+            raise ValueError(f"`target` must be positive; got {target!r}")
+        super().__init__(init_kl_coef, target, horizon)
+
+    def update(self, current, n_steps):
+        if not math.isfinite(current):
+            raise ValueError(f"`current` must be finite; got {current!r}")
+        err = min(max(float(current) / self.target - 1, -0.2), 0.2)
+        mult = 1 + err * n_steps / self.horizon
+        if not mult > 0:
+            raise FloatingPointError(f"`n_steps` / `horizon` is too large: multiplier {mult}")
+        self.value *= mult
 
 
 class TRLFixed:
@@ -578,9 +596,11 @@ class TRLFixed:
 
 
 class DeadZone:
-    """PPO paper, sec. 4."""
+    """PPO paper, sec. 4 (a target of 0 is refused: every positive KL would double beta)."""
 
     def __init__(self, init_kl_coef, target, band=1.5, factor=2.0):
+        if not target > 0:
+            raise ValueError(f"`target` must be positive; got {target!r}")
         self.value, self.target, self.band, self.factor = init_kl_coef, target, band, factor
 
     def update(self, current, n_steps):
@@ -590,22 +610,173 @@ class DeadZone:
             self.value /= self.factor
 
 
+class SkipsNonFinite(GuardedAdaptive):
+    """Skips a NaN/inf KL instead of refusing it: beta stays finite and positive, which passes."""
+
+    def update(self, current, n_steps):
+        if math.isfinite(current):
+            super().update(current, n_steps)
+
+
 @pytest.mark.slow
 def test_kl_controller_passes_correct_implementations():
     check_kl_controller(klpolicy.control.AdaptiveKLController)
     check_kl_controller(klpolicy.control.FixedKLController)
     check_kl_controller(klpolicy.control.DeadZoneKLController)
-    check_kl_controller(TRLAdaptive)
+    check_kl_controller(GuardedAdaptive)
+    check_kl_controller(SkipsNonFinite)
     check_kl_controller(TRLFixed)
     check_kl_controller(DeadZone)
 
 
 def _adaptive(rule):
-    class Mutant(TRLAdaptive):
+    class Mutant(GuardedAdaptive):  # keeps the guards, changes the rule
         def update(self, current, n_steps):
-            self.value = rule(self, current, n_steps)
+            if not math.isfinite(current):
+                raise ValueError(f"`current` must be finite; got {current!r}")
+            new = rule(self, current, n_steps)
+            if not (math.isfinite(new) and new > 0):
+                raise ValueError(f"`n_steps` {n_steps} is too large: beta would be {new}")
+            self.value = new
 
     return Mutant
+
+
+class NaNPropagating(GuardedAdaptive):
+    """Drops the finiteness guard: one NaN KL (a diverged step) makes beta NaN for good."""
+
+    def update(self, current, n_steps):
+        err = np.clip(current / self.target - 1, -0.2, 0.2)
+        self.value *= 1 + err * n_steps / self.horizon
+
+
+class NegativeBeta(GuardedAdaptive):
+    """Drops the step guard: at horizon 100, update(0.0, 1000) multiplies beta by 1 - 0.2 * 10."""
+
+    def update(self, current, n_steps):
+        if not math.isfinite(current):
+            raise ValueError(f"`current` must be finite; got {current!r}")
+        err = min(max(current / self.target - 1, -0.2), 0.2)
+        self.value *= 1 + err * n_steps / self.horizon
+
+
+class TargetZero(NegativeBeta):
+    """Accepts target = 0: np.float64(3.0) / 0 is inf (clipped to 0.2), 3.0 / 0 raises."""
+
+    def __init__(self, init_kl_coef, target, horizon):
+        TRLAdaptive.__init__(self, init_kl_coef, target, horizon)
+
+    def update(self, current, n_steps):
+        err = min(max(current / self.target - 1, -0.2), 0.2)
+        mult = 1 + err * n_steps / self.horizon
+        if not mult > 0:
+            raise ValueError(f"`n_steps` / `horizon` is too large: multiplier {mult}")
+        self.value *= mult
+
+
+class TargetZeroFloat(TargetZero):
+    """The same, converting the KL with float() first, as `kl.item()` does: 3.0 / 0 raises."""
+
+    def update(self, current, n_steps):
+        super().update(float(current), n_steps)
+
+
+# the verdicts, exactly as check_kl_controller prints them (copied into docs/testing.md)
+NAN_VERDICT = (
+    "check_kl_controller(NaNPropagating): it turns beta into nan after one NaN KL, at update 0 "
+    "(current=nan, n_steps=256), and it stays nan (an update at the target KL afterwards leaves "
+    "it nan). Refuse a non-finite KL with a ValueError, or skip the update; beta must stay "
+    "finite and positive.\n"
+    "Falsifying input: constructor=(0.2, 6.0, 10000), "
+    "updates (current, n_steps)=[(nan, 256), (6.0, 256)]"
+)
+NEGATIVE_VERDICT = (
+    "check_kl_controller(NegativeBeta): .value became -0.2 (not positive) at update 0 "
+    "(current=0.0, n_steps=1000): the clipped error -0.2 times n_steps / horizon = 10 makes the "
+    "multiplier 1 + (-0.2) * 10 = -1; refuse n_steps / horizon >= 5 with a ValueError, or bound "
+    "the step (e.g. multiply by exp(error * n_steps / horizon)); beta must stay finite and "
+    "positive.\n"
+    "Falsifying input: constructor=(0.2, 6.0, 100), updates (current, n_steps)=[(0.0, 1000)]"
+)
+TARGET_ZERO_VERDICT = (
+    "check_kl_controller(TargetZero): it accepts target=0.0 and returns .value = 0.201024 at "
+    "update 0 (current=np.float64(3.0), n_steps=256), silently: current / target is undefined "
+    "at target 0. Refuse target <= 0 in the constructor with a ValueError.\n"
+    "Falsifying input: constructor=(0.2, 0.0, 10000), "
+    "updates (current, n_steps)=[(np.float64(3.0), 256)]"
+)
+TARGET_ZERO_FLOAT_VERDICT = (
+    "check_kl_controller(TargetZeroFloat): it accepts target=0.0 in its constructor and then "
+    "raises ZeroDivisionError: float division by zero at update 0 "
+    "(current=np.float64(3.0), n_steps=256); refuse invalid input at once with a ValueError "
+    "naming the argument (target must be > 0).\n"
+    "Falsifying input: constructor=(0.2, 0.0, 10000), "
+    "updates (current, n_steps)=[(np.float64(3.0), 256)]"
+)
+
+
+@pytest.mark.parametrize(
+    ("cls", "verdict"),
+    [
+        (NaNPropagating, NAN_VERDICT),
+        (NegativeBeta, NEGATIVE_VERDICT),
+        (TargetZero, TARGET_ZERO_VERDICT),
+        (TargetZeroFloat, TARGET_ZERO_FLOAT_VERDICT),
+    ],
+    ids=["nan-propagating", "negative-beta", "target-0", "target-0-float"],
+)
+def test_kl_controller_robustness_mutants_exact_verdicts(cls, verdict):
+    with pytest.raises(AssertionError) as info:
+        check_kl_controller(cls)
+    assert str(info.value) == verdict
+
+
+def test_released_trl_controller_fails_on_the_nan_kl_first():
+    msg = fails(check_kl_controller, TRLAdaptive, match="it turns beta into nan after one NaN KL")
+    assert "constructor=(0.2, 6.0, 10000)" in msg
+
+
+@pytest.mark.slow
+def test_hypothesis_finds_the_robustness_bugs_beyond_the_explicit_cases():
+    # with the issue's three runs disabled, the drawn runs must still find each bug; rebuild each
+    # mutant so that it passes those three runs and fails only on what the draws contain
+    class NaNOnlyAfterFirst(GuardedAdaptive):  # a NaN KL poisons beta unless it comes first
+        seen = 0
+
+        def update(self, current, n_steps):
+            self.seen += 1
+            if math.isnan(current) and self.seen > 1:
+                self.value = math.nan
+                return
+            super().update(current, n_steps)
+
+    class InfPoisons(GuardedAdaptive):  # an infinite KL (overflowed estimate) makes beta inf
+        def update(self, current, n_steps):
+            if math.isinf(current):
+                self.value = math.inf
+                return
+            super().update(current, n_steps)
+
+    class Tiny(GuardedAdaptive):  # a tiny target: current / 1e-12 overflows a float32 KL
+        def update(self, current, n_steps):
+            if self.target < 1e-9 and current > 0:
+                self.value = 0.0
+                return
+            super().update(current, n_steps)
+
+    class LongRun(GuardedAdaptive):  # a state bug that shows only after 100 updates
+        n = 0
+
+        def update(self, current, n_steps):
+            self.n += 1
+            super().update(current, n_steps)
+            if self.n > 100:
+                self.value = -1.0
+
+    fails(check_kl_controller, NaNOnlyAfterFirst, match="nan after one NaN KL")
+    fails(check_kl_controller, InfPoisons, match=r"became inf .*current=inf")
+    fails(check_kl_controller, Tiny, match="became 0.0")
+    fails(check_kl_controller, LongRun, match=r"x200")
 
 
 CONTROLLER_MUTANTS = [
@@ -661,8 +832,13 @@ def test_dead_zone_and_fixed_mutants():
             if current > self.target * self.band:
                 self.value /= self.factor
 
+    class DeadZoneTargetZero(DeadZone):
+        def __init__(self, init_kl_coef, target, band=1.5, factor=2.0):
+            self.value, self.target, self.band, self.factor = init_kl_coef, target, band, factor
+
     fails(check_kl_controller, Drifting, match="never moves")
-    fails(check_kl_controller, Inverted, match="wrong way")
+    fails(check_kl_controller, Inverted, match="left the coefficient at 0.2; .* outside the dead")
+    fails(check_kl_controller, DeadZoneTargetZero, match="accepts target=0.0")
     with pytest.raises(ValueError, match="pass kind="):
         check_kl_controller(type("Anon", (), {"__init__": lambda self, a, b: None}))
 

@@ -154,7 +154,11 @@ def test_optimal_policy_gradcheck():
     ref = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64, requires_grad=True)
     r = torch.tensor([0.3, -1.0, 0.7], dtype=torch.float64, requires_grad=True)
     b = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, c, d: kt.optimal_policy(a, c, d), (ref, r, b))
+    # gradcheck perturbs `ref` off the simplex: the row-sum check would refuse it, and the
+    # kernel works with ref / sum(ref), so the derivative is that of the normalised problem
+    assert torch.autograd.gradcheck(
+        lambda a, c, d: kt.optimal_policy(a, c, d, validate=False), (ref, r, b)
+    )
 
 
 def test_estimators_match_their_definitions(rng):

@@ -1,0 +1,736 @@
+r"""The closed form written once against the Python array API: torch, JAX, CuPy (and numpy).
+
+:func:`klpolicy.optimal_policy` and its siblings hand numpy input to the
+blocked fast path of :mod:`klpolicy.core._tilt`. Any other array library that
+`array-api-compat <https://data-apis.org/array-api-compat/>`_ recognises
+(torch tensors on any device, JAX arrays, CuPy arrays) comes here, and runs
+the same careful algorithm as the numpy core's :func:`klpolicy.core._tilt._tilt_careful`,
+expressed with array-API operations only:
+
+* the tilt relative to the best reward **on the reference's support**
+  ``c``: ``z = (r - c) / beta <= 0``; the log-partition as
+  ``log1p(sum(ref * expm1(z)) / sum(ref))`` when that sum is above -1/2 and as
+  ``log(sum(ref * exp(z)) / sum(ref))`` otherwise;
+* the soft value re-centred on the reference mean at large ``beta``
+  (``m + beta log1p(E[expm1mx(x)] + E[x])``, ``x = (r - m) / beta``);
+* the KL of the optimum summed from non-negative terms with the log-ratio
+  centred on the optimum's mode (exact when the KL is 1e-34);
+* the greedy (``beta = 0``) and reference (``beta = inf``) limits; the
+  reference's zeros stay exactly zero.
+
+Results come back in the caller's array type, device and dtype; float16 and
+bfloat16 are computed in float32 and returned in their own dtype.
+
+Gradients
+---------
+Every branch is computed on *safe inputs*: entries that a ``where`` will
+discard are replaced before the operation that could overflow or divide by
+zero (``0 * inf = nan`` never appears in a backward pass). The best reward
+``c`` and the mode's reward are constants for autograd (the result does not
+depend on them: their derivatives cancel exactly, but as ``1/beta - 1/beta``,
+which is ``inf - inf`` for a subnormal ``beta``). Entries whose weight
+``exp((r - c) / beta)`` is below ``exp(-10^4)`` (zero in any float format) get
+the constant log-weight ``-10^4``: their gradient is zero, as it is exactly.
+
+Validation
+----------
+The same checks and the same ``ValueError`` messages as numpy input: each
+check is one reduction on the device and one boolean brought to the host;
+only when a check fails is the offending array copied to the host to word
+the message. Under ``jax.jit`` values are tracers and cannot be checked:
+pass ``validate=False`` there (the caller guarantees valid input).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import _validation as V
+
+# Log-weights below -_DEAD are replaced by -_DEAD: exp(-1e4) is zero in every float format,
+# while a reference entry is at least 5e-324 (log > -745), so nothing representable is lost.
+_DEAD = 1.0e4
+_SERIES_RADIUS = 0.2
+_EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]  # exp(x) - 1 - x
+_KLUNIT = [(k - 1) / math.factorial(k) for k in range(2, 18)]  # u e^u - e^u + 1
+
+__all__ = [
+    "cross_entropy",
+    "entropy",
+    "is_foreign",
+    "k1",
+    "k2",
+    "k3",
+    "kl_divergence",
+    "max_kl",
+    "optimal_kl",
+    "optimal_policy",
+    "soft_value",
+    "total_variation",
+]
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def is_foreign(*xs: Any) -> bool:
+    """True when one argument is a non-numpy array that array-api-compat recognises.
+
+    Looks only at libraries already imported (``import klpolicy`` imports none).
+    """
+    if not any(m in sys.modules for m in ("torch", "jax", "cupy", "dask", "sparse", "ndonnx")):
+        return False
+    import array_api_compat as aac
+
+    return any(aac.is_array_api_obj(x) and not isinstance(x, (np.ndarray, np.generic)) for x in xs)
+
+
+def _namespace(*xs: Any):
+    """(xp, template): the namespace of the first non-numpy array and that array."""
+    import array_api_compat as aac
+
+    for x in xs:
+        if aac.is_array_api_obj(x) and not isinstance(x, (np.ndarray, np.generic)):
+            return aac.array_namespace(x), x
+    return aac.array_namespace(np.asarray(xs[0])), None
+
+
+def _stop(x):
+    """``x`` without gradient (torch: detach; JAX: stop_gradient; others: itself)."""
+    import array_api_compat as aac
+
+    if aac.is_torch_array(x):
+        return x.detach()
+    if aac.is_jax_array(x):
+        import jax
+
+        return jax.lax.stop_gradient(x)
+    return x
+
+
+def _to_numpy(x) -> np.ndarray:
+    """A host copy, for wording an error (never on the success path)."""
+    import array_api_compat as aac
+
+    if aac.is_torch_array(x):
+        x = x.detach()
+        if x.dtype.is_floating_point and x.element_size() < 4:
+            x = x.float()
+        return x.cpu().numpy()
+    if aac.is_cupy_array(x):
+        return x.get()
+    arr = np.asarray(x)
+    if (arr.dtype.kind == "f" and arr.dtype.itemsize < 4) or arr.dtype.kind == "V":
+        arr = np.asarray(x, dtype=np.float32)
+    return arr
+
+
+def _device(template):
+    import array_api_compat as aac
+
+    return None if template is None else aac.device(template)
+
+
+def _const(xp, value: float, like):
+    """A 0-d array of ``like``'s dtype on its device."""
+    return xp.asarray(value, dtype=like.dtype, device=_device(like))
+
+
+def _has_float64(xp, template) -> bool:
+    import array_api_compat as aac
+
+    if template is not None and aac.is_jax_array(template):
+        import jax
+
+        return bool(jax.config.jax_enable_x64)
+    if template is not None and aac.is_torch_array(template):
+        return template.device.type != "mps"
+    return True
+
+
+def _dtypes(xp, arrays, template):
+    """(out dtype, compute dtype): float32 in -> float32, float16/bfloat16 computed in float32."""
+    floats = [a.dtype for a in arrays if xp.isdtype(a.dtype, "real floating")]
+    if floats:
+        out = floats[0]
+        for d in floats[1:]:
+            out = xp.result_type(out, d)
+    else:
+        out = xp.float64 if _has_float64(xp, template) else xp.float32
+    if out not in (xp.float32, xp.float64):
+        if xp.finfo(out).bits < 32:
+            return out, xp.float32
+        out = xp.float64 if _has_float64(xp, template) else xp.float32
+    return out, out
+
+
+def _as_array(xp, name: str, x, template, device):
+    """``x`` as an array of ``xp`` on ``device`` (lists and numpy arrays are converted)."""
+    import array_api_compat as aac
+
+    if aac.is_array_api_obj(x) and not isinstance(x, (np.ndarray, np.generic)):
+        arr = x
+    else:
+        host = V.as_float_array(name, x)  # words the error for ragged or non-numeric input
+        dt = xp.float64 if host.dtype == np.float64 and _has_float64(xp, template) else None
+        if host.dtype == np.float32:
+            dt = xp.float32
+        arr = xp.asarray(host, dtype=dt if dt is not None else xp.float32, device=device)
+    if xp.isdtype(arr.dtype, "bool") or not xp.isdtype(arr.dtype, ("real floating", "integral")):
+        raise ValueError(f"`{name}` must be an array of real numbers; got dtype {arr.dtype}")
+    if math.prod(arr.shape) == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {tuple(arr.shape)}")
+    if not xp.isdtype(arr.dtype, "real floating"):
+        arr = xp.astype(arr, xp.float64 if _has_float64(xp, template) else xp.float32)
+    return arr
+
+
+def _dummy(shape) -> np.ndarray:
+    """A zero-cost numpy array of ``shape``, for the validators' shape logic and messages."""
+    return np.broadcast_to(np.zeros((), np.float64), tuple(shape))
+
+
+def _scalar_error(name: str, x) -> None:
+    if x.ndim == 0:
+        raise ValueError(
+            f"`{name}` must have at least one dimension; got a scalar {_to_numpy(x).item()!r}"
+        )
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _sum_wide(xp, x, axis, template):
+    """Row sums in float64 where the library has it (the numpy validators sum in float64)."""
+    if _has_float64(xp, template):
+        return xp.sum(x, axis=axis, dtype=xp.float64)
+    return xp.sum(x, axis=axis)
+
+
+def _check_probabilities(
+    xp, name: str, x, axis: int, template, user_axis: int = -1, check_sum: bool = True
+) -> None:
+    """The checks of :func:`klpolicy.core._validation.as_probabilities`, one reduction each.
+
+    ``axis`` is the normalised probability axis; ``user_axis`` the caller's spelling of it,
+    which the messages quote.
+    """
+    if not bool(xp.all((x >= 0) & (x < math.inf))):  # NaN fails both comparisons
+        V._raise_not_finite_non_negative(name, _to_numpy(x))
+    if not check_sum:
+        return
+    n = x.shape[axis]
+    eps = float(xp.finfo(x.dtype).eps)  # float16 / bfloat16: their own rounding
+    tol = max(math.sqrt(eps), 4.0 * n * eps)  # as V.row_sum_tolerance
+    sums = _sum_wide(xp, x, axis, template)
+    if bool(xp.all(xp.abs(sums - 1.0) <= tol)):
+        return
+    host = _to_numpy(x)
+    if xp.finfo(x.dtype).bits >= 32:
+        V.as_probabilities(name, host, user_axis)  # raises with the numpy message
+    sums_h = host.sum(axis=axis, dtype=np.float64)
+    bad = np.abs(sums_h - 1.0) > tol
+    if np.ndim(bad) == 0:
+        raise ValueError(
+            f"`{name}` must sum to 1 along axis {user_axis}; it sums to {V._fmt_value(sums_h)}"
+            f" (tolerance {tol:.2g}); klpolicy never renormalises silently"
+        )
+    idx = V._first(bad)
+    raise ValueError(
+        f"`{name}` must sum to 1 along axis {user_axis}; row {V._fmt_index(idx)} sums to "
+        f"{V._fmt_value(sums_h[idx])} (tolerance {tol:.2g}); klpolicy never renormalises silently"
+    )
+
+
+def _check_finite(xp, name: str, x, axis: int) -> None:
+    if not bool(xp.all(xp.isfinite(x))):
+        V.as_rewards(name, _to_numpy(x), axis)
+
+
+def _check_beta(xp, beta) -> None:
+    if not bool(xp.all(beta >= 0)):  # NaN fails too
+        V.check_beta_values("beta", _to_numpy(beta))
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def _problem(ref, reward, beta, axis: int, validate: bool):
+    """Validate and lay out a problem: (xp, ref, reward, beta, out dtype, axis_neg).
+
+    ``ref`` and ``reward`` are broadcast with the probability axis last and in
+    the compute dtype; ``beta`` has shape (..., 1) and may require gradients.
+    """
+    xp, template = _namespace(ref, reward, beta)
+    import array_api_compat as aac
+
+    device = _device(template)
+    ref_a = _as_array(xp, "ref", ref, template, device)
+    rew_a = _as_array(xp, "reward", reward, template, device)
+    _scalar_error("ref", ref_a)
+    _scalar_error("reward", rew_a)
+    ax_ref = V.normalise_axis(axis, ref_a.ndim, "ref")
+    ax_rew = V.normalise_axis(axis, rew_a.ndim, "reward")
+    if validate:
+        _check_probabilities(xp, "ref", ref_a, ax_ref, template, axis)
+        _check_finite(xp, "reward", rew_a, ax_rew)
+    ref_m, rew_m = xp.moveaxis(ref_a, ax_ref, -1), xp.moveaxis(rew_a, ax_rew, -1)
+    V.broadcast_pair("ref", _dummy(ref_m.shape), "reward", _dummy(rew_m.shape))
+    pair = np.broadcast_shapes(tuple(ref_m.shape), tuple(rew_m.shape))
+    ndim = len(pair)
+    ax = V.normalise_axis(axis, ndim)
+    out_dt, dt = _dtypes(xp, [ref_m, rew_m], template)
+
+    limits = True  # whether beta = 0 or inf may occur (unknown for a device array)
+    if aac.is_array_api_obj(beta) and not isinstance(beta, (np.ndarray, np.generic)):
+        b = beta
+        if not xp.isdtype(b.dtype, "real floating"):
+            b = xp.astype(b, dt, copy=False)
+        if validate:
+            _check_beta(xp, b)
+        want = V.as_beta(_dummy(b.shape), ndim, ax)  # words shape errors
+        if b.ndim < ndim:
+            b = xp.reshape(b, (1,) * (ndim - b.ndim) + tuple(b.shape))
+        b = xp.moveaxis(b, ax + (b.ndim - ndim), -1)
+        assert tuple(b.shape) == want.shape
+        b = xp.astype(b, dt, copy=False)
+    else:
+        host = V.as_beta(beta, ndim, ax)  # validates on the host: no device traffic
+        b = xp.asarray(np.ascontiguousarray(host), dtype=dt, device=device)
+        with np.errstate(under="ignore"):
+            host_dt = host.astype(np.float32) if dt == xp.float32 else host
+        # subnormal betas keep the limit branches: XLA flushes them to zero on the device
+        normal = (host_dt >= np.finfo(host_dt.dtype).tiny) & np.isfinite(host_dt)
+        limits = not bool(np.all(normal))
+    shape = np.broadcast_shapes(pair, tuple(b.shape))
+    ref_b = xp.broadcast_to(xp.astype(ref_m, dt, copy=False), shape)
+    rew_b = xp.broadcast_to(xp.astype(rew_m, dt, copy=False), shape)
+    b = xp.broadcast_to(b, shape[:-1] + (1,))
+    return xp, ref_b, rew_b, b, out_dt, ax - ndim, limits
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+def _horner_x2(xp, x, coeffs):
+    """x^2 * sum_j coeffs[j] x^j."""
+    acc = xp.zeros_like(x) + coeffs[-1]
+    for c in coeffs[-2::-1]:
+        acc = acc * x + c
+    return acc * x * x
+
+
+def _expm1mx(xp, x):
+    """``exp(x) - 1 - x`` to a few ulp (series for |x| < 0.2, on safe inputs)."""
+    small = xp.abs(x) < _SERIES_RADIUS
+    xs = xp.where(small, x, xp.zeros_like(x))
+    return xp.where(small, _horner_x2(xp, xs, _EXPM1MX), xp.expm1(x) - x)
+
+
+def _kl_terms(xp, p, q, u):
+    """``q * kl_unit(u) = p (u - 1) + q >= 0`` with the series where |u| < 0.2 (u finite)."""
+    small = xp.abs(u) < _SERIES_RADIUS
+    us = xp.where(small, u, xp.zeros_like(u))
+    return xp.where(small, q * _horner_x2(xp, us, _KLUNIT), p * (u - 1) + q)
+
+
+def _exp_limit(xp, dtype) -> float:
+    """Largest argument with exp() comfortably finite: 707 in float64, 86 in float32."""
+    return math.floor(math.log(float(xp.finfo(dtype).max))) - 2.0
+
+
+def _may_need_grad(*xs) -> bool:
+    """False when no argument can carry a gradient (numpy, CuPy, torch without grad)."""
+    import array_api_compat as aac
+
+    for x in xs:
+        if aac.is_torch_array(x):
+            if x.requires_grad:
+                import torch
+
+                if torch.is_grad_enabled():
+                    return True
+        elif aac.is_jax_array(x):
+            return True  # a tracer may be differentiated: keep the scaled form
+    return False
+
+
+def _div(xp, num, beta):
+    """``num / beta`` (``beta > 0``) whose derivative in ``beta`` never forms ``beta**2``.
+
+    Numerator and denominator are scaled by two constant powers of two ``p1 p2 ~ 1/beta``
+    (exact: the quotient is the same float), so autograd differentiates ``n' / m`` with
+    ``m = beta p1 p2`` in [1, 2): JAX's ``-x * y**-2`` and torch's ``(x / y) / y`` stay
+    finite (and zero where the incoming gradient is zero) even for ``beta = 1e-310``.
+    """
+    if not _may_need_grad(num, beta):
+        return num / beta  # the same float: the scaling matters only to the derivative
+    b = _stop(beta)
+    e = xp.floor(xp.log2(b))
+    e1 = xp.floor(e * 0.5)
+    p1 = xp.pow(_const(xp, 2.0, b), -e1)
+    p2 = xp.pow(_const(xp, 2.0, b), -(e - e1))
+    return ((num * p1) * p2) / ((beta * p1) * p2)
+
+
+def _scaled_diff(xp, a, b, beta, dead):
+    """``(a - b) / beta`` with ``-_DEAD`` where it is below that or where ``dead`` is set.
+
+    ``a - b`` may overflow (rewards of 1e308): those entries are computed as
+    ``(a/2 - b/2) / beta * 2``. The discarded entries are zeroed *before* the
+    division, so neither value nor gradient sees an infinity.
+    """
+    diff = a - b
+    big = xp.isinf(diff)
+    half = a * 0.5 - b * 0.5
+    num = xp.where(big, half, diff)
+    scale = xp.where(big, _const(xp, 2.0, a), _const(xp, 1.0, a))
+    raw = (_stop(num) / _stop(beta)) * scale
+    drop = (raw < -_DEAD) | dead
+    num = xp.where(drop, xp.zeros_like(num), num)
+    return xp.where(drop, _const(xp, -_DEAD, a), _div(xp, num, beta) * scale)
+
+
+def _expm1_sum(xp, q, z, w, total):
+    """``sum(q * expm1(z)) / total`` whose gradient is that of ``sum(w) / total``, w = q e^z.
+
+    ``expm1``'s derivative is formed as ``expm1(z) + 1`` by torch and JAX: 0 once
+    ``expm1(z)`` rounds to -1 (z < -37), where the true ``e^z`` (1e-22 at z = -50) still
+    carries the gradient of an unlikely outcome. Forward value from expm1, gradient from exp.
+    """
+    s = xp.sum(q * xp.expm1(z), axis=-1, keepdims=True) / total
+    e = xp.sum(w, axis=-1, keepdims=True) / total
+    return _stop(s) + (e - _stop(e))
+
+
+def _safe_exp_times(xp, q, u, limit):
+    """``q * exp(u)`` for ``q >= 0``; as ``exp(log q + u)`` where ``exp(u)`` would overflow."""
+    big = u >= limit
+    zero = xp.zeros_like(u)
+    lo = q * xp.exp(xp.where(big, zero, u))
+    q_hi = xp.where(big, q, xp.ones_like(q))
+    hi = xp.exp(xp.log(q_hi) + xp.where(big, u, zero))
+    return xp.where(big, hi, lo), big
+
+
+def _mode_log_ratio(xp, q, r, beta, total, pi, support):
+    """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio)."""
+    dt = q.dtype
+    k = xp.argmax(_stop(pi), axis=-1, keepdims=True)
+    rk = xp.take_along_axis(_stop(r), k, axis=-1)
+    d = _scaled_diff(xp, r, rk, beta, ~support)
+    limit = _exp_limit(xp, dt)
+    w, big = _safe_exp_times(xp, q, d, limit)
+    d_lo = xp.where(big, xp.zeros_like(d), d)
+    term = xp.where(big, w, q * xp.expm1(d_lo))
+    s = xp.sum(term, axis=-1, keepdims=True) / total
+    e = xp.sum(w, axis=-1, keepdims=True) / total
+    s = _stop(s) + (e - _stop(e))  # expm1's gradient, from exp (see _expm1_sum)
+    far = s <= -0.5  # the mode holds little reference mass
+    near_s = xp.where(far, xp.zeros_like(s), s)
+    log_zk = xp.where(far, xp.log(xp.sum(w, axis=-1, keepdims=True) / total), xp.log1p(near_s))
+    return xp.where(support, d - log_zk, xp.zeros_like(d))
+
+
+def _tilt(xp, ref, reward, beta, want, limits=True):
+    """pi*_beta and the statistics in ``want`` ("pi", "value", "kl", "mean", "max_kl").
+
+    ``ref``, ``reward``: (..., n) one float dtype; ``beta``: (..., 1), >= 0, inf allowed.
+    Discarded branches may overflow in the forward pass (never in a selected value or a
+    gradient); numpy's warnings about them are silenced.
+    """
+    with np.errstate(all="ignore"):
+        return _tilt_body(xp, ref, reward, beta, want, limits)
+
+
+def _tilt_body(xp, ref, reward, beta, want, limits):
+    """The kernel; ``limits=False`` when ``beta`` is known (on the host) to be finite and > 0:
+    the greedy and reference branches, which every row would discard, are not computed."""
+    zero_t = xp.zeros_like(ref)
+    one_b = xp.ones_like(beta)
+    neg_inf = _const(xp, -math.inf, ref)
+    support = ref > 0
+    total = xp.sum(ref, axis=-1, keepdims=True)
+    ref_n = ref / total
+    c = xp.max(xp.where(support, _stop(reward), neg_inf), axis=-1, keepdims=True)
+    out = {}
+    if limits or want == {"max_kl"}:
+        zero = beta == 0
+        inf = xp.isinf(beta)
+        beta_s = xp.where(~(zero | inf), beta, one_b)
+    else:
+        beta_s = beta
+
+    if not limits and want != {"max_kl"}:
+        return _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
+    # beta = 0: all mass on the best rewards inside the support, split as ref
+    best = support & (reward == c)
+    rest = xp.sum(xp.where(best, zero_t, ref), axis=-1, keepdims=True) / total
+    best_mass = xp.sum(xp.where(best, ref, zero_t), axis=-1, keepdims=True)
+    low_rest = rest < 0.5
+    greedy_log_mass = xp.where(
+        low_rest,
+        xp.log1p(-xp.where(low_rest, rest, xp.zeros_like(rest))),
+        xp.log(best_mass / total),
+    )
+    if want == {"max_kl"}:
+        return {"max_kl": -greedy_log_mass}
+    pi0 = _div(xp, xp.where(best, ref, zero_t), best_mass)  # select, then divide
+    f = _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
+    out["pi"] = pi = xp.where(zero, pi0, xp.where(inf, ref_n, f["pi"]))
+    if "value" in want:
+        # beta = 0: the best reward on the support, with the greedy policy as its gradient
+        v0 = c + xp.sum(pi0 * xp.where(best, reward - c, zero_t), axis=-1, keepdims=True)
+        out["value"] = xp.where(zero, v0, xp.where(inf, f["m"], f["value"]))
+    if "mean" in want:
+        out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
+    if "kl" in want:
+        kl = f["kl"]
+        out["kl"] = xp.where(zero, -greedy_log_mass, xp.where(inf, xp.zeros_like(kl), kl))
+    return out
+
+
+def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
+    """pi, soft value (and the reference mean m), KL at a finite positive ``beta_s``."""
+    dt = ref.dtype
+    zero_t = xp.zeros_like(ref)
+    out = {}
+    z = _scaled_diff(xp, reward, c, beta_s, ~support)  # <= 0; -_DEAD off the support
+    w = ref * xp.exp(z)
+    s = _expm1_sum(xp, ref, z, w, total)
+    low = s <= -0.5
+    direct = xp.log(xp.sum(w, axis=-1, keepdims=True) / total)
+    log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
+    limit = _exp_limit(xp, dt)
+    pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
+    out["pi"] = pi
+
+    if "value" in want:
+        value = c + beta_s * log_z
+        # large beta: re-centre on the reference mean m (no cancellation between m and
+        # the O(Var / beta) correction)
+        m = xp.sum(ref_n * reward, axis=-1, keepdims=True)
+        x_raw = _scaled_diff(xp, _stop(reward), _stop(m), _stop(beta_s), ~support)
+        near = xp.max(xp.where(support, xp.abs(x_raw), zero_t), axis=-1, keepdims=True) < 1
+        keep = near & support
+        x = _div(xp, xp.where(keep, reward - m, zero_t), beta_s)
+        e1 = xp.sum(ref_n * _expm1mx(xp, x), axis=-1, keepdims=True)
+        e1 = xp.where(near, e1, xp.zeros_like(e1))
+        # E_ref[x] is 0 in exact arithmetic (m = E_ref[r]) and only the rounding of m: the
+        # value keeps it, the gradient is that of m + beta log1p(e1), where it would
+        # otherwise swamp dV/dbeta = -KL ~ -Var / (2 beta^2)
+        mean_x = xp.where(near, xp.sum(ref_n * x, axis=-1, keepdims=True), xp.zeros_like(e1))
+        v_near = m + beta_s * xp.log1p(e1 + mean_x)
+        g_near = m + beta_s * xp.log1p(e1)
+        v_near = _stop(v_near) + (g_near - _stop(g_near))
+        out["value"] = xp.where(near, v_near, value)
+        out["m"] = m
+    if "mean" in want:
+        out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
+    if "kl" in want:
+        # the mode of pi at beta_s, so that d = (r - r_mode) / beta_s stays below ~745
+        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
+        terms = xp.where(support, _kl_terms(xp, pi, ref_n, u), zero_t)
+        out["kl"] = xp.sum(terms, axis=-1, keepdims=True)
+    return out
+
+
+def _finish(xp, x, out_dt):
+    return x if x.dtype == out_dt else xp.astype(x, out_dt)
+
+
+# --------------------------------------------------------------------------- closed form
+
+
+def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
+    xp, q, r, b, out_dt, ax, limits = _problem(ref, reward, beta, axis, validate)
+    pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
+    return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
+
+
+def soft_value(ref, reward, beta, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.soft_value` for any array-API library."""
+    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
+    return _finish(xp, _tilt(xp, q, r, b, {"value"}, limits)["value"][..., 0], out_dt)
+
+
+def optimal_kl(ref, reward, beta, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.optimal_kl` for any array-API library."""
+    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
+    return _finish(xp, _tilt(xp, q, r, b, {"kl"}, limits)["kl"][..., 0], out_dt)
+
+
+def max_kl(ref, reward, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.max_kl` for any array-API library."""
+    xp, q, r, b, out_dt, _, _ = _problem(ref, reward, 0.0, axis, validate)
+    return _finish(xp, _tilt(xp, q, r, b, {"max_kl"})["max_kl"][..., 0], out_dt)
+
+
+# --------------------------------------------------------------------------- divergences
+
+
+def _pair(p, q, axis: int, validate: bool, names=("p", "q")):
+    xp, template = _namespace(p, q)
+    device = _device(template)
+    pa = _as_array(xp, names[0], p, template, device)
+    qa = _as_array(xp, names[1], q, template, device)
+    _scalar_error(names[0], pa)
+    _scalar_error(names[1], qa)
+    ax_p = V.normalise_axis(axis, pa.ndim, names[0])
+    ax_q = V.normalise_axis(axis, qa.ndim, names[1])
+    if validate:
+        _check_probabilities(xp, names[0], pa, ax_p, template, axis)
+        _check_probabilities(xp, names[1], qa, ax_q, template, axis)
+    pm, qm = xp.moveaxis(pa, ax_p, -1), xp.moveaxis(qa, ax_q, -1)
+    V.broadcast_pair(names[0], _dummy(pm.shape), names[1], _dummy(qm.shape))
+    out_dt, dt = _dtypes(xp, [pm, qm], template)
+    shape = np.broadcast_shapes(tuple(pm.shape), tuple(qm.shape))
+    pm = xp.broadcast_to(xp.astype(pm, dt, copy=False), shape)
+    qm = xp.broadcast_to(xp.astype(qm, dt, copy=False), shape)
+    return xp, pm, qm, out_dt
+
+
+def _single(p, axis: int, validate: bool, name="p"):
+    xp, template = _namespace(p)
+    pa = _as_array(xp, name, p, template, _device(template))
+    _scalar_error(name, pa)
+    ax = V.normalise_axis(axis, pa.ndim, name)
+    if validate:
+        _check_probabilities(xp, name, pa, ax, template, axis)
+    out_dt, dt = _dtypes(xp, [pa], template)
+    return xp, xp.astype(xp.moveaxis(pa, ax, -1), dt, copy=False), out_dt
+
+
+def _kl_rows(xp, p, q):
+    """KL(p||q) along the last axis, the numpy core's careful summands, gradient-safe."""
+    with np.errstate(all="ignore"):
+        return _kl_rows_body(xp, p, q)
+
+
+def _kl_rows_body(xp, p, q):
+    zero_t = xp.zeros_like(p)
+    one_t = xp.ones_like(p)
+    pos_p, pos_q = p > 0, q > 0
+    wq = xp.sum(q, axis=-1, keepdims=True)
+    wp = xp.sum(p, axis=-1, keepdims=True)
+    d = p - q
+    # log(W_p / W_q) from the differences, so rounding in the row sums cancels
+    a = xp.log1p(xp.sum(d, axis=-1, keepdims=True) / wq)
+    ratio = _stop(xp.where(pos_q, d, zero_t) / xp.where(pos_q, q, one_t))
+    close = (xp.abs(ratio) < 0.5) & pos_q  # implies p > 0
+    both = pos_p & pos_q & ~close
+    # (p - q) / q only where it is used: a huge ratio elsewhere would give 0 * inf backwards
+    ratio = _div(xp, xp.where(close, d, zero_t), xp.where(close, q, one_t))
+    u = xp.where(
+        close,
+        xp.log1p(ratio),
+        xp.log(xp.where(both, p, one_t)) - xp.log(xp.where(both, q, one_t)),
+    )
+    u = u - a
+    pn, qn = p / wp, q / wq
+    terms = xp.where(pos_p, _kl_terms(xp, pn, qn, xp.where(pos_p, u, zero_t)), qn)
+    inf = _const(xp, math.inf, p)
+    terms = xp.where(pos_q, terms, xp.where(pos_p, inf, zero_t))
+    return xp.sum(terms, axis=-1)
+
+
+def kl_divergence(p, q, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.kl_divergence` for any array-API library."""
+    xp, pm, qm, out_dt = _pair(p, q, axis, validate)
+    return _finish(xp, _kl_rows(xp, pm, qm), out_dt)
+
+
+def cross_entropy(p, q, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.cross_entropy` for any array-API library."""
+    xp, pm, qm, out_dt = _pair(p, q, axis, validate)
+    pos_p, pos_q = pm > 0, qm > 0
+    zero_t = xp.zeros_like(pm)
+    log_q = xp.log(xp.where(pos_q, qm, xp.ones_like(qm)))
+    inf = _const(xp, math.inf, pm)
+    terms = xp.where(pos_p, xp.where(pos_q, -pm * log_q, inf), zero_t)
+    return _finish(xp, xp.sum(terms, axis=-1), out_dt)
+
+
+def entropy(p, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.entropy` for any array-API library."""
+    xp, pm, out_dt = _single(p, axis, validate)
+    pos = pm > 0
+    terms = xp.where(pos, -pm * xp.log(xp.where(pos, pm, xp.ones_like(pm))), xp.zeros_like(pm))
+    return _finish(xp, xp.sum(terms, axis=-1), out_dt)
+
+
+def total_variation(p, q, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.total_variation` for any array-API library."""
+    xp, pm, qm, out_dt = _pair(p, q, axis, validate)
+    return _finish(xp, 0.5 * xp.sum(xp.abs(pm - qm), axis=-1), out_dt)
+
+
+# --------------------------------------------------------------------------- estimators
+
+
+def _check_log_probs(xp, name: str, x, allow_neg_inf: bool) -> None:
+    ok = (x < math.inf) & (x > -math.inf) if not allow_neg_inf else (x < math.inf)
+    if not bool(xp.all(ok)):  # NaN fails too
+        V.as_log_probs(name, _to_numpy(x), allow_neg_inf=allow_neg_inf)
+
+
+def estimate(name: str, logp, logq, clip=None, log_ratio_clip=None, *, validate: bool = True):
+    """The per-sample estimator ``name`` ("k1", "k2", "k3", "abs") on any array-API arrays."""
+    xp, template = _namespace(logp, logq)
+    device = _device(template)
+    lp = _as_array(xp, "logp", logp, template, device)
+    lq = _as_array(xp, "logq", logq, template, device)
+    c = V.as_optional_clip("clip", clip)
+    lc = V.as_optional_clip("log_ratio_clip", log_ratio_clip)
+    if validate:
+        _check_log_probs(xp, "logp", lp, allow_neg_inf=False)
+        _check_log_probs(xp, "logq", lq, allow_neg_inf=True)
+    try:
+        shape = np.broadcast_shapes(tuple(lp.shape), tuple(lq.shape))
+    except ValueError:
+        raise ValueError(
+            f"the shapes of `logp` {tuple(lp.shape)} and `logq` {tuple(lq.shape)} do not broadcast"
+        ) from None
+    out_dt, dt = _dtypes(xp, [lp, lq], template)
+    lp = xp.broadcast_to(xp.astype(lp, dt, copy=False), shape)
+    lq = xp.broadcast_to(xp.astype(lq, dt, copy=False), shape)
+    # ell = logp - logq; logq = -inf gives +inf (an infinite estimate), gradient-safe
+    lq_inf = xp.isinf(lq)
+    lq_s = xp.where(lq_inf, xp.zeros_like(lq), lq)
+    ell = xp.where(lq_inf, _const(xp, math.inf, lp), lp - lq_s)
+    if lc is not None:
+        ell = xp.clip(ell, -lc, lc)
+    fin = xp.isfinite(ell)
+    ell_s = xp.where(fin, ell, xp.zeros_like(ell))
+    if name == "k1":
+        out = ell
+    elif name == "k2":
+        out = xp.where(fin, 0.5 * ell_s * ell_s, ell)
+    elif name == "k3":
+        # expm1mx(-ell): +inf log-ratio gives exp(-inf) - 1 + inf = inf
+        out = xp.where(fin, _expm1mx(xp, -ell_s), ell)
+    else:
+        out = xp.abs(ell)
+    if c is not None:
+        out = xp.clip(out, -c, c)
+    return _finish(xp, out, out_dt)
+
+
+def k1(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
+    """:func:`klpolicy.estimators.k1` for any array-API library."""
+    return estimate("k1", logp, logq, clip, log_ratio_clip, validate=validate)
+
+
+def k2(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
+    """:func:`klpolicy.estimators.k2` for any array-API library."""
+    return estimate("k2", logp, logq, clip, log_ratio_clip, validate=validate)
+
+
+def k3(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
+    """:func:`klpolicy.estimators.k3` for any array-API library."""
+    return estimate("k3", logp, logq, clip, log_ratio_clip, validate=validate)

@@ -1,0 +1,278 @@
+"""For the lecture hall: an animation of :math:`\\pi^*_\\beta` as beta sweeps, and a beta slider.
+
+* :func:`animate_beta_sweep`: bars of :math:`\\pi^*_\\beta` as :math:`\\beta` goes from
+  :math:`\\infty` (the reference) to 0 (greedy), with the KL and the expected reward read
+  out; saved as a GIF with matplotlib's Pillow writer (``klpolicy plot beta-sweep
+  --animate out.gif``).
+* :func:`explore`: the same bars under an ``ipywidgets`` slider in a notebook; a static
+  figure of a few betas where ipywidgets is not installed (``pip install
+  'klpolicy[widgets]'``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+from numpy.typing import ArrayLike
+
+from .. import core as _cf
+from ..core.internal import validation as V
+from .figures import _COLOURS, lecture_style
+
+__all__ = ["animate_beta_sweep", "explore"]
+
+
+def _beta_label(b: float) -> str:
+    if b == np.inf:
+        return r"$\beta = \infty$ (the reference)"
+    if b == 0:
+        return r"$\beta = 0$ (greedy)"
+    return rf"$\beta$ = {b:.3g}"
+
+
+def _sweep_betas(ref, reward, frames: int) -> np.ndarray:
+    """``frames`` betas from inf to 0, evenly spaced in the KL they spend."""
+    kmax = float(_cf.max_kl(ref, reward))
+    inner = np.linspace(0.0, kmax, frames)[1:-1]
+    betas = np.asarray(_cf.beta_for_kl(ref, reward, inner), dtype=float).reshape(-1)
+    return np.concatenate([[np.inf], betas, [0.0]])
+
+
+class _Bars:
+    """Bars of pi*_beta beside the reference, with the KL and E[r] read out."""
+
+    def __init__(self, ax, ref, reward, labels):
+        self.ref, self.reward, self.ax = ref, reward, ax
+        x = np.arange(ref.size)
+        ax.bar(
+            x,
+            ref,
+            width=0.8,
+            fill=False,
+            edgecolor="0.4",
+            linestyle="--",
+            label=r"$\pi_{\mathrm{ref}}$",
+        )
+        self.bars = ax.bar(x, ref, width=0.55, color=_COLOURS[0], label=r"$\pi^*_\beta$")
+        names = labels if labels is not None else [f"r={v:g}" for v in reward]
+        ax.set_xticks(x, names)
+        ax.set_ylim(0, 1.45)
+        ax.set_yticks(np.linspace(0, 1, 6))
+        ax.set_ylabel("probability")
+        ax.legend(loc="upper left")
+        self.readout = ax.text(
+            0.98, 0.97, "", transform=ax.transAxes, ha="right", va="top",
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6"},
+        )  # fmt: skip
+
+    def show(self, beta: float) -> tuple[float, float]:
+        pi = _cf.optimal_policy(self.ref, self.reward, beta)
+        for bar, h in zip(self.bars, pi):
+            bar.set_height(float(h))
+        kl = float(_cf.optimal_kl(self.ref, self.reward, beta))
+        er = float(np.dot(pi, self.reward))
+        self.readout.set_text(
+            f"{_beta_label(beta)}\n"
+            rf"$\mathrm{{KL}}(\pi^*_\beta\,\|\,\pi_{{\mathrm{{ref}}}})$ = {kl:.3f} nats"
+            "\n"
+            rf"$\mathbb{{E}}_{{\pi^*_\beta}}[r]$ = {er:.3f}"
+        )
+        return kl, er
+
+
+def _problem(ref, reward):
+    pi0 = _cf.optimal_policy(ref, reward, np.inf)  # validates both
+    r = np.asarray(reward, dtype=float)
+    if pi0.ndim != 1:
+        raise ValueError(f"`ref` must be one distribution (shape (V,)); got shape {pi0.shape}")
+    return np.asarray(pi0, dtype=float), r
+
+
+def animate_beta_sweep(
+    ref: ArrayLike = (0.5, 0.5),
+    reward: ArrayLike = (1.0, 0.0),
+    *,
+    frames: int = 60,
+    fps: float = 10.0,
+    labels: Sequence[str] | None = None,
+    path: str | os.PathLike[str] | None = None,
+    dpi: float = 100.0,
+) -> Any:
+    r"""Animate :math:`\pi^*_\beta` as :math:`\beta` sweeps from :math:`\infty` to 0.
+
+    .. math:: \pi^*_\beta(y) = \pi_{ref}(y)\, e^{r(y)/\beta} / Z_\beta
+
+    The first frame is the reference (:math:`\beta = \infty`), the last the greedy
+    policy (:math:`\beta = 0`); the frames between are evenly spaced in the KL they
+    spend, so the KL readout grows by equal steps.
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem (default: the worked example).
+    frames : int, optional
+        Number of frames, ``>= 3``.
+    fps : float, optional
+        Frames per second of the saved file.
+    labels : sequence of str, optional
+        One tick label per response (default ``"r=..."``).
+    path : str or os.PathLike, optional
+        When given, the animation is written there (a ``.gif`` with matplotlib's
+        Pillow writer) and the path is returned.
+    dpi : float, optional
+        Resolution of the saved frames.
+
+    Returns
+    -------
+    matplotlib.animation.FuncAnimation or pathlib.Path
+        The animation (``.to_jshtml()`` shows it in a notebook), or ``path``.
+
+    Raises
+    ------
+    ValueError
+        For an invalid problem or ``frames < 3``.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from klpolicy.plotting import animate_beta_sweep
+    >>> import tempfile, pathlib
+    >>> from PIL import Image
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     gif = animate_beta_sweep([0.5, 0.5], [1.0, 0.0], frames=5, path=pathlib.Path(d) / "a.gif")
+    ...     Image.open(gif).n_frames
+    5
+    """
+    from matplotlib.animation import FuncAnimation, PillowWriter
+
+    frames = V.as_count("frames", frames, lo=3, hi=10_000)
+    fps = V.as_positive_scalar("fps", fps)
+    dpi = V.as_positive_scalar("dpi", dpi)
+    ref_a, rew_a = _problem(ref, reward)
+    betas = _sweep_betas(ref_a, rew_a, int(frames))
+    with matplotlib.rc_context(lecture_style()):
+        fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained")
+        bars = _Bars(ax, ref_a, rew_a, labels)
+        ax.set_title(r"$\pi^*_\beta$ as $\beta$ goes from $\infty$ to 0")
+
+        def update(i):
+            bars.show(float(betas[i]))
+            return [*bars.bars, bars.readout]
+
+        update(0)
+        anim = FuncAnimation(fig, update, frames=len(betas), blit=False, repeat=True)
+        if path is None:
+            return anim
+        out = Path(path)
+        try:
+            anim.save(out, writer=PillowWriter(fps=fps), dpi=dpi)
+        finally:
+            plt.close(fig)
+        return out
+
+
+def explore(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    *,
+    beta: float = 1.0,
+    labels: Sequence[str] | None = None,
+) -> Any:
+    r"""A :math:`\beta` slider over the bars of :math:`\pi^*_\beta`, for notebooks.
+
+    With ``ipywidgets`` installed (``pip install 'klpolicy[widgets]'``) this returns a
+    widget: a log-scale slider for :math:`\beta` from :math:`10^{-3}` to :math:`10^3`
+    (in units of the reward's spread), the bars of :math:`\pi^*_\beta` beside the
+    reference, and a readout of the KL and the expected reward. Without it, a static
+    figure of the bars at five betas from the reference to the greedy policy.
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem.
+    beta : float, optional
+        The slider's starting value.
+    labels : sequence of str, optional
+        One tick label per response.
+
+    Returns
+    -------
+    ipywidgets.VBox or matplotlib.figure.Figure
+        The widget (its ``.slider`` and ``.readout`` attributes are the slider and
+        the text it updates), or the static figure.
+
+    Raises
+    ------
+    ValueError
+        For an invalid problem.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from klpolicy.plotting import explore
+    >>> w = explore([0.5, 0.5], [1.0, 0.0], beta=0.5)
+    >>> type(w).__name__ in ("VBox", "Figure")
+    True
+    """
+    ref_a, rew_a = _problem(ref, reward)
+    beta = V.as_positive_scalar("beta", beta)  # a log-scale slider holds no 0 and no inf
+    try:
+        import ipywidgets as widgets
+    except ImportError:
+        return _static_explore(ref_a, rew_a, labels)
+
+    spread = float(np.sqrt(np.dot(ref_a, (rew_a - np.dot(ref_a, rew_a)) ** 2))) or 1.0
+    slider = widgets.FloatLogSlider(
+        value=float(beta), base=10, min=np.log10(spread) - 3, max=np.log10(spread) + 3,
+        step=0.02, description="β", readout_format=".3g", continuous_update=True,
+    )  # fmt: skip
+    from IPython.display import display  # ipywidgets depends on IPython
+    from matplotlib.figure import Figure
+
+    readout = widgets.HTML()
+    out = widgets.Output()
+    with matplotlib.rc_context(lecture_style()):
+        # not a pyplot figure: the notebook shows it only through the Output widget
+        fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+        ax = fig.add_subplot()
+        bars = _Bars(ax, ref_a, rew_a, labels)
+        ax.set_title(r"$\pi^*_\beta$ against the reference")
+
+    def update(change=None):
+        kl, er = bars.show(float(slider.value))
+        readout.value = f"β = {slider.value:.4g}: KL = {kl:.4f} nats, E[r] = {er:.4f}"
+        with out:  # redraw: the inline backend shows a static image per display
+            out.clear_output(wait=True)
+            display(fig)
+
+    slider.observe(update, names="value")
+    update()
+    box = widgets.VBox([slider, readout, out])
+    box.slider, box.readout, box.figure = slider, readout, fig
+    return box
+
+
+def _static_explore(ref_a, rew_a, labels):
+    betas = _sweep_betas(ref_a, rew_a, 5)
+    with matplotlib.rc_context(lecture_style()):
+        fig, axes = plt.subplots(
+            1, len(betas), figsize=(4.6 * len(betas), 5.0), sharey=True, layout="constrained"
+        )
+        for ax, b in zip(axes, betas):
+            bars = _Bars(ax, ref_a, rew_a, labels)
+            bars.show(float(b))
+            if ax is not axes[0]:
+                ax.get_legend().remove()
+                ax.set_ylabel("")
+        fig.suptitle(
+            r"$\pi^*_\beta$ from the reference to greedy (install ipywidgets for a slider)"
+        )
+    return fig

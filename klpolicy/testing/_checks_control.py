@@ -1,0 +1,369 @@
+"""Check suite for KL-coefficient controllers: the exact update rule, and robustness.
+
+Training loops feed a controller what they measure: NaN and inf KLs after a
+diverged step, negative k1 estimates, batches far larger than the horizon,
+targets of 0 from a config file, long runs far off target. The suite drives
+the controller over those, next to klpolicy's reference controller, and
+requires, after every update, either the exact rule's value or (where the
+rule is undefined and klpolicy refuses) a refusal at once (``ValueError`` or
+``FloatingPointError``) or a coefficient that is still finite and positive.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from .. import control as _control
+from ._draws import _draw_beta, _ints, _sampled
+from ._runner import Falsified, check_options, run
+
+__all__ = ["check_kl_controller"]
+
+_KINDS = ("fixed", "adaptive", "deadzone")
+_REFUSALS = (ValueError, FloatingPointError)  # "refuse at once": the caller can catch these
+_EPS32 = float(np.finfo(np.float32).eps)
+_LONG = 200  # updates in a long run (beta stays within float64 for every drawn rule)
+
+
+def _infer_kind(cls: Any) -> str:
+    try:
+        params = set(inspect.signature(cls).parameters)
+    except (TypeError, ValueError):
+        params = set()
+    if "horizon" in params:
+        return "adaptive"
+    if {"band", "factor"} & params:
+        return "deadzone"
+    if len(params) == 1 or "kl_coef" in params:
+        return "fixed"
+    raise ValueError(
+        f"cannot tell which controller {cls!r} is from its constructor; pass "
+        "kind='fixed', 'adaptive' or 'deadzone'"
+    )
+
+
+def _reference(kind, value, target, horizon, band, factor):
+    """klpolicy.control's controller of this kind, at ``value`` (raises for invalid settings)."""
+    if kind == "fixed":
+        return _control.FixedKLController(value)
+    if kind == "adaptive":
+        return _control.AdaptiveKLController(value, target, horizon)
+    return _control.DeadZoneKLController(value, target, band, factor)
+
+
+def _reference_step(kind, value, current, n_steps, target, horizon, band, factor):
+    """The exact rule's next value from ``value``, or None where klpolicy refuses the update."""
+    try:
+        ctl = _reference(kind, value, target, horizon, band, factor)
+        ctl.update(current, n_steps)
+    except ValueError:
+        return None
+    return float(ctl.value)
+
+
+# what training loops hand a controller: (label, value as a multiple of the target or absolute)
+_RATIOS = (1.0, 1.1, 0.9, 2.0, 0.5, 1.3, 0.7, 0.0, 10.0, 1e3, 1e-3, -0.5)
+_SPECIAL = (math.nan, math.inf, -math.inf)
+_TARGETS = (6.0, 0.1, 1.0, 20.0, 1e-12, 0.0)
+_HORIZONS = (10000, 1000, 500, 100)
+_N_STEPS = (1, 256, 10, 1000)
+_SCALARS = ("float", "float64", "float32")
+
+
+def _as_scalar(x: float, how: str) -> Any:
+    """The KL as a training loop passes it: ``kl.item()`` or a numpy scalar."""
+    return {"float": float, "float64": np.float64, "float32": np.float32}[how](x)
+
+
+@st.composite
+def _controller_runs(draw, kind):
+    init = _draw_beta(draw, 1e-3, 10.0, False, False)
+    target = draw(_sampled(_TARGETS))
+    horizon = draw(_sampled(_HORIZONS))
+    how = draw(_sampled(_SCALARS))
+    n = draw(_ints(1, 6))
+    steps = []
+    for _ in range(n):
+        if draw(_ints(0, 4)) < 4:
+            ratio = draw(_sampled(_RATIOS))
+            current = ratio * (target if target > 0 else 1.0)
+        else:
+            current = draw(_sampled(_SPECIAL))
+        steps.append((_as_scalar(current, how), draw(_sampled(_N_STEPS))))
+    repeat = draw(_sampled((1, _LONG)))  # the last update repeated: a long run off target
+    return init, target, horizon, steps, repeat
+
+
+def _stays_nan(ctl: Any, target: float) -> str:
+    """Whether one more update, at the target KL, leaves the coefficient NaN (a poisoned state)."""
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            ctl.update(target, 1)
+        stuck = math.isnan(float(ctl.value))
+    except Exception:
+        stuck = False
+    lead = (
+        ", and it stays nan (an update at the target KL afterwards leaves it nan)" if stuck else ""
+    )
+    return lead + ". Refuse a non-finite KL with a ValueError, or skip the update"
+
+
+def _describe(kind, value, current, n_steps, target, horizon):
+    """Why an adaptive step leaves (0, inf): the multiplier 1 + clip(error) * n_steps / horizon."""
+    if kind != "adaptive":
+        return ""
+    with np.errstate(all="ignore"):
+        ratio = float(current) / target if target > 0 else math.nan
+    if not math.isfinite(float(current)):
+        return ""
+    err = min(max(ratio - 1, -0.2), 0.2)
+    g = n_steps / horizon
+    mult = 1 + err * g
+    if mult > 0:
+        return ""
+    return (
+        f": the clipped error {err:g} times n_steps / horizon = {g:g} makes the multiplier "
+        f"1 + ({err:g}) * {g:g} = {mult:g}; refuse n_steps / horizon >= 5 with a ValueError, "
+        "or bound the step (e.g. multiply by exp(error * n_steps / horizon))"
+    )
+
+
+def check_kl_controller(
+    cls: Any,
+    *,
+    kind: str | None = None,
+    max_examples: int = 100,
+    rtol: float = 1e-9,
+    band: float = 1.5,
+    factor: float = 2.0,
+) -> None:
+    r"""Check a KL-coefficient controller class with TRL's ``.value`` and ``.update``.
+
+    The class is built as TRL builds them: ``cls(kl_coef)`` (fixed),
+    ``cls(init_kl_coef, target, horizon)`` (adaptive, Ziegler et al. 2019:
+    ``value *= 1 + clip(current / target - 1, -0.2, 0.2) * n_steps / horizon``)
+    or ``cls(init_kl_coef, target)`` (dead zone, Schulman et al. 2017, sec. 4:
+    multiply by ``factor`` above ``target * band``, divide below
+    ``target / band``). Runs of updates are compared, step by step, with
+    klpolicy's controller of the same kind.
+
+    The runs contain what training loops produce: KLs passed as Python floats
+    and numpy scalars, NaN and infinite KLs (a diverged step), negative KLs
+    (k1 estimates), KLs a thousand times off target, targets of ``1e-12``
+    and ``0``, batches of up to ten horizons, and long runs (one update
+    repeated 200 times). Where the rule is defined, the value must be the
+    exact rule's; where klpolicy refuses the update (a non-finite KL, a
+    multiplier ``1 + clip(error) * n_steps / horizon <= 0``, a target of 0),
+    the controller must refuse too, at once (``ValueError`` or
+    ``FloatingPointError`` from the constructor or that update, leaving
+    ``.value`` finite and positive), or keep a finite, positive coefficient.
+
+    Parameters
+    ----------
+    cls : type
+        The controller class under test.
+    kind : {"fixed", "adaptive", "deadzone"}, optional
+        Which rule it implements; inferred from the constructor's parameter
+        names when omitted (``horizon`` -> adaptive, ``band``/``factor`` ->
+        dead zone, one parameter -> fixed).
+    max_examples : int, optional
+        Hypothesis examples (default 100).
+    rtol : float, optional
+        Relative tolerance on ``.value`` after each update (default 1e-9).
+    band, factor : float, optional
+        The dead-zone rule's constants (defaults 1.5 and 2).
+
+    Returns
+    -------
+    None
+        When every property holds.
+
+    Raises
+    ------
+    AssertionError
+        Naming the smallest falsifying run (constructor arguments and updates)
+        and the first step that goes wrong: a coefficient that becomes NaN,
+        infinite, zero or negative (with the multiplier that made it so), a
+        target of 0 accepted, an update that raises something other than a
+        refusal, a moving fixed coefficient, a coefficient that moves the wrong
+        way (a sign error), moves when the KL is on target or inside the dead
+        zone, an unclipped error, or ignores ``n_steps``.
+    ValueError
+        For an unknown ``kind`` or invalid options.
+
+    References
+    ----------
+    .. [1] Ziegler et al., "Fine-Tuning Language Models from Human Preferences",
+       2019, arXiv:1909.08593, sec. 2.2.
+    .. [2] Schulman et al., "Proximal Policy Optimization Algorithms", 2017,
+       arXiv:1707.06347, sec. 4.
+
+    Examples
+    --------
+    >>> from klpolicy.control import AdaptiveKLController
+    >>> check_kl_controller(AdaptiveKLController)
+    >>> class Adaptive:  # TRL's AdaptiveKLController
+    ...     def __init__(self, init_kl_coef, target, horizon):
+    ...         self.value, self.target, self.horizon = init_kl_coef, target, horizon
+    ...     def update(self, current, n_steps):
+    ...         err = min(max(current / self.target - 1, -0.2), 0.2)
+    ...         self.value *= 1 + err * n_steps / self.horizon
+    >>> check_kl_controller(Adaptive)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AssertionError: check_kl_controller(Adaptive): ...
+    """
+    kind = _infer_kind(cls) if kind is None else kind
+    if kind not in _KINDS:
+        raise ValueError(f"`kind` must be 'fixed', 'adaptive' or 'deadzone'; got {kind!r}")
+    max_examples, rtol = check_options(max_examples, rtol)
+
+    def read(ctl, inputs):
+        try:
+            return float(ctl.value)
+        except Exception as exc:
+            raise Falsified(
+                f"reading .value raised {type(exc).__name__}: {exc}; it must be a number.", inputs
+            ) from None
+
+    def prop(case):
+        init, target, horizon, steps, repeat = case
+        args = {"fixed": (init,), "adaptive": (init, target, horizon), "deadzone": (init, target)}
+        if kind == "fixed":
+            target = 1.0  # not used
+        updates = steps[:-1] + [steps[-1]] * repeat
+        shown = steps if repeat == 1 else [*steps[:-1], (*steps[-1], f"x{repeat}")]
+        inputs = {"constructor": args[kind], "updates (current, n_steps)": shown}
+        bad_target = kind != "fixed" and not target > 0
+        try:
+            ctl = cls(*args[kind])
+        except Exception as exc:
+            if bad_target and isinstance(exc, _REFUSALS):
+                return  # refused at once
+            raise Falsified(
+                f"its constructor raised {type(exc).__name__}: {exc}.", inputs
+            ) from None
+        value = read(ctl, inputs)
+        if abs(value - init) > rtol * init:
+            raise Falsified(f"its initial .value is {value!r}, not {init!r}.", inputs)
+        for k, (current, n_steps) in enumerate(updates):
+            where = f"at update {k} (current={current!r}, n_steps={n_steps!r})"
+            try:
+                with warnings.catch_warnings(), np.errstate(all="ignore"):
+                    warnings.simplefilter("ignore")
+                    ctl.update(current, n_steps)
+                refused = None
+            except _REFUSALS as exc:
+                refused = exc
+            except Exception as exc:
+                lead = (
+                    f"it accepts target={target!r} in its constructor and then raises"
+                    if bad_target
+                    else "it raises"
+                )
+                raise Falsified(
+                    f"{lead} {type(exc).__name__}: {exc} {where}; refuse invalid input at once "
+                    "with a ValueError naming the argument"
+                    + (" (target must be > 0)." if bad_target else "."),
+                    inputs,
+                ) from None
+            new = read(ctl, inputs)
+            want = (
+                None
+                if bad_target
+                else _reference_step(kind, value, current, n_steps, target, horizon, band, factor)
+            )
+            if refused is not None:
+                if not (math.isfinite(new) and new > 0):
+                    raise Falsified(
+                        f"it refused {where} ({type(refused).__name__}) but left .value at "
+                        f"{new!r}; a refused update must leave the coefficient as it was.",
+                        inputs,
+                    )
+                if want is not None:
+                    raise Falsified(
+                        f"it refused a valid update {where}: {type(refused).__name__}: "
+                        f"{refused}; the exact rule gives {want!r}.",
+                        inputs,
+                    )
+                return  # refused at once: the run stops, as a training loop's would
+            if not (math.isfinite(new) and new > 0):
+                c = float(current)
+                if bad_target:
+                    why = f"it accepts target={target!r} and .value became {new!r} {where}"
+                elif math.isnan(c) and math.isnan(new):
+                    why = f"it turns beta into nan after one NaN KL, {where}" + _stays_nan(
+                        ctl, target
+                    )
+                else:
+                    what = "nan" if math.isnan(new) else ("inf" if new > 0 else "not positive")
+                    why = f".value became {new!r} ({what}) {where}" + _describe(
+                        kind, value, current, n_steps, target, horizon
+                    )
+                raise Falsified(f"{why}; beta must stay finite and positive.", inputs)
+            if want is None:
+                if bad_target:
+                    raise Falsified(
+                        f"it accepts target={target!r} and returns .value = {new!r} {where}, "
+                        "silently: current / target is undefined at target 0. Refuse "
+                        "target <= 0 in the constructor with a ValueError.",
+                        inputs,
+                    )
+                value = new  # an undefined step kept beta finite and positive: go on from there
+                continue
+            # a KL passed as a float32 scalar makes TRL-style arithmetic float32: one rounding
+            tol = max(rtol, 8 * _EPS32) if isinstance(current, np.float32) else rtol
+            if abs(new - want) <= tol * abs(want):
+                value = new  # each update is checked from the controller's own state
+                continue
+            ratio = float(current) / target
+            if kind == "fixed":
+                why = f"the coefficient moved from {value!r} to {new!r}; a fixed one never moves"
+            elif (new - value) * (want - value) < 0:
+                why = (
+                    "it moved the coefficient the wrong way (a sign error): beta must rise "
+                    "when the KL is above its target and fall when it is below"
+                )
+            elif new == value:
+                why = (
+                    f"it left the coefficient at {value!r}; the exact rule moves it to {want!r}"
+                    + (" (the KL is outside the dead zone)" if kind == "deadzone" else "")
+                )
+            elif want == value:
+                why = "it moved the coefficient although " + (
+                    "the KL is on target"
+                    if kind == "adaptive"
+                    else "the KL is inside the dead zone"
+                )
+            elif (
+                kind == "adaptive"
+                and abs(ratio - 1) > 0.2
+                and math.isclose(new, value * (1 + (ratio - 1) * n_steps / horizon), rel_tol=1e-9)
+            ):
+                why = "it does not clip the proportional error current / target - 1 to [-0.2, 0.2]"
+            elif kind == "adaptive" and math.isclose(
+                new,
+                _reference_step(kind, value, current, 1, target, horizon, band, factor) or 0.0,
+                rel_tol=1e-9,
+            ):
+                why = "it ignores n_steps: the step is proportional to n_steps / horizon"
+            else:
+                why = f"the coefficient is {new!r}; the exact rule gives {want!r}"
+            raise Falsified(f"{why}, {where}.", inputs)
+
+    # the three failures of released adaptive controllers, first (issue 17): one NaN KL,
+    # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar
+    explicit = [
+        (0.2, 6.0, 10000, [(math.nan, 256), (6.0, 256)], 1),
+        (0.2, 6.0, 100, [(0.0, 1000)], 1),
+        (0.2, 0.0, 10000, [(np.float64(3.0), 256)], 1),
+    ]
+    strategy = _controller_runs(kind)
+    run("check_kl_controller", cls, prop, strategy, max_examples, explicit)

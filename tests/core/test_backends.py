@@ -1,0 +1,581 @@
+"""One kernel for every array library: the same tests over numpy, torch and JAX.
+
+The ``xb`` fixture runs each test on three backends:
+
+* ``numpy``: the array-API kernel (:mod:`klpolicy.core._xp`) called on numpy arrays,
+  checked against the numpy core's blocked fast path;
+* ``torch`` and ``jax``: the *public* functions (``klpolicy.optimal_policy`` ...)
+  on float64 tensors / JAX arrays, which dispatch to the same kernel.
+
+Backends whose library is not installed are skipped. The numpy core itself is
+checked against mpmath in tests/test_closed_form.py (recipe in tests/_mpref.py);
+here every backend must equal it to 1e-12 relative on those cases and on extreme
+draws (beta 0, 1e-310 .. 1e300, inf; ties; reference entries 1e-300 and 0;
+rewards 1e6 and 1e308). A few cases are also compared with mpmath directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import klpolicy as kp
+from klpolicy import estimators
+from klpolicy.core import _xp
+from klpolicy.testing.strategies import problems
+
+from .. import _mpref as R
+from .test_closed_form import BETAS, CASES
+
+PUBLIC = {
+    "optimal_policy": kp.optimal_policy,
+    "soft_value": kp.soft_value,
+    "optimal_kl": kp.optimal_kl,
+    "max_kl": kp.max_kl,
+    "kl_divergence": kp.kl_divergence,
+    "total_variation": kp.total_variation,
+    "entropy": kp.entropy,
+    "cross_entropy": kp.cross_entropy,
+    "k1": estimators.k1,
+    "k2": estimators.k2,
+    "k3": estimators.k3,
+}
+
+
+class Backend:
+    """How one array library is fed and read back."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "torch":
+            import torch
+
+            self.lib = torch
+        elif name == "jax":
+            import jax
+
+            jax.config.update("jax_enable_x64", True)
+            import jax.numpy as jnp
+
+            self.lib = jnp
+            self.jax = jax
+        else:
+            self.lib = np
+
+    def asarray(self, x, dtype="float64"):
+        x = np.asarray(x, dtype=np.float64)
+        if self.name == "torch":
+            return self.lib.tensor(x, dtype=getattr(self.lib, dtype))
+        if self.name == "jax":
+            return self.lib.asarray(x, dtype=getattr(self.lib, dtype))
+        return x.astype(dtype)
+
+    def numpy(self, y) -> np.ndarray:
+        if self.name == "torch":
+            return y.detach().double().numpy()
+        return np.asarray(y, dtype=np.float64)
+
+    def is_native(self, y) -> bool:
+        if self.name == "torch":
+            return isinstance(y, self.lib.Tensor)
+        if self.name == "jax":
+            return isinstance(y, self.jax.Array)
+        return isinstance(y, (np.ndarray, np.generic))
+
+    def __call__(self, fn: str, *args, **kwargs):
+        if self.name == "numpy":  # the generic kernel itself, on numpy arrays
+            if fn in ("k1", "k2", "k3"):
+                return _xp.estimate(fn, *args, **kwargs)
+            return getattr(_xp, fn)(*args, **kwargs)
+        return PUBLIC[fn](*args, **kwargs)
+
+
+@pytest.fixture(params=["numpy", "torch", "jax"])
+def xb(request):
+    if request.param != "numpy":
+        pytest.importorskip(request.param)
+    return Backend(request.param)
+
+
+@pytest.fixture(params=["torch", "jax"])
+def ad(request):
+    """The backends with automatic differentiation."""
+    pytest.importorskip(request.param)
+    return Backend(request.param)
+
+
+def assert_close(got, want, rtol=1e-12, atol=0.0):
+    """|got - want| <= rtol |want| + atol entrywise; subnormal results compared absolutely."""
+    got, want = np.asarray(got, float), np.asarray(want, float)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    same_inf = np.isinf(want) & (got == want)
+    err = np.abs(np.where(same_inf, 0.0, got) - np.where(same_inf, 0.0, want))
+    tol = rtol * np.abs(np.where(np.isinf(want), 0, want)) + atol + 1e-300
+    assert np.all(np.isfinite(got) | same_inf), (got, want)
+    assert np.all(err <= tol), (got, want, np.max(err / np.maximum(np.abs(want), 1e-300)))
+
+
+def value_atol(ref, reward):
+    """The core's soft value is exact to a few ulp of the largest reward on the support."""
+    r = np.asarray(reward, float)[np.asarray(ref) > 0]
+    return 8 * np.finfo(float).eps * float(np.max(np.abs(r)))
+
+
+# --------------------------------------------------------------------------- equivalence
+
+
+ALL_BETAS = np.array([0.0, *BETAS, math.inf])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_closed_form_equals_the_numpy_core_on_the_mpmath_cases(xb, case):
+    # one call per function: every beta of the grid as a batch row (beta shape (B, 1))
+    ref, r = CASES[case]
+    q, w, b = xb.asarray(ref), xb.asarray(r), xb.asarray(ALL_BETAS[:, None])
+    pi = xb("optimal_policy", q, w, b)
+    assert xb.is_native(pi)
+    assert_close(xb.numpy(pi), kp.optimal_policy(ref, r, ALL_BETAS[:, None]))
+    v = xb("soft_value", q, w, b)
+    want = kp.soft_value(ref, r, ALL_BETAS[:, None])
+    assert_close(xb.numpy(v), want, atol=value_atol(ref, r))
+    kl = xb("optimal_kl", q, w, b)
+    assert_close(xb.numpy(kl), kp.optimal_kl(ref, r, ALL_BETAS[:, None]))
+
+
+@pytest.mark.parametrize("case", ["near_ties", "tiny_ref", "tiny_alternative", "large_rewards"])
+@pytest.mark.parametrize("beta", [1e-4, 1.0, 1e8])
+def test_closed_form_against_mpmath(xb, case, beta):
+    # recipe: tests/_mpref.py (400 digits, ref normalised exactly, formulas from the definition)
+    ref, r = CASES[case]
+    q, w = xb.asarray(ref), xb.asarray(r)
+    want = R.to_float(R.optimal_policy(ref, r, beta))
+    got = xb.numpy(xb("optimal_policy", q, w, beta))
+    normal = want > 1e-290
+    assert_close(got[normal], want[normal], rtol=2e-12)
+    assert_close(xb.numpy(xb("optimal_kl", q, w, beta)), float(R.optimal_kl(ref, r, beta)), 2e-12)
+    assert_close(
+        xb.numpy(xb("soft_value", q, w, beta)),
+        float(R.soft_value(ref, r, beta)),
+        rtol=2e-12,
+        atol=value_atol(ref, r),
+    )
+
+
+EXTREME_REFS = [
+    [0.5, 0.5],
+    [0.3, 0.7],
+    [1e-300, 1.0 - 1e-300],
+    [0.0, 0.25, 0.0, 0.75],
+    [1e-300, 0.0, 0.5, 0.5 - 1e-300],
+    [1.0, 1e-33],
+]
+EXTREME_REWARDS = [
+    [1.0, 1.0, 1.0, 1.0],  # ties
+    [1e6, -1e6, 3.5e5, 0.0],
+    [1e308, -1e308, 0.0, 1e308],
+    [2.0, 3.0, -1.0, 0.5],
+    [0.0, 1e-6, 0.0, -1e-6],
+]
+EXTREME_BETAS = [0.0, 1e-310, 1e-300, 1e-16, 1e-8, 0.5, 1e8, 1e10, 1e16, 1e300, math.inf]
+
+
+def _extreme_batch():
+    """Every (ref, reward) pair of the lists as one (30, 4) batch (zeros pad the short refs)."""
+    refs, rewards = [], []
+    for ref, rew in itertools.product(EXTREME_REFS, EXTREME_REWARDS):
+        refs.append(ref + [0.0] * (4 - len(ref)))
+        rewards.append(rew)
+    return np.array(refs), np.array(rewards)
+
+
+@pytest.mark.parametrize("beta", EXTREME_BETAS)
+def test_closed_form_equals_the_numpy_core_at_the_extremes(xb, beta):
+    ref, r = _extreme_batch()
+    q, w = xb.asarray(ref), xb.asarray(r)
+    assert_close(xb.numpy(xb("optimal_policy", q, w, beta)), kp.optimal_policy(ref, r, beta))
+    want = kp.soft_value(ref, r, beta)
+    atol = [value_atol(a, b) for a, b in zip(ref, r)]
+    assert_close(xb.numpy(xb("soft_value", q, w, beta)), want, atol=np.array(atol))
+    assert_close(xb.numpy(xb("optimal_kl", q, w, beta)), kp.optimal_kl(ref, r, beta))
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prob=problems(
+        max_size=6,
+        min_beta=1e-300,
+        max_beta=1e300,
+        allow_zero_beta=True,
+        allow_inf_beta=True,
+    ),
+    big=st.booleans(),
+)
+def test_closed_form_equals_the_numpy_core_on_drawn_extremes(prob, big):
+    ref, r, beta = prob
+    if big:  # rewards of 1e308: differences overflow
+        r = np.where(r == r.max(), 1e308, np.where(r == r.min(), -1e308, r))
+    for name in ("numpy", "torch", "jax"):
+        try:
+            xb = Backend(name)
+        except ImportError:
+            continue
+        q, w = xb.asarray(ref), xb.asarray(r)
+        assert_close(xb.numpy(xb("optimal_policy", q, w, beta)), kp.optimal_policy(ref, r, beta))
+        assert_close(
+            xb.numpy(xb("soft_value", q, w, beta)),
+            kp.soft_value(ref, r, beta),
+            atol=value_atol(ref, r),
+        )
+        assert_close(xb.numpy(xb("optimal_kl", q, w, beta)), kp.optimal_kl(ref, r, beta))
+
+
+def test_batches_axis_and_beta_arrays(xb):
+    rng = np.random.default_rng(3)
+    ref = rng.dirichlet(np.ones(5), size=(2, 3))
+    r = rng.normal(size=(2, 3, 5)) * 4
+    beta = np.array([0.0, 0.1, np.inf]).reshape(1, 3, 1)
+    got = xb("optimal_policy", xb.asarray(ref), xb.asarray(r), xb.asarray(beta))
+    assert_close(xb.numpy(got), kp.optimal_policy(ref, r, beta))
+    # the probability axis first, a python beta
+    got = xb("soft_value", xb.asarray(ref.T), xb.asarray(r.T), 0.7, axis=0)
+    assert_close(xb.numpy(got), kp.soft_value(ref.T, r.T, 0.7, axis=0), atol=1e-14)
+    got = xb("max_kl", xb.asarray(ref), xb.asarray(r))
+    assert_close(xb.numpy(got), kp.max_kl(ref, r))
+
+
+def test_divergences_and_estimators_equal_the_numpy_core(xb):
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(7, 0.5), size=4)
+    q = rng.dirichlet(np.full(7, 0.5), size=4)
+    p[0, 2] = 0.0
+    p[0] /= p[0].sum()
+    q[1, 3] = 0.0
+    q[1] /= q[1].sum()  # p puts mass there: KL and cross-entropy are inf on that row
+    near = np.array([0.5 + 1e-9, 0.5 - 1e-9])  # KL ~ 2e-18, exact only with log1p
+    for fn in ("kl_divergence", "cross_entropy", "total_variation"):
+        got = xb(fn, xb.asarray(p), xb.asarray(q))
+        assert_close(xb.numpy(got), PUBLIC[fn](p, q))
+    got = xb("kl_divergence", xb.asarray(near), xb.asarray([0.5, 0.5]))
+    assert_close(xb.numpy(got), kp.kl_divergence(near, [0.5, 0.5]), rtol=1e-9)
+    assert_close(xb.numpy(xb("entropy", xb.asarray(p))), kp.entropy(p))
+    logp = np.log(rng.uniform(1e-3, 1, 50))
+    logq = np.concatenate([np.log(rng.uniform(1e-3, 1, 49)), [-np.inf]])
+    logq[0] = logp[0] + 1e-9  # k3 ~ 5e-19: the series keeps its digits
+    for fn in ("k1", "k2", "k3"):
+        got = xb(fn, xb.asarray(logp), xb.asarray(logq))
+        assert_close(xb.numpy(got), PUBLIC[fn](logp, logq))
+    got = xb("k3", xb.asarray(logp), xb.asarray(logq), clip=10.0, log_ratio_clip=20.0)
+    assert_close(xb.numpy(got), estimators.k3(logp, logq, clip=10.0, log_ratio_clip=20.0))
+
+
+# --------------------------------------------------------------------------- validation
+
+BAD_PROBLEMS = [
+    ([0.5, 0.6], [1.0, 0.0], 1.0),  # unnormalised
+    ([np.inf, 0.0], [1.0, 0.0], 1.0),
+    ([np.nan, 1.0], [1.0, 0.0], 1.0),
+    ([-0.2, 1.2], [1.0, 0.0], 1.0),
+    ([0.5, 0.5], [np.nan, 0.0], 1.0),
+    ([0.5, 0.5], [np.inf, 0.0], 1.0),
+    ([0.5, 0.5], [1.0, 0.0, 2.0], 1.0),  # sizes differ
+    ([[0.5, 0.5], [0.2, 0.9]], [1.0, 0.0], 1.0),  # a bad row
+    ([0.5, 0.5], [1.0, 0.0], -1.0),
+    ([0.5, 0.5], [1.0, 0.0], np.nan),
+    ([[0.5, 0.5], [0.5, 0.5]], [1.0, 0.0], [[1.0], [-2.0]]),  # a bad beta in an array
+    ([[0.5, 0.5], [0.5, 0.5]], [1.0, 0.0], [1.0, 2.0]),  # beta not of size 1 along axis
+]
+
+
+def _message(fn, *args, **kwargs) -> str:
+    with pytest.raises(ValueError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+@pytest.mark.parametrize(("ref", "reward", "beta"), BAD_PROBLEMS)
+def test_invalid_problems_are_refused_with_the_numpy_message(xb, ref, reward, beta):
+    want = _message(kp.optimal_policy, ref, reward, beta)
+    b = xb.asarray(beta) if np.ndim(beta) else beta
+    for fn in ("optimal_policy", "soft_value", "optimal_kl"):
+        assert _message(xb, fn, xb.asarray(ref), xb.asarray(reward), b) == want
+
+
+@pytest.mark.parametrize(
+    ("p", "q"),
+    [([0.5, 0.6], [0.5, 0.5]), ([0.5, 0.5], [np.nan, 1.0]), ([0.5, 0.5], [1.5, -0.5])],
+)
+def test_invalid_distributions_are_refused_with_the_numpy_message(xb, p, q):
+    for fn in ("kl_divergence", "cross_entropy", "total_variation"):
+        want = _message(PUBLIC[fn], p, q)
+        assert _message(xb, fn, xb.asarray(p), xb.asarray(q)) == want
+
+
+@pytest.mark.parametrize(
+    ("logp", "logq"), [([np.nan], [0.0]), ([-np.inf], [0.0]), ([0.0], [np.inf])]
+)
+def test_invalid_log_probs_are_refused_with_the_numpy_message(xb, logp, logq):
+    want = _message(estimators.k3, logp, logq)
+    assert _message(xb, "k3", xb.asarray(logp), xb.asarray(logq)) == want
+
+
+# --------------------------------------------------------------------------- float32
+
+
+@pytest.mark.parametrize("beta", [0.0, 1e-30, 1e-3, 0.5, 1e4, 1e30, math.inf])
+def test_float32_in_float32_out_exact_and_never_inf(xb, beta):
+    refs = [[1.0, 1e-44], [0.5, 0.5], [0.0, 0.25, 0.0, 0.75], [1e-30, 1.0 - 1e-30]]
+    if xb.name == "jax":  # XLA on CPU flushes float32 subnormals (1e-44) to zero
+        refs = refs[1:]
+    for ref, rew in itertools.product(
+        refs,
+        [[0.0, 1.0, -2.0, 3.0], [1e30, -1e30, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0]],
+    ):
+        r = rew[: len(ref)]
+        ref32 = np.asarray(ref, np.float32)
+        r32 = np.asarray(r, np.float32)
+        pi = xb("optimal_policy", xb.asarray(ref32, "float32"), xb.asarray(r32, "float32"), beta)
+        assert str(pi.dtype).endswith("float32")
+        got = xb.numpy(pi)
+        # the float64 answer for the same (float32-rounded) inputs
+        want = kp.optimal_policy(ref32.astype(float), r32.astype(float), float(np.float32(beta)))
+        assert np.all(np.isfinite(got)) and np.all(got >= 0) and np.all(got <= 1), (ref, r, got)
+        ok = want > 1e-30
+        assert np.all(np.abs(got - want)[ok] <= 1e-5 * want[ok] + 1e-37), (ref, r, got, want)
+        v = xb.numpy(
+            xb("soft_value", xb.asarray(ref32, "float32"), xb.asarray(r32, "float32"), beta)
+        )
+        kl = xb.numpy(
+            xb("optimal_kl", xb.asarray(ref32, "float32"), xb.asarray(r32, "float32"), beta)
+        )
+        assert np.isfinite(v) and np.isfinite(kl) and kl >= 0
+
+
+def test_numpy_float32_tiny_reference_entry_is_a_probability_not_inf():
+    # issue 20: a probability of inf from the careful path's float64 overflow threshold
+    got = kp.optimal_policy(np.float32([1, 1e-44]), np.float32([0, 1]), 1e-3)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.float32([0.0, 1.0]))
+    # KL = -log(1e-44 in float32) = -log(9.80909e-45): the greedy mass of the subnormal entry
+    assert float(kp.optimal_kl(np.float32([1, 1e-44]), np.float32([0, 1]), 1e-3)) == pytest.approx(
+        -math.log(float(np.float32(1e-44))), rel=1e-6
+    )
+
+
+# --------------------------------------------------------------------------- gradients
+
+
+def _grad(xb, fn, *args, wrt=0):
+    """Gradient of the scalar fn(*args) with respect to args[wrt] (float64)."""
+    if xb.name == "torch":
+        torch = xb.lib
+        args = [
+            a.clone().requires_grad_(i == wrt) if isinstance(a, torch.Tensor) else a
+            for i, a in enumerate(args)
+        ]
+        out = fn(*args)
+        (g,) = torch.autograd.grad(out, args[wrt])
+        return g.numpy()
+    jax = xb.jax
+
+    def f(x):
+        a = list(args)
+        a[wrt] = x
+        return fn(*a)
+
+    return np.asarray(jax.grad(f)(args[wrt]))
+
+
+def _jacobian(xb, fn, x):
+    if xb.name == "torch":
+        return xb.lib.autograd.functional.jacobian(fn, x).numpy()
+    return np.asarray(xb.jax.jacrev(fn)(x))
+
+
+GRAD_CASES = [
+    ([0.2, 0.3, 0.5], [0.3, -1.0, 0.7], 0.8),
+    ([0.0, 0.25, 0.0, 0.75], [5.0, 1.0, -3.0, 0.2], 0.3),
+    ([1e-300, 0.5, 0.5 - 1e-300], [700.0, 0.0, 1.0], 1.0),
+    ([0.3, 0.7], [1e6, -1e6], 2e5),
+    ([0.3, 0.7], [1e-6, 0.0], 1e10),
+    ([0.3, 0.3, 0.4], [1.0, 1.0, 0.5], 1e-2),
+]
+
+
+@pytest.mark.parametrize(("ref", "r", "beta"), GRAD_CASES)
+def test_gradients_equal_the_analytic_derivatives(ad, ref, r, beta):
+    q, w, b = ad.asarray(ref), ad.asarray(r), ad.asarray(beta)
+    pi = kp.optimal_policy(ref, r, beta)
+    kl = kp.optimal_kl(ref, r, beta)
+    # d pi_i / d r_j = pi_i (delta_ij - pi_j) / beta
+    jac = _jacobian(ad, lambda x: kp.optimal_policy(q, x, b), w)
+    want = (np.diag(pi) - np.outer(pi, pi)) / beta
+    np.testing.assert_allclose(jac, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+    # dV/dr = pi*, dV/dbeta = -KL(pi* || ref)
+    np.testing.assert_allclose(
+        _grad(ad, kp.soft_value, q, w, b, wrt=1), pi, rtol=1e-10, atol=1e-300
+    )
+    np.testing.assert_allclose(_grad(ad, kp.soft_value, q, w, b, wrt=2), -kl, rtol=1e-9)
+    # dKL/dbeta = -Var_pi(r) / beta^3
+    rr = np.asarray(r)
+    mean = np.sum(pi * rr)
+    var = np.sum(pi * (rr - mean) ** 2)
+    np.testing.assert_allclose(_grad(ad, kp.optimal_kl, q, w, b, wrt=2), -var / beta**3, rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("ref", "r", "beta", "dv_dbeta"),
+    [
+        ([0.5, 0.5], [1.0, 0.0], 1e-300, -math.log(2)),  # greedy: -KL = log(1/2)
+        ([0.5, 0.5], [1.0, 0.0], 1e-310, -math.log(2)),  # subnormal beta
+        ([0.3, 0.7], [1.0, 1.0], 1e-16, 0.0),  # ties: pi* = ref, KL = 0
+        ([0.5, 0.5], [1e308, -1e308], 1.0, -math.log(2)),
+        ([1e-300, 1.0 - 1e-300], [700.0, 0.0], 1e-300, None),
+        ([0.0, 0.25, 0.0, 0.75], [5.0, 1.0, -3.0, 0.2], 1e300, 0.0),
+    ],
+)
+def test_gradients_are_finite_at_the_extremes(ad, ref, r, beta, dv_dbeta):
+    if ad.name == "jax" and beta < np.finfo(float).tiny:
+        beta = 0.0  # XLA on CPU flushes subnormals to zero: beta = 1e-310 is the greedy limit
+        dv_dbeta = 0.0  # ... which does not depend on beta
+    q, w, b = ad.asarray(ref), ad.asarray(r), ad.asarray(beta)
+    for fn in (kp.soft_value, kp.optimal_kl, lambda *a: kp.optimal_policy(*a)[-1]):
+        for wrt in (0, 1, 2):
+            g = _grad(ad, fn, q, w, b, wrt=wrt)
+            assert np.all(np.isfinite(g)), (fn, wrt, g)
+    if dv_dbeta is not None:
+        g = _grad(ad, kp.soft_value, q, w, b, wrt=2)
+        np.testing.assert_allclose(g, dv_dbeta, rtol=1e-12, atol=1e-300)
+
+
+def test_kl_divergence_and_estimator_gradients(ad):
+    p, q = np.array([0.0, 0.3, 0.7]), np.array([0.2, 0.3, 0.5])
+    # the kernel computes KL(p / sum p || q / sum q) (rows normalised only to rounding are
+    # treated as exact): its derivative in p_i (p_i > 0) at sum p = 1 is log(p_i / q_i) - KL
+    g = _grad(ad, kp.kl_divergence, ad.asarray(p), ad.asarray(q), wrt=0)
+    assert np.all(np.isfinite(g))
+    kl = kp.kl_divergence(p, q)
+    np.testing.assert_allclose(g[1:], np.log(p[1:] / q[1:]) - kl, rtol=1e-12, atol=1e-15)
+    # k3 = exp(x) - 1 - x, x = logq - logp: d/dlogp = 1 - exp(x)
+    lp, lq = np.log([0.2, 0.5]), np.log([0.3, 0.5])
+    g = _grad(ad, lambda a, b: estimators.k3(a, b).sum(), ad.asarray(lp), ad.asarray(lq), wrt=0)
+    np.testing.assert_allclose(g, 1 - np.exp(lq - lp), rtol=1e-12, atol=1e-16)
+
+
+def test_torch_gradcheck_at_the_extremes():
+    torch = pytest.importorskip("torch")
+    t = lambda x: torch.tensor(x, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    cases = [
+        ([0.0, 0.25, 0.0, 0.75], [5.0, 1.0, -3.0, 0.2], 0.3),  # zeros in ref
+        ([1e-300, 0.5, 0.5 - 1e-300], [700.0, 0.0, 1.0], 1.0),  # a 1e-300 entry with weight
+        ([0.3, 0.7], [1e6, -1e6 + 3.0], 2.0),  # large rewards, close
+        ([0.3, 0.7], [1e-3, 0.0], 1e8),  # large beta: the mean-centred value
+        ([1.0 - 1e-12, 1e-12], [2.0, 3.0], 0.05),  # lopsided reference: the mode-centred KL
+    ]
+    for ref, r, beta in cases:
+        q = torch.tensor(ref, dtype=torch.float64)
+        for fn in (kp.optimal_policy, kp.soft_value, kp.optimal_kl):
+            assert torch.autograd.gradcheck(
+                lambda w, b, fn=fn, q=q: fn(q, w, b), (t(r), t(beta)), eps=1e-6 * max(1.0, beta)
+            ), (fn, ref, r, beta)
+
+
+def test_jax_jit_with_validate_false_equals_eager():
+    jax = pytest.importorskip("jax")
+    xb = Backend("jax")
+    q, w = xb.asarray([0.2, 0.3, 0.5]), xb.asarray([0.3, -1.0, 0.7])
+    for fn in (kp.optimal_policy, kp.soft_value, kp.optimal_kl):
+        jitted = jax.jit(lambda a, b, c, fn=fn: fn(a, b, c, validate=False))
+        for beta in (0.0, 1e-300, 0.8, 1e10, math.inf):
+            np.testing.assert_allclose(
+                np.asarray(jitted(q, w, beta)), np.asarray(fn(q, w, beta)), rtol=1e-15
+            )
+    # validation needs concrete values: under jit it cannot run
+    with pytest.raises(jax.errors.ConcretizationTypeError):
+        jax.jit(lambda a, b: kp.optimal_policy(a, b, 0.5))(q, w)
+
+
+# --------------------------------------------------------------------------- torch specifics
+
+
+def test_torch_issue_20_defects_are_fixed():
+    torch = pytest.importorskip("torch")
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    # tied rewards at a tiny beta: the reference (the naive softmax gave [0.119, 0.881])
+    pi = kp.optimal_policy(t([0.3, 0.7]), t([1.0, 1.0]), 1e-16)
+    np.testing.assert_array_equal(pi.numpy(), [0.3, 0.7])
+    # soft value at beta = 1e10: 3e-7 + Var/(2 beta) (the naive one gave -5.55e-7)
+    v = kp.soft_value(t([0.3, 0.7]), t([1e-6, 0.0]), 1e10)
+    assert float(v) == pytest.approx(3e-7 + 0.21e-12 / 2e10, rel=1e-12)
+    # a reward of 1e308 and a subnormal beta: finite, exact
+    np.testing.assert_array_equal(kp.optimal_policy(t([0.5, 0.5]), t([1e308, 0.0]), 1.0), [1, 0])
+    np.testing.assert_array_equal(kp.optimal_policy(t([0.5, 0.5]), t([1.0, 0.0]), 1e-310), [1, 0])
+    # beta = 1e-300 as a tensor: dV/dbeta = -KL = log(1/2), not NaN
+    b = torch.tensor(1e-300, dtype=torch.float64, requires_grad=True)
+    kp.soft_value(t([0.5, 0.5]), t([1.0, 0.0]), b).backward()
+    assert float(b.grad) == pytest.approx(-math.log(2), rel=1e-15)
+
+
+def test_bfloat16_is_computed_in_float32_and_returned_in_bfloat16():
+    torch = pytest.importorskip("torch")
+    ref = torch.tensor([0.3, 0.7], dtype=torch.bfloat16)
+    r = torch.tensor([1.0, 0.0], dtype=torch.bfloat16)
+    pi = kp.optimal_policy(ref, r, 0.5)
+    assert pi.dtype == torch.bfloat16
+    want = kp.optimal_policy(ref.float().numpy(), r.float().numpy(), 0.5)
+    np.testing.assert_allclose(pi.float().numpy(), want, rtol=2**-8)
+    v = kp.soft_value(ref, r, 0.5)
+    assert v.dtype == torch.bfloat16
+    # bfloat16 rows sum to one only to bfloat16 precision: accepted with its own tolerance
+    ref3 = torch.tensor([0.1, 0.2, 0.7], dtype=torch.bfloat16)
+    assert torch.isfinite(kp.optimal_policy(ref3, torch.zeros(3, dtype=torch.bfloat16), 1.0)).all()
+
+
+def test_torch_keeps_device_dtype_and_klpolicy_torch_is_the_same_function():
+    torch = pytest.importorskip("torch")
+    import klpolicy.torch as kt
+
+    ref = torch.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=torch.float32)
+    r = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float32)
+    a = kp.optimal_policy(ref, r, 0.5)
+    b = kt.optimal_policy(ref, r, 0.5, dim=-1)
+    assert a.dtype == torch.float32 and a.device == ref.device
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(
+        kt.soft_value(ref.T, r.T, 0.5, dim=0), kp.soft_value(ref, r, 0.5), rtol=0, atol=0
+    )
+    with pytest.raises(ValueError, match="`dim` and `axis`"):
+        kt.optimal_policy(ref, r, 0.5, dim=0, axis=1)
+
+
+def test_import_klpolicy_imports_neither_torch_nor_jax():
+    import subprocess
+    import sys
+
+    code = "import sys, klpolicy; print('torch' in sys.modules, 'jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.gpu
+def test_cuda_equals_cpu_values_and_gradients():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    for ref, r, beta in GRAD_CASES:
+        for dtype in (torch.float64, torch.float32):
+            q = torch.tensor(ref, dtype=dtype)
+            w = torch.tensor(r, dtype=dtype)
+            wc = w.cuda().requires_grad_()
+            pc = kp.optimal_policy(q.cuda(), wc, beta)
+            assert pc.device.type == "cuda" and pc.dtype == dtype
+            tol = 1e-12 if dtype == torch.float64 else 1e-5
+            torch.testing.assert_close(
+                pc.cpu(), kp.optimal_policy(q, w, beta), rtol=tol, atol=1e-30
+            )
+            kp.soft_value(q.cuda(), wc, beta).backward()
+            torch.testing.assert_close(wc.grad.cpu(), pc.detach().cpu(), rtol=tol, atol=1e-30)

@@ -1,0 +1,134 @@
+"""``klpolicy check SUITE module:function [options]``: exit 0 on pass, 1 on failure, 2 on bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from klpolicy.app.cli import main
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+MUT = "tests.testing.test_testing_estimators"
+
+
+def test_passing_suite_exits_0(capsys):
+    assert main(["check", "kl-estimator", "klpolicy.estimators:k3", "--estimator", "k3"]) == 0
+    assert capsys.readouterr().out == "check_kl_estimator(k3): passed (100 examples)\n"
+
+
+def test_failing_suite_prints_the_verdict_and_exits_1(capsys):
+    from tests.testing.test_testing_estimators import CLAMP_VERDICT
+
+    assert main(["check", "kl_estimator", f"{MUT}:k3_clamped", "--estimator", "k3"]) == 1
+    assert capsys.readouterr().out == CLAMP_VERDICT + "\n"
+
+
+def test_options_reach_the_suite(capsys):
+    args = [
+        "check",
+        "kl-estimator",
+        f"{MUT}:k3_clamped",
+        "--estimator",
+        "k3",
+        "--clamp",
+        "-10",
+        "10",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ClampBiasWarning: check_kl_estimator: the clamp (-10.0, 10.0)")
+    assert out[1] == "check_kl_estimator(k3_clamped): passed (100 examples)"
+    args = ["check", "kl-estimator", f"{MUT}:k1_float32", "--estimator", "k1", "--dtype", "float32"]
+    assert main([*args, "--max-examples", "30"]) == 0
+    assert capsys.readouterr().out == "check_kl_estimator(k1_float32): passed (30 examples)\n"
+
+
+def test_controller_class_and_dotted_attribute(capsys):
+    assert main(["check", "kl-controller", "klpolicy.control:AdaptiveKLController"]) == 0
+    target = "tests.testing.test_testing:NaNPropagating"
+    assert main(["check", "check_kl_controller", target]) == 1
+    from tests.testing.test_testing import NAN_VERDICT
+
+    assert capsys.readouterr().out.endswith(NAN_VERDICT + "\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "msg"),
+    [
+        (["bogus", "klpolicy:kl_divergence"], "unknown suite 'bogus'; choose one of dpo-loss"),
+        (["kl-divergence", "no_such_module_17:f"], "cannot import 'no_such_module_17'"),
+        (["kl-divergence", "klpolicy:no_such_name"], "'klpolicy' has no attribute"),
+        (["kl-divergence", "klpolicy"], "the target must be module:function"),
+        (["kl-estimator", "klpolicy.estimators:k3"], "required: --estimator"),
+        (["kl-estimator", "klpolicy.estimators:k3", "--estimator", "k4"], "`estimator` must be"),
+        (["kl-divergence", "klpolicy:kl_divergence", "--max-examples", "x"], "invalid int"),
+        (["kl-divergence", "klpolicy:__version__"], "is not callable"),
+        ([], "usage: klpolicy check SUITE"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, msg, capsys):
+    assert main(["check", *argv]) == 2
+    captured = capsys.readouterr()
+    text = captured.err or captured.out
+    assert msg in text
+    if captured.err:
+        assert captured.err.startswith("klpolicy check: error: ")
+        assert captured.err.count("\n") == 1
+
+
+def test_help_lists_the_suites_and_options(capsys):
+    assert main(["check", "--help"]) == 0
+    assert "kl-controller" in capsys.readouterr().out
+    assert main(["check", "kl-estimator", "-h"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--estimator", "--dtype", "--reduction", "--clamp", "--max-examples"):
+        assert option in out
+
+
+@pytest.mark.slow
+def test_the_command_line_exit_status():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "klpolicy", "check", "kl-controller"]
+    done = subprocess.run(
+        [*cmd, "tests.testing.test_testing:NegativeBeta"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "multiplier 1 + (-0.2) * 10 = -1" in done.stdout
+    done = subprocess.run(
+        [*cmd, "nope:X"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr == "klpolicy check: error: cannot import 'nope': ModuleNotFoundError: "
+        "No module named 'nope'\n"
+    )
+
+
+def test_import_klpolicy_app_does_not_import_hypothesis():
+    code = "import klpolicy.app.cli, sys; print('hypothesis' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_pair_loss_suite_of_issue_19(capsys):
+    target = "klpolicy.preference:dpo_loss"
+    assert main(["check", "pair-loss", target, "--max-examples", "20"]) == 0
+    assert capsys.readouterr().out == "check_pair_loss(dpo_loss): passed (20 examples)\n"
+    assert main(["check", "pair-loss", target, "--loss", "ipo", "--max-examples", "20"]) == 1
+    assert capsys.readouterr().out.startswith("check_pair_loss[ipo](dpo_loss): it differs")
+    argv = ["check", "pair-loss", target, "--option", "label_smoothing=0.1"]
+    assert main([*argv, "--max-examples", "20"]) == 1
+    assert "it ignores the option label_smoothing=0.1" in capsys.readouterr().out
+    assert main(["check", "pair-loss", target, "--option", "x"]) == 2
+    assert "expected KEY=NUMBER, got 'x'" in capsys.readouterr().err

@@ -1,0 +1,87 @@
+"""docs/testing.md runs: every python block executes, and every message it quotes is real.
+
+A ```text block right after a ```python block is the message its last statement
+produces: an ``AssertionError`` (``AssertionError: ...``) or a ``ClampBiasWarning``.
+The controller verdicts quoted without code are the ones tests/testing/test_testing.py
+asserts word for word.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
+
+
+def blocks(text: str) -> list[tuple[str, str, bool]]:
+    """The fenced blocks of a page, in order: (language, body, right after the previous one)."""
+    out, end = [], None
+    for m in re.finditer(r"```(\w+)\n(.*?)```", text, re.S):
+        attached = end is not None and not text[end : m.start()].strip()
+        out.append((m.group(1), m.group(2), attached))
+        end = m.end()
+    return out
+
+
+def _split_last(code: str) -> tuple[str, str]:
+    tree = ast.parse(code)
+    last = tree.body[-1]
+    lines = code.splitlines(keepends=True)
+    return "".join(lines[: last.lineno - 1]), "".join(lines[last.lineno - 1 :])
+
+
+def run_page(text: str) -> list[tuple[str, str]]:
+    """Execute the page's python blocks in order; return (quoted, produced) message pairs."""
+    from klpolicy.testing import ClampBiasWarning
+
+    ns: dict = {"__name__": "docs_testing"}
+    pairs = []
+    bl = blocks(text)
+    for k, (lang, body, _) in enumerate(bl):
+        if lang != "python":
+            continue
+        nxt = bl[k + 1] if k + 1 < len(bl) else ("", "", False)
+        quoted = nxt[1].strip() if nxt[0] == "text" and nxt[2] else None
+        if quoted is None or not quoted.startswith(("AssertionError:", "ClampBiasWarning:")):
+            exec(compile(body, f"docs/testing.md block {k}", "exec"), ns)
+            continue
+        head, last = _split_last(body)
+        exec(compile(head, f"docs/testing.md block {k}", "exec"), ns)
+        code = compile(last, f"docs/testing.md block {k} (last)", "exec")
+        if quoted.startswith("AssertionError:"):
+            try:
+                exec(code, ns)
+            except AssertionError as exc:
+                pairs.append((quoted, f"AssertionError: {exc}"))
+            else:
+                pairs.append((quoted, "(no AssertionError)"))
+        else:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                exec(code, ns)
+            got = [str(w.message) for w in caught if issubclass(w.category, ClampBiasWarning)]
+            pairs.append((quoted, f"ClampBiasWarning: {got[0]}" if got else "(no warning)"))
+    return pairs
+
+
+@pytest.mark.slow
+def test_every_quoted_message_is_what_the_code_above_it_produces():
+    pairs = run_page(DOC.read_text())
+    assert len(pairs) >= 10
+    for quoted, produced in pairs:
+        assert produced == quoted
+
+
+def test_controller_verdicts_quoted_without_code_are_the_asserted_ones():
+    from tests.testing import test_testing as t
+
+    text = DOC.read_text()
+    for verdict in (t.NEGATIVE_VERDICT, t.TARGET_ZERO_VERDICT, t.TARGET_ZERO_FLOAT_VERDICT):
+        assert f"AssertionError: {verdict}" in text
