@@ -234,8 +234,14 @@ def explore(
         value=float(beta), base=10, min=np.log10(spread) - 3, max=np.log10(spread) + 3,
         step=0.02, description="β", readout_format=".3g", continuous_update=True,
     )  # fmt: skip
-    from IPython.display import display  # ipywidgets depends on IPython
+    from IPython import get_ipython  # ipywidgets depends on IPython
+    from IPython.display import display
     from matplotlib.figure import Figure
+
+    # outside a notebook kernel there is nothing to show the figure in (and IPython's
+    # display would print its repr): the widget still updates the figure and the readout
+    shell = get_ipython()
+    in_kernel = shell is not None and getattr(shell, "kernel", None) is not None
 
     readout = widgets.HTML()
     out = widgets.Output()
@@ -249,9 +255,10 @@ def explore(
     def update(change=None):
         kl, er = bars.show(float(slider.value))
         readout.value = f"β = {slider.value:.4g}: KL = {kl:.4f} nats, E[r] = {er:.4f}"
-        with out:  # redraw: the inline backend shows a static image per display
-            out.clear_output(wait=True)
-            display(fig)
+        if in_kernel:
+            with out:  # redraw: the inline backend shows a static image per display
+                out.clear_output(wait=True)
+                display(fig)
 
     slider.observe(update, names="value")
     update()
