@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import softmax
 
 from .core import beta_for_kl, optimal_policy
 from .core.internal import expm1mx
@@ -338,9 +339,5 @@ def ppo_clip_step(
     with np.errstate(divide="ignore"):
         theta = np.where(p_old > 0, np.log(p_old), -np.inf)
     for _ in range(n):
-        z = theta - np.max(theta, axis=-1, keepdims=True)
-        p = np.exp(z) / np.sum(np.exp(z), axis=-1, keepdims=True)
-        theta = theta + step * _clipped_gradient(p, p_old, adv, eps)
-    z = theta - np.max(theta, axis=-1, keepdims=True)
-    p = np.exp(z) / np.sum(np.exp(z), axis=-1, keepdims=True)
-    return np.moveaxis(p, -1, axis)
+        theta = theta + step * _clipped_gradient(softmax(theta, axis=-1), p_old, adv, eps)
+    return np.moveaxis(softmax(theta, axis=-1), -1, axis)

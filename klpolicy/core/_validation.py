@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+from scipy.special import logsumexp
 
 __all__ = [
     "as_beta",
@@ -667,11 +668,7 @@ def as_log_probs(
         what = "must not be +inf" if allow_neg_inf else "must be finite"
         raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
     if full:
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            a = np.where(k, arr, 0.0)
-            mx = np.max(a, axis=-1, keepdims=True)
-            mx = np.where(np.isfinite(mx), mx, 0.0)
-            lse = (mx + np.log(np.sum(np.exp(a - mx), axis=-1, keepdims=True)))[..., 0]
+        lse = logsumexp(np.where(k, arr, 0.0), axis=-1)  # rows not kept are ignored below
         rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
         bad = (np.abs(lse) > rtol) & keep
         if bad.any():
@@ -695,10 +692,7 @@ def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
     ax = normalise_axis(axis, arr.ndim, name)
     arr = np.moveaxis(arr, ax, -1)
-    with np.errstate(divide="ignore", over="ignore"):
-        m = np.max(arr, axis=-1, keepdims=True)
-        m = np.where(np.isfinite(m), m, 0)
-        lse = np.log(np.sum(np.exp(arr - m), axis=-1)) + m[..., 0]
+    lse = logsumexp(arr, axis=-1)  # -inf for a row of -inf: refused below
     tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
     bad = ~(np.abs(lse) <= tol)
     if np.ndim(bad) == 0:
