@@ -23,3 +23,16 @@ def test_readme_example_prints_its_comments():
     assert lines[3].startswith("1.0599")
     # the comments in the block state the same numbers
     assert "# 0.5 [0.88 0.12] 0.3278" in block and "# 2.0 [0.62 0.38] 0.0303" in block
+
+
+def test_ci_runs_the_readme_test_command():
+    """`.ci/run` ends with the pytest call of the README's test command, verbatim."""
+    text = README.read_text()
+    section = text.split("## Run the tests", 1)[1]
+    command = re.search(r"```bash\n(.*?)\n```", section, re.S).group(1)
+    pytest_call = command.split("&&")[-1].strip()
+    assert pytest_call.startswith("python -m pytest")
+    ci = (README.parent / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == pytest_call
+    install = command.split("&&")[1].strip()
+    assert any(line.startswith(install.replace("install -e", "install --quiet -e")) for line in ci)

@@ -147,7 +147,8 @@ def as_probabilities(
         _raise_not_finite_non_negative(name, arr)
     if check_sum:
         n = arr.shape[ax]
-        sums = arr.sum(axis=ax, dtype=np.float64)
+        with np.errstate(over="ignore"):  # huge entries sum to inf: refused just below
+            sums = arr.sum(axis=ax, dtype=np.float64)
         tol = row_sum_tolerance(arr.dtype, n)
         bad = np.abs(sums - 1.0) > tol
         if np.ndim(bad) == 0:
