@@ -171,6 +171,7 @@ def test_core_internal_lists_what_it_offers():
             assert name in internal.__doc__, f"core.internal's docstring does not describe {name}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
@@ -190,6 +191,7 @@ def test_import_klpolicy_loads_no_leaf_and_no_scipy_optimize(code):
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_import_works_with_docstrings_stripped():
     code = "import klpolicy, klpolicy.estimators, klpolicy.app; print(klpolicy.optimal_kl([.5, .5], [1., 0.], 0.5))"
     out = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True)

@@ -1125,6 +1125,7 @@ def test_every_public_callable_has_a_row():
     assert not stale, f"rows for names that are no longer public: {stale}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("r", list(_rows_by_name().values()), ids=lambda r: r.qualname)
 def test_base_call_is_valid(r):
     """Each row's valid call succeeds, so that a refusal below is about the one bad argument."""

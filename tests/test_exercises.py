@@ -72,6 +72,7 @@ def test_solutions_are_folded_away(path):
         assert ":class: dropdown" in m.group("options")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("path", "index"), _ALL, ids=[f"{p.stem}-{i + 1}" for p, i in _ALL])
 def test_solution_gives_the_stated_answer(path, index):
     m = _solutions(path)[index]

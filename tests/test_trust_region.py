@@ -241,6 +241,7 @@ def test_trpo_step_is_the_k3_in_loss_fixed_point_at_its_multiplier():
     np.testing.assert_allclose(lam, lam[0], rtol=1e-12)
 
 
+@pytest.mark.slow
 @given(
     st.lists(st.floats(0.05, 1.0), min_size=2, max_size=5),
     st.floats(0.001, 2.0),

@@ -117,6 +117,7 @@ def test_demo_prints_the_worked_example(capsys):
     assert "beta = 2   : 0.6225" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_runs_the_command():
     out = subprocess.run(
         [
@@ -145,6 +146,7 @@ def test_python_dash_m_runs_the_command():
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_import_cli_stays_light():
     code = (
         "import sys, klpolicy.app.cli; "
@@ -170,6 +172,7 @@ def test_demo_out_writes_the_headline_figures(capsys, tmp_path):
         assert path.read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -433,6 +436,7 @@ def test_no_traceback_even_for_an_unexpected_failure(capsys, monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_the_issue_16_solve_case_is_one_line_or_the_answer():
     # beta_for_kl on this reachable target once raised RuntimeError: now either the answer
     # (exit 0) or one line, never a traceback

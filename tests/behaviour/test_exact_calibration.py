@@ -54,6 +54,7 @@ def test_brier_score_at_the_extremes():
         assert got == pytest.approx(want, rel=1e-12, abs=1e-300), (p.tolist(), t.tolist())
 
 
+@pytest.mark.slow
 def test_calibration_curve_against_mpmath():
     rng = np.random.default_rng(1641)
     for _ in range(40):

@@ -56,6 +56,7 @@ def test_entropy_slope_at_a_tiny_beta():
     assert entropy_slope(ref, rew, 1e-110) == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_entropy_and_its_slope_at_the_extremes():
     rng = np.random.default_rng(1607)
     for _ in range(150):
@@ -79,6 +80,7 @@ def test_expected_distinct_against_mpmath():
         assert float(expected_distinct(ref, k)) == pytest.approx(float(want), rel=1e-13)
 
 
+@pytest.mark.slow
 def test_diversity_curve_on_a_kl_grid_against_mpmath():
     # through beta_for_kl: the entropy and reward at the beta spending each budget
     rng = np.random.default_rng(1609)
@@ -95,6 +97,7 @@ def test_diversity_curve_on_a_kl_grid_against_mpmath():
             assert abs(float(er) - float(mean)) <= 1e-13 * float(np.max(np.abs(rew)))
 
 
+@pytest.mark.slow
 def test_best_of_n_diversity_against_mpmath():
     rng = np.random.default_rng(1611)
     for _ in range(30):
@@ -114,6 +117,7 @@ def test_best_of_n_diversity_against_mpmath():
             assert float(d.optimal_entropy[0]) == pytest.approx(float(opt_ent), rel=1e-12)
 
 
+@pytest.mark.slow
 @given(problems(min_size=2, max_size=6))
 @settings(max_examples=40)
 def test_entropy_and_slope_on_the_strategies_extremes(pb):

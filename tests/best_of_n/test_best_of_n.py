@@ -213,6 +213,7 @@ def test_bound_values():
     assert best_of_n_kl_bound(1) == 0.0
 
 
+@pytest.mark.slow
 @given(problems, st.integers(1, 300))
 def test_bound_holds_and_kl_monotone(prob, n):
     ref, reward = normalise(prob[0]), np.array(prob[1], float)

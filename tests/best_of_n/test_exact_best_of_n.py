@@ -61,6 +61,7 @@ def test_a_tiny_best_level_beside_a_rounded_bulk():
     assert float(best_of_n_kl(ref, rew, 2)) == pytest.approx(want, rel=1e-13)
 
 
+@pytest.mark.slow
 def test_law_and_figures_against_mpmath():
     rng = np.random.default_rng(1601)
     for _ in range(150):
@@ -77,6 +78,7 @@ def test_law_and_figures_against_mpmath():
         assert float(best_of_n_win_rate(ref, rew, n)) == pytest.approx(wr, rel=1e-12, abs=1e-300)
 
 
+@pytest.mark.slow
 def test_best_of_n_vs_optimal_against_mpmath():
     # the matched optimal policy spends best-of-n's KL: checked through the mpmath KL at its beta
     rng = np.random.default_rng(1602)

@@ -163,6 +163,7 @@ def test_convert_kl_target_round_trip():
 # --- the closed loop --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("measure", ["before", "after"])
 def test_adaptive_settles_on_beta_for_kl_with_instant_response(measure):
     target = 0.1
@@ -213,6 +214,7 @@ def test_before_measures_the_policy_of_the_previous_coefficient():
     np.testing.assert_allclose(tr.kl[1:], kp.optimal_kl(REF, REW, tr.beta[:-1, None]), rtol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("lag", "horizon", "measure"),
     [(0.0, 4.0, "before"), (0.5, 4.0, "before"), (0.8, 10.0, "before"),
@@ -237,6 +239,7 @@ def test_linearised_loop_obeys_the_derived_characteristic_polynomial(lag, horizo
     assert np.max(np.abs(resid) / scale) < 5e-3
 
 
+@pytest.mark.slow
 def test_stability_depends_on_the_measurement_order():
     # loop gain g*eta = 1.70: unstable when the KL lags one step (before), stable after
     eta = kl_elasticity(REF, REW, kp.beta_for_kl(REF, REW, 0.1))
@@ -272,6 +275,7 @@ def test_dead_zone_cycles_when_a_step_jumps_over_the_band():
     assert len(set(tr.beta[-40:])) == 2
 
 
+@pytest.mark.slow
 def test_noisy_kl_still_settles():
     # k1 estimate from n samples: sigma^2 = Var_pi*(log pi*/ref) / n. Linearised with
     # k = g*eta, the final KL has stationary variance sigma^2 k (1+k) / ((1-k)(2+k))
@@ -302,6 +306,7 @@ def test_noisy_simulation_is_reproducible_from_the_seed():
     np.testing.assert_array_equal(a.kl_measured, b.kl_measured)
 
 
+@pytest.mark.slow
 def test_per_token_target_in_the_loop():
     length = 20
     c = AdaptiveKLController(1.0, 0.1 / length, 8.0, per="token")
@@ -310,6 +315,7 @@ def test_per_token_target_in_the_loop():
     assert tr.kl[-1] == pytest.approx(0.1, rel=1e-10)
 
 
+@pytest.mark.slow
 def test_lag_slows_the_response_and_adds_overshoot():
     region = stability_region(
         REF, REW, 0.1, lags=[0.0, 0.5, 0.8], horizons=[4.0], init_kl_coef=1.0, steps=400
@@ -618,6 +624,7 @@ def test_lagrangian_stability_threshold(gain, measure, settles):
         assert tr.beta[-1] == pytest.approx(beta_star, rel=1e-9)
 
 
+@pytest.mark.slow
 def test_zero_reference_mass_stays_off_the_support():
     # outcome 2 has no reference mass and the best reward: it must never be sampled or counted
     ref, rew = [0.6, 0.4, 0.0], [1.0, 0.0, 5.0]

@@ -33,6 +33,7 @@ def test_kl_elasticity_at_tiny_beta_and_huge_rewards():
     assert got == pytest.approx(_mp_elasticity([0.5, 0.5], [3e-200, 0.0], 1e-200), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_kl_elasticity_at_the_extremes():
     rng = np.random.default_rng(1606)
     for _ in range(150):
@@ -47,6 +48,7 @@ def test_kl_elasticity_at_the_extremes():
         assert kl_elasticity(ref, rew, beta) == pytest.approx(want, rel=1e-11, abs=1e-300)
 
 
+@pytest.mark.slow
 def test_stability_region_gain_at_the_extremes():
     # the loop gain n_steps / H * eta, eta the elasticity at the beta spending the target
     rng = np.random.default_rng(1607)
@@ -69,6 +71,7 @@ def test_stability_region_gain_at_the_extremes():
         assert float(reg.gain[0]) == pytest.approx(want / 10.0, rel=1e-10)
 
 
+@pytest.mark.slow
 @given(problems(min_size=2, max_size=6))
 @settings(max_examples=40)
 def test_kl_elasticity_on_the_strategies_extremes(pb):

@@ -132,6 +132,7 @@ def value_atol(ref, reward):
 ALL_BETAS = np.array([0.0, *BETAS, math.inf])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_closed_form_equals_the_numpy_core_on_the_mpmath_cases(xb, case):
     # one call per function: every beta of the grid as a batch row (beta shape (B, 1))
@@ -147,6 +148,7 @@ def test_closed_form_equals_the_numpy_core_on_the_mpmath_cases(xb, case):
     assert_close(xb.numpy(kl), kp.optimal_kl(ref, r, ALL_BETAS[:, None]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["near_ties", "tiny_ref", "tiny_alternative", "large_rewards"])
 @pytest.mark.parametrize("beta", [1e-4, 1.0, 1e8])
 def test_closed_form_against_mpmath(xb, case, beta):
@@ -193,6 +195,7 @@ def _extreme_batch():
     return np.array(refs), np.array(rewards)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", EXTREME_BETAS)
 def test_closed_form_equals_the_numpy_core_at_the_extremes(xb, beta):
     ref, r = _extreme_batch()
@@ -204,6 +207,7 @@ def test_closed_form_equals_the_numpy_core_at_the_extremes(xb, beta):
     assert_close(xb.numpy(xb("optimal_kl", q, w, beta)), kp.optimal_kl(ref, r, beta))
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(
     prob=problems(
@@ -234,6 +238,7 @@ def test_closed_form_equals_the_numpy_core_on_drawn_extremes(prob, big):
         assert_close(xb.numpy(xb("optimal_kl", q, w, beta)), kp.optimal_kl(ref, r, beta))
 
 
+@pytest.mark.slow
 def test_batches_axis_and_beta_arrays(xb):
     rng = np.random.default_rng(3)
     ref = rng.dirichlet(np.ones(5), size=(2, 3))
@@ -248,6 +253,7 @@ def test_batches_axis_and_beta_arrays(xb):
     assert_close(xb.numpy(got), kp.max_kl(ref, r))
 
 
+@pytest.mark.slow
 def test_divergences_and_estimators_equal_the_numpy_core(xb):
     rng = np.random.default_rng(5)
     p = rng.dirichlet(np.full(7, 0.5), size=4)
@@ -297,6 +303,7 @@ def _message(fn, *args, **kwargs) -> str:
     return str(info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("ref", "reward", "beta"), BAD_PROBLEMS)
 def test_invalid_problems_are_refused_with_the_numpy_message(xb, ref, reward, beta):
     want = _message(kp.optimal_policy, ref, reward, beta)
@@ -326,6 +333,7 @@ def test_invalid_log_probs_are_refused_with_the_numpy_message(xb, logp, logq):
 # --------------------------------------------------------------------------- float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beta", [0.0, 1e-30, 1e-3, 0.5, 1e4, 1e30, math.inf])
 def test_float32_in_float32_out_exact_and_never_inf(xb, beta):
     refs = [[1.0, 1e-44], [0.5, 0.5], [0.0, 0.25, 0.0, 0.75], [1e-30, 1.0 - 1e-30]]
@@ -406,6 +414,7 @@ GRAD_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("ref", "r", "beta"), GRAD_CASES)
 def test_gradients_equal_the_analytic_derivatives(ad, ref, r, beta):
     q, w, b = ad.asarray(ref), ad.asarray(r), ad.asarray(beta)
@@ -427,6 +436,7 @@ def test_gradients_equal_the_analytic_derivatives(ad, ref, r, beta):
     np.testing.assert_allclose(_grad(ad, kp.optimal_kl, q, w, b, wrt=2), -var / beta**3, rtol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ref", "r", "beta", "dv_dbeta"),
     [
@@ -452,6 +462,7 @@ def test_gradients_are_finite_at_the_extremes(ad, ref, r, beta, dv_dbeta):
         np.testing.assert_allclose(g, dv_dbeta, rtol=1e-12, atol=1e-300)
 
 
+@pytest.mark.slow
 def test_kl_divergence_and_estimator_gradients(ad):
     p, q = np.array([0.0, 0.3, 0.7]), np.array([0.2, 0.3, 0.5])
     # the kernel computes KL(p / sum p || q / sum q) (rows normalised only to rounding are
@@ -466,6 +477,7 @@ def test_kl_divergence_and_estimator_gradients(ad):
     np.testing.assert_allclose(g, 1 - np.exp(lq - lp), rtol=1e-12, atol=1e-16)
 
 
+@pytest.mark.slow
 def test_torch_gradcheck_at_the_extremes():
     torch = pytest.importorskip("torch")
     t = lambda x: torch.tensor(x, dtype=torch.float64, requires_grad=True)  # noqa: E731
@@ -484,6 +496,7 @@ def test_torch_gradcheck_at_the_extremes():
             ), (fn, ref, r, beta)
 
 
+@pytest.mark.slow
 def test_jax_jit_with_validate_false_equals_eager():
     jax = pytest.importorskip("jax")
     xb = Backend("jax")
@@ -535,6 +548,7 @@ def test_bfloat16_is_computed_in_float32_and_returned_in_bfloat16():
     assert torch.isfinite(kp.optimal_policy(ref3, torch.zeros(3, dtype=torch.bfloat16), 1.0)).all()
 
 
+@pytest.mark.slow
 def test_torch_keeps_device_dtype_and_klpolicy_torch_is_the_same_function():
     torch = pytest.importorskip("torch")
     import klpolicy.torch as kt
@@ -552,6 +566,7 @@ def test_torch_keeps_device_dtype_and_klpolicy_torch_is_the_same_function():
         kt.optimal_policy(ref, r, 0.5, dim=0, axis=1)
 
 
+@pytest.mark.slow
 def test_import_klpolicy_imports_neither_torch_nor_jax():
     import subprocess
     import sys

@@ -259,6 +259,7 @@ def problems(draw, max_v=8, batch=False):
     return ref, r, beta
 
 
+@pytest.mark.slow
 @given(problems(batch=True))
 def test_rows_sum_to_one_and_batch_equals_rows(prob):
     ref, r, beta = prob
@@ -269,6 +270,7 @@ def test_rows_sum_to_one_and_batch_equals_rows(prob):
     np.testing.assert_allclose(kp.optimal_policy(ref.T, r.T, beta, axis=0), pi.T, rtol=1e-15)
 
 
+@pytest.mark.slow
 @given(problems(), st.floats(-1e3, 1e3))
 def test_invariant_to_constant_reward_shift(prob, shift):
     ref, r, beta = prob
@@ -289,6 +291,7 @@ def test_kl_falls_with_beta_when_a_tiny_alternative_gains_weight():
     )
 
 
+@pytest.mark.slow
 @given(problems(), st.floats(1.01, 10.0))
 def test_kl_and_reward_decrease_in_beta(prob, factor):
     ref, r, beta = prob
@@ -377,6 +380,7 @@ def lopsided_problems(draw):
     return ref, r, draw(st.floats(0.05, 50.0))
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(lopsided_problems())
 def test_optimal_kl_of_a_lopsided_reference_against_mpmath(prob):

@@ -118,6 +118,7 @@ def _norm(x):
     return a / a.sum()
 
 
+@pytest.mark.slow
 @given(probs, probs)
 def test_kl_is_cross_entropy_minus_entropy(a, b):
     n = min(len(a), len(b))

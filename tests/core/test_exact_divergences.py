@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mpmath as mp
 import numpy as np
+import pytest
 
 import klpolicy as kp
 from klpolicy.core.internal import normalised_log_ratio
@@ -18,6 +19,7 @@ def test_cross_entropy_normalises_like_kl_divergence():
     assert abs(got / 7.9e-146 - 1) < 1e-15
 
 
+@pytest.mark.slow
 def test_cross_entropy_at_the_extremes_against_mpmath():
     rng = np.random.default_rng(160)
     for _ in range(300):
@@ -33,6 +35,7 @@ def test_cross_entropy_at_the_extremes_against_mpmath():
         assert abs(got - ref) <= 1e-13 * ref + 1e-300, (p.tolist(), q.tolist(), got, ref)
 
 
+@pytest.mark.slow
 def test_normalised_log_ratio_against_mpmath():
     # the top entries differ by one ulp (1.1e-16) while the normalised log-ratio there is
     # -4e-24: log1p(d / q) - log1p(D / S_q) lost it (error 1.6e-32, relative 4e-9)

@@ -91,6 +91,7 @@ def test_beta_for_kl_issue_16_case():
         assert abs(R.optimal_kl(ref, rew, beta) / mp.mpf(kl) - 1) < 1e-12
 
 
+@pytest.mark.slow
 def test_beta_for_kl_batch_of_extremes_matches_row_by_row():
     rng = np.random.default_rng(7)
     rows = []
@@ -179,6 +180,7 @@ def _mp_forward_kl_optimum(ref, rew, beta):
         return [float(qi / (u + di)) if qi > 0 else 0.0 for qi, di in zip(q, d)]
 
 
+@pytest.mark.slow
 def test_k3_loss_fixed_point_against_mpmath():
     # the k3-in-the-loss fixed point solves a monotone equation in u with the package's root
     # finder (formerly a fixed 110-step bisection)
@@ -242,6 +244,7 @@ def test_ppo_clip_step_against_mpmath():
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
 
 
+@pytest.mark.slow
 @given(problems(min_size=2, max_size=6))
 @settings(max_examples=40)
 def test_beta_for_kl_round_trip_on_the_strategies_extremes(pb):

@@ -253,6 +253,7 @@ def test_beta_for_kl_batch_mixing_paths_matches_single_rows():
 # --------------------------------------------------------------------------- fast == careful
 
 
+@pytest.mark.slow
 @given(
     st.integers(1, 4),
     st.integers(1, 12),

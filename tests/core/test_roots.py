@@ -106,6 +106,7 @@ def test_brackets_must_be_finite_and_ordered(lo, hi):
         monotone_root(lambda x, rows: (x, x), lo, hi, increasing=True)
 
 
+@pytest.mark.slow
 def test_import_klpolicy_does_not_load_scipy_optimize():
     import subprocess
     import sys

@@ -202,6 +202,7 @@ def test_float32_rows_get_a_float32_tolerance():
         kp.optimal_policy(np.array([0.3, 0.71], dtype=np.float32), R, 1.0)
 
 
+@pytest.mark.slow
 def test_import_klpolicy_loads_no_optional_dependency():
     code = (
         "import sys, klpolicy;"

@@ -536,6 +536,7 @@ def test_fixed_point_limits_batch_and_extremes():
     assert z.dtype == np.float32 and z[2] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "place"), [("k1", "reward"), ("k2", "loss"), ("k3", "loss")])
 def test_training_converges_to_the_fixed_point(name, place):
     ref, r, beta = np.array([0.2, 0.3, 0.5]), np.array([1.0, 0.5, 0.0]), 0.5
@@ -563,6 +564,7 @@ def test_k1_in_loss_training_goes_greedy():
     assert flow.policy[1] < 0.01  # far below pi*_5 = 0.45
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["k2", "k3"])
 def test_k2_k3_in_reward_collapse_instead_of_converging(name):
     ref, r, beta = [0.5, 0.5], [1.0, 0.0], 2.0
@@ -695,6 +697,7 @@ def test_bad_input(call, message):
         call()
 
 
+@pytest.mark.slow
 def test_import_does_not_pull_optional_dependencies():
     import subprocess
     import sys
@@ -727,6 +730,7 @@ def test_float32_in_float32_out():
     )
 
 
+@pytest.mark.slow
 @given(
     st.lists(st.floats(1e-6, 1.0), min_size=2, max_size=6),
     st.lists(st.floats(-5, 5), min_size=6, max_size=6),

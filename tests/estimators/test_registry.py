@@ -97,6 +97,7 @@ def _literal_names(node: ast.AST) -> set[str]:
     return {e.value for e in elts if isinstance(e, ast.Constant) and e.value in NAMES}
 
 
+@pytest.mark.slow
 def test_no_module_but_the_registry_lists_the_estimators():
     offenders = []
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -28,6 +28,7 @@ def _sigmoid(x: float) -> float:
     return float(np.exp(x) / (np.exp(x) + 1.0))
 
 
+@pytest.mark.slow
 def test_import_klpolicy_does_not_import_matplotlib():
     code = "import sys, klpolicy, klpolicy.app.cli, klpolicy.app.demo; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -131,6 +132,7 @@ def test_frontier_default_grid_is_smooth_and_marks_beta_on_the_curve():
     assert ax.get_legend().get_texts()[0].get_text().startswith(r"$\pi^*_\beta$")
 
 
+@pytest.mark.slow
 def test_frontier_labels_stay_inside_the_axes():
     ref, reward = [0.35, 0.3, 0.2, 0.1, 0.05], [0.0, 0.25, 0.5, 0.75, 1.0]
     ax = plotting.frontier(ref, reward, best_of_n=(1, 2, 4, 8, 16, 32))
@@ -165,6 +167,7 @@ def test_lecture_style_text_is_at_least_14_points():
         plt.close(ax.figure)
 
 
+@pytest.mark.slow
 def test_demo_overoptimization_figure_fits_and_is_not_squeezed(tmp_path):
     from klpolicy.app import demo
 
@@ -355,6 +358,7 @@ def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
 # --------------------------------------------------------------------------- lecture hall
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
 def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
     from PIL import Image
@@ -386,6 +390,7 @@ def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
         plotting.animate_beta_sweep(ref, reward, frames=2)
 
 
+@pytest.mark.slow
 def test_cli_animates_and_writes_svg_and_pdf(tmp_path, capsys):
     import xml.etree.ElementTree as ET
 

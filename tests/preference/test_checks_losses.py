@@ -29,6 +29,7 @@ def _torch_trl_grad(name, **opts):
     return grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, opts",
     [
@@ -99,6 +100,7 @@ def test_mutants_are_caught_with_a_diagnosis():
     _expect(sppo_divides, "sppo_hard", "it uses 1/beta where the loss has beta")
 
 
+@pytest.mark.slow
 def test_trl_discopop_overflows_at_large_negative_margins():
     # TRL's discopop multiplies exp(-logits) by sigmoid(logits / tau): inf * 0 = nan once
     # beta * logits < -709 (float64), where the loss itself is finite (~ -beta * logits)

@@ -58,6 +58,7 @@ def test_dpo_optimum_at_a_subnormal_beta():
     )
 
 
+@pytest.mark.slow
 def test_dpo_optimum_bradley_terry_at_the_extremes():
     rng = np.random.default_rng(1603)
     for _ in range(150):

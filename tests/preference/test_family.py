@@ -239,6 +239,7 @@ def _scores(pi, ref, beta):
     return x - x[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, opts",
     [
@@ -329,6 +330,7 @@ def _mp_separable_optimum(name, o, ref, w, beta, g_start):
     return np.array([float(refm[i] * mp.exp(g[i])) for i in range(n)]), float(sol[n])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, opts, betas",
     [
@@ -378,6 +380,7 @@ def test_per_outcome_non_convex_case_raises_and_unseen_outcomes_take_the_rest():
     assert pi3[2] == pytest.approx(1 - m0.sum(), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, opts, beta",
     [("nca_pair", {}, 1.7), ("nca_pair", {}, 6.0), ("bco_pair", {"delta": -0.8}, 1.2)],
@@ -397,6 +400,7 @@ def test_per_outcome_optima_when_the_free_minimisers_lack_mass_against_mpmath(
             assert 0.5 * np.abs(pi - ref_pi).sum() < 1e-10, (name, n)
 
 
+@pytest.mark.slow
 def test_per_outcome_non_convex_optimum_is_global(rng):
     from scipy.optimize import minimize
 
@@ -448,6 +452,7 @@ def test_hinge_optimum_attains_the_exhaustive_integer_minimum(rng):
             np.testing.assert_allclose(x, np.round(x), atol=1e-9)  # integral scores
 
 
+@pytest.mark.slow
 def test_hinge_optimum_is_exact_with_reference_entries_of_1e_12(rng):
     # pairs with the tiny outcome weigh ~1e-13: HiGHS's tolerances cannot see them, the
     # steepest descent over x +- 1_S must; exhaustive integer search, summed in float64,

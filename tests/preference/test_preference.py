@@ -228,6 +228,7 @@ def test_implicit_reward():
     assert implicit_reward(np.zeros((3, 1)), np.zeros(2), 1.0).shape == (3, 2)
 
 
+@pytest.mark.slow
 @given(
     st.integers(2, 6),
     st.floats(0.05, 20.0),
@@ -288,6 +289,7 @@ def test_dpo_optimum_equals_optimal_policy(rng, beta, mu_kind):
         assert np.all(pi[ref == 0] == 0)
 
 
+@pytest.mark.slow
 @given(st.integers(2, 7), st.floats(0.02, 50.0), st.floats(0.1, 30.0), st.integers(0, 2**31 - 1))
 def test_dpo_optimum_equals_optimal_policy_property(n, beta, scale, seed):
     rng = np.random.default_rng(seed)
@@ -313,6 +315,7 @@ def test_dpo_optimum_equals_optimal_policy_large_reward_gaps(beta):
         done += 1
 
 
+@pytest.mark.slow
 @given(st.integers(3, 6), st.floats(0.1, 5.0), st.integers(0, 2**31 - 1))
 def test_dpo_and_ipo_rank_log_ratios_like_win_rates(n, beta, seed):
     # product pair law m x m: both optima order log(pi/ref) like p(i > m)

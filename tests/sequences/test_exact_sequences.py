@@ -116,6 +116,7 @@ def test_per_token_kl_against_mpmath():
             assert float(g) == pytest.approx(float(w), rel=1e-11, abs=1e-300)
 
 
+@pytest.mark.slow
 def test_reward_ceiling_against_mpmath():
     # the ceiling is E_{pi*_beta}[r] at the beta spending the budget: both checked in mpmath
     rng = np.random.default_rng(1621)

@@ -122,6 +122,7 @@ def test_soft_value_against_mpmath_with_large_rewards_and_small_beta():
     assert joint(res.policy)[1, 2] == 0.0  # ruled out by the reference
 
 
+@pytest.mark.slow
 @given(
     seed=st.integers(0, 2**32 - 1),
     V=st.integers(2, 4),

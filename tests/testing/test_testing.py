@@ -72,6 +72,7 @@ def test_distributions_strategy_bounds_and_no_zeros(p):
     assert p.size in (3, 4) and (p > 0).all()
 
 
+@pytest.mark.slow
 def test_distributions_reach_tiny_entries_and_zeros():
     seen = {"tiny": False, "zero": False}
 
@@ -267,6 +268,7 @@ def test_bad_check_options(kwargs, msg):
         check_kl_divergence(lambda p, q: 0.0, **kwargs)
 
 
+@pytest.mark.slow
 def test_an_exception_in_fn_is_reported_with_the_input():
     def strict(p, q):
         if (np.asarray(q) == 0).any():
@@ -325,6 +327,7 @@ def test_klpolicy_greedy_limit_is_normalised():
     assert abs(klpolicy.optimal_policy(ref, reward, 0.0).sum() - 1) < 1e-12
 
 
+@pytest.mark.slow
 def test_optimal_policy_passes_klpolicy_with_both_limits():
     check_optimal_policy(klpolicy.optimal_policy, supports_zero_beta=True, supports_inf_beta=True)
 
@@ -344,6 +347,7 @@ OPTIMAL_POLICY_MUTANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "fn", "match"), OPTIMAL_POLICY_MUTANTS, ids=[m[0] for m in OPTIMAL_POLICY_MUTANTS]
 )
@@ -351,6 +355,7 @@ def test_optimal_policy_catches_mutants(name, fn, match):
     fails(check_optimal_policy, fn, match=match)
 
 
+@pytest.mark.slow
 def test_optimal_policy_message_names_smallest_input():
     msg = fails(check_optimal_policy, lambda ref, r, b: sps.softmax(r / b))
     assert msg.startswith("check_optimal_policy(<lambda>): it ignores the reference")
@@ -443,6 +448,7 @@ KL_MUTANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fn", "match"), KL_MUTANTS, ids=[m[0] for m in KL_MUTANTS])
 def test_kl_divergence_catches_mutants(name, fn, match):
     fails(check_kl_divergence, fn, match=match)
@@ -550,6 +556,7 @@ DPO_MUTANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "fn", "match"), DPO_MUTANTS, ids=[m[0] for m in DPO_MUTANTS])
 def test_dpo_loss_catches_mutants(name, fn, match):
     fails(check_dpo_loss, fn, match=match)
@@ -814,6 +821,7 @@ CONTROLLER_MUTANTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "cls", "match"), CONTROLLER_MUTANTS, ids=[m[0] for m in CONTROLLER_MUTANTS]
 )
@@ -896,6 +904,7 @@ def test_pytest_plugin_fixture_marker_and_options(tmp_path):
     assert "it computes KL(q||p), not KL(p||q)" in out
 
 
+@pytest.mark.slow
 def test_plugin_import_does_not_load_hypothesis():
     code = "import sys, klpolicy.testing.pytest_plugin; print('hypothesis' in sys.modules)"
     out = subprocess.run(

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MUT = "tests.testing.test_testing_estimators"
 
 
+@pytest.mark.slow
 def test_passing_suite_exits_0(capsys):
     assert main(["check", "kl-estimator", "klpolicy.estimators:k3", "--estimator", "k3"]) == 0
     assert capsys.readouterr().out == "check_kl_estimator(k3): passed (100 examples)\n"
@@ -28,6 +29,7 @@ def test_failing_suite_prints_the_verdict_and_exits_1(capsys):
     assert capsys.readouterr().out == CLAMP_VERDICT + "\n"
 
 
+@pytest.mark.slow
 def test_options_reach_the_suite(capsys):
     args = [
         "check",
@@ -114,6 +116,7 @@ def test_the_command_line_exit_status():
     )
 
 
+@pytest.mark.slow
 def test_import_klpolicy_app_does_not_import_hypothesis():
     code = "import klpolicy.app.cli, sys; print('hypothesis' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -96,11 +96,13 @@ ABS_VERDICT = (
 )
 
 
+@pytest.mark.slow
 def test_one_ulp_k3_passes_by_default_and_is_rounding_at_atol_0():
     check_kl_estimator(k3_one_ulp, "k3")
     assert _fail(check_kl_estimator, k3_one_ulp, "k3", atol=0.0) == ONE_ULP_VERDICT
 
 
+@pytest.mark.slow
 def test_textbook_k3_at_atol_0_is_rounding_never_k2():
     # the case: exp(x) - 1 - x at x = -1e-5 gives 5.0000007e-11 for 5.0000167e-11;
     # k3 - k2 there is 1.7e-16, below what the formula resolves, so "computes k2" is wrong
@@ -112,6 +114,7 @@ def test_textbook_k3_at_atol_0_is_rounding_never_k2():
     assert abs(float(klpolicy.estimators.k3(0.0, x) - klpolicy.estimators.k2(0.0, x))) < 2e-16
 
 
+@pytest.mark.slow
 def test_float32_k1_is_float32_rounding_and_passes_when_declared():
     assert _fail(check_kl_estimator, k1_float32, "k1") == FLOAT32_VERDICT
     check_kl_estimator(k1_float32, "k1", dtype="float32")
@@ -119,6 +122,7 @@ def test_float32_k1_is_float32_rounding_and_passes_when_declared():
     check_kl_estimator(k1_float32, "k1", dtype=np.float32)
 
 
+@pytest.mark.slow
 def test_bfloat16_k3_passes_when_declared_and_is_named_when_not():
     def k3_bf16(logp, logq):
         x = torch.as_tensor(logq).to(torch.bfloat16) - torch.as_tensor(logp).to(torch.bfloat16)
@@ -148,6 +152,7 @@ def test_clamped_k3_is_reported_as_a_clamp_with_cap_and_threshold():
     assert round(brentq(lambda x: math.expm1(x) - x - 10, -20, 0)) == -11
 
 
+@pytest.mark.slow
 def test_declared_clamp_is_checked_exactly_and_its_bias_reported_exactly():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -177,6 +182,7 @@ def test_declared_clamp_that_is_not_applied_or_is_elsewhere():
     assert "capped at 5.0" in msg
 
 
+@pytest.mark.slow
 def test_clamped_k1_reports_both_sides():
     msg = _fail(check_kl_estimator, lambda lp, lq: np.clip(lp - lq, -10, 10), "k1")
     # found on the support of the distributions drawn for the mean under p, diagnosed by a probe
@@ -187,6 +193,7 @@ def test_clamped_k1_reports_both_sides():
         check_kl_estimator(lambda lp, lq: np.clip(lp - lq, -10, 10), "k1", clamp=(-10, 10))
 
 
+@pytest.mark.slow
 def test_abs_is_not_a_kl_estimator():
     assert _fail(check_kl_estimator, kl_abs, "k1") == ABS_VERDICT
     msg = _fail(check_kl_estimator, kl_abs, "k3")
@@ -212,6 +219,7 @@ _M = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reduction", sorted(_M))
 def test_reductions_accept_the_forms_trainers_use(reduction):
     check_kl_estimator(_M[reduction], "k3", reduction=reduction)
@@ -228,6 +236,7 @@ def test_reductions_are_checked_in_one_call_per_batch():
     assert any(len(s) == 2 and s[0] > 1 for s in shapes)  # (B, T) batches, B > 1
 
 
+@pytest.mark.slow
 def test_wrong_reduction_is_named():
     msg = _fail(check_kl_estimator, _M["masked_mean"], "k3", reduction="seq_mean")
     assert "it reduces as reduction='masked_mean' (the mean over every unmasked token" in msg
@@ -235,6 +244,7 @@ def test_wrong_reduction_is_named():
     assert "it reduces as reduction='seq_mean'" in msg
 
 
+@pytest.mark.slow
 def test_padding_that_leaks_into_the_mean_fails():
     def unmasked(lp, lq, m):  # forgets the mask: padding tokens enter the mean
         return k3_trl(lp, lq).mean()
@@ -280,6 +290,7 @@ def test_estimator_names_come_from_klpolicy():
 # --------------------------------------------------------------------------- KL divergence
 
 
+@pytest.mark.slow
 def test_kl_divergence_float32_is_named_and_passes_when_declared():
     def kl_f32(p, q):
         p, q = np.asarray(p, np.float32), np.asarray(q, np.float32)

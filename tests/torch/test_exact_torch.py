@@ -23,6 +23,7 @@ def test_tabular_policy_refuses_nan():
     np.testing.assert_allclose(TabularPolicy([[0.25, 0.75]]).probs(), [[0.25, 0.75]], rtol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "train",
     [

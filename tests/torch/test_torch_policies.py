@@ -60,6 +60,7 @@ def test_autoregressive_conditionals_agree_with_its_joint():
     np.testing.assert_allclose(joint, joint_np(conds), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_autoregressive_sampling_follows_the_joint():
     model = kt.AutoregressivePolicy(2, 3, seed=1, device="cpu")
     n = 20000
@@ -104,6 +105,7 @@ def test_sft_then_rl_reaches_the_optimum_of_the_learned_reference(rng):
     np.testing.assert_allclose(sft.model.conditionals()[1], learned[1], rtol=1e-14)
 
 
+@pytest.mark.slow
 def test_sft_on_a_finite_data_set_fits_the_empirical_law(rng):
     conds, _ = tree(rng, 2, 2)
     sft = kt.fit_reference(conds, steps=200, n_samples=50, seed=0, device="cpu")

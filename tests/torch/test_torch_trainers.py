@@ -76,6 +76,7 @@ def test_sampled_trainer_on_a_batch_of_contexts():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "options"),
     [
@@ -110,6 +111,7 @@ def test_k3_in_the_loss_lands_on_the_reverse_kl_fixed_point():
     assert tv(res.policy, PI_STAR) > 0.04
 
 
+@pytest.mark.slow
 def test_grpo_fixed_point_satisfies_its_equations():
     # large groups: pi = b ref / (b + mu - r) with b = beta * sigma_pi (self-consistent)
     p = klpolicy.estimators.grpo_fixed_point(REF, R, BETA, group_size=None, eps=0.0)
@@ -130,6 +132,7 @@ def test_grpo_fixed_point_satisfies_its_equations():
     assert gaps[2] < 0.01
 
 
+@pytest.mark.slow
 def test_grpo_training_lands_on_its_fixed_point():
     res = kt.fit_policy(
         REF, R, BETA, method="grpo", group_size=8, n_groups=32, steps=300, seed=1, device="cpu"
@@ -145,6 +148,7 @@ def test_dpo_reaches_the_optimum():
     assert tv(res.policy, PI_STAR) < 0.03
 
 
+@pytest.mark.slow
 def test_ipo_reaches_its_own_optimum_not_pi_star():
     # IPO's population optimum: log(pi/ref) = (1/beta) E_{y'~ref}[P(y > y') - 1/2] + const
     pref = 1 / (1 + np.exp(-(R[:, None] - R[None, :])))
@@ -261,6 +265,7 @@ def test_exact_trainer_on_gpu_matches_cpu():
     assert tv(res.policy, PI_STAR) < 0.01
 
 
+@pytest.mark.slow
 def test_import_klpolicy_does_not_import_torch():
     import subprocess
     import sys
@@ -270,6 +275,7 @@ def test_import_klpolicy_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+@pytest.mark.slow
 def test_missing_torch_gives_an_install_hint():
     import subprocess
     import sys
