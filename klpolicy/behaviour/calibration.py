@@ -116,11 +116,15 @@ def _brier(p, t, w, d=None):
 
 def _ece(p, t, w, bins):
     """Exact binned ECE; p, t (..., m, K), w (m,)."""
-    mass = w[:, None] * p
+    # rows taken as exactly normalised (as in _brier): t - p is the difference of the
+    # normalised rows, exact where it is tiny (near-calibrated policies)
+    dp, _, _ = _excess(p)
+    pn = p / (1.0 + dp)
+    mass = w[:, None] * pn
     # bin b holds ((b-1)/M, b/M]; edges b/M are correctly rounded, so 0.7 lands in (0.6, 0.7]
     edges = np.arange(bins + 1) / bins
-    idx = np.clip(np.searchsorted(edges, p, side="left") - 1, 0, bins - 1)
-    gap = mass * (t - p)
+    idx = np.clip(np.searchsorted(edges, pn, side="left") - 1, 0, bins - 1)
+    gap = mass * _diff(t, p)
     flat_gap = gap.reshape((*gap.shape[:-2], -1))
     flat_idx = idx.reshape(flat_gap.shape)
     out = np.zeros((*flat_gap.shape[:-1], bins))
