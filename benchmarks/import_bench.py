@@ -29,7 +29,8 @@ def _time(code: str, repeat: int, path: str | None = None) -> float:
     runs = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, env=env)
+        # from the checkout's folder: `python -c` puts the working directory first on sys.path
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=path)
         runs.append(time.perf_counter() - t0)
     return statistics.median(runs)
 

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import softmax
 
 from .core import beta_for_kl, optimal_policy
-from .core.internal import expm1mx
+from .core.internal import expm1mx, special
 from .core.internal import prepare as _prepare
 from .core.internal import tilt as _tilt
 from .core.internal import validation as V
@@ -339,5 +338,5 @@ def ppo_clip_step(
     with np.errstate(divide="ignore"):
         theta = np.where(p_old > 0, np.log(p_old), -np.inf)
     for _ in range(n):
-        theta = theta + step * _clipped_gradient(softmax(theta, axis=-1), p_old, adv, eps)
-    return np.moveaxis(softmax(theta, axis=-1), -1, axis)
+        theta = theta + step * _clipped_gradient(special.softmax(theta, axis=-1), p_old, adv, eps)
+    return np.moveaxis(special.softmax(theta, axis=-1), -1, axis)

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import logsumexp
+
+from . import _lazy as special
 
 __all__ = [
     "as_beta",
@@ -669,7 +670,7 @@ def as_log_probs(
         what = "must not be +inf" if allow_neg_inf else "must be finite"
         raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
     if full:
-        lse = logsumexp(np.where(k, arr, 0.0), axis=-1)  # rows not kept are ignored below
+        lse = special.logsumexp(np.where(k, arr, 0.0), axis=-1)  # rows not kept are ignored below
         rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
         bad = (np.abs(lse) > rtol) & keep
         if bad.any():
@@ -693,7 +694,7 @@ def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
     ax = normalise_axis(axis, arr.ndim, name)
     arr = np.moveaxis(arr, ax, -1)
-    lse = logsumexp(arr, axis=-1)  # -inf for a row of -inf: refused below
+    lse = special.logsumexp(arr, axis=-1)  # -inf for a row of -inf: refused below
     tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
     bad = ~(np.abs(lse) <= tol)
     if np.ndim(bad) == 0:

@@ -8,6 +8,9 @@ of core, or of any other subpackage, directly.
 
 What it offers
 --------------
+special
+    ``scipy.special``, imported on first use (``special.expit(x)``), so that
+    ``import klpolicy`` does not pay for scipy's import.
 validation
     The generic checkers (probability arrays, rewards, beta, scalars with bounds,
     log-probabilities, masks, KL budgets, ...). Each takes the caller's argument
@@ -45,6 +48,7 @@ monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Ro
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
 """
 
+from . import _lazy as special
 from . import _validation as validation
 from . import _xp as array_api
 from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
@@ -83,6 +87,7 @@ __all__ = [
     "prepare",
     "restore",
     "setup",
+    "special",
     "tilt",
     "validation",
 ]

@@ -24,10 +24,9 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
 from ..core import optimal_policy
-from ..core.internal import monotone_root
+from ..core.internal import monotone_root, special
 from ..core.internal import restore as _restore
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V

@@ -39,9 +39,8 @@ from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
-from ..core.internal import EXPM1MX_COEFFICIENTS, SERIES_RADIUS, expm1mx, horner_x2
+from ..core.internal import EXPM1MX_COEFFICIENTS, SERIES_RADIUS, expm1mx, horner_x2, special
 from ..core.internal import validation as V
 
 __all__ = ["ESTIMATORS", "PLACEMENTS", "Estimator", "estimator_names", "get_estimator"]

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import special
 
+from ..core.internal import special
 from ..core.internal import validation as V
 
 __all__ = ["grpo_expected_update", "grpo_fixed_point", "token_k3_fixed_point"]

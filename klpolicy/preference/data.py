@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
 
+from ..core.internal import special
 from ..core.internal import validation as V
 from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
@@ -81,7 +81,7 @@ def sample_preference_counts(
 def _dpo_grad_g(g, w, beta):
     """Gradient of sum_ij w_ij softplus(-beta (g_i - g_j)) with respect to g."""
     h = g[:, None] - g[None, :]
-    c = np.where(w > 0, -beta * w * expit(-beta * h), 0.0)
+    c = np.where(w > 0, -beta * w * special.expit(-beta * h), 0.0)
     return c.sum(axis=1) - c.sum(axis=0)
 
 

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit, logit
 
+from ..core.internal import special
 from ..core.internal import validation as V
 from .optima import dpo_optimum
 from .registry import LOSSES, get_loss
@@ -215,11 +215,11 @@ def _margin_solver(name: str, o: dict[str, float]):
     def link(p):
         if name == "robust":
             e = o["label_smoothing"]
-            return logit(np.clip((p - e) / (1 - 2 * e), 1e-300, 1 - 1e-16))
+            return special.logit(np.clip((p - e) / (1 - 2 * e), 1e-300, 1 - 1e-16))
         if name == "exo_pair":
             e = o["epsilon"]
             return (2 * p - 1) * (math.log1p(-e) - math.log(e))
-        return logit(np.clip(p, 1e-300, 1 - 1e-16))
+        return special.logit(np.clip(p, 1e-300, 1 - 1e-16))
 
     def solve(sub):
         x0 = _least_squares_start(sub, link(_pair_probability(sub)))
@@ -356,7 +356,7 @@ def _separable_parts(name, c, r, beta, o):
             alpha, delta = c + r, o["delta"]
 
         def f1(g, i):
-            return beta * (alpha[i] * expit(beta * g - delta) - c[i])
+            return beta * (alpha[i] * special.expit(beta * g - delta) - c[i])
 
         with np.errstate(divide="ignore", invalid="ignore"):  # nan only where never compared
             g0 = (delta + np.log(c) - np.log(alpha - c)) / beta

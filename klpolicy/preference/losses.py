@@ -9,8 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
 
+from ..core.internal import special
 from ..core.internal import validation as V
 
 __all__ = ["PairGradient", "dpo_loss", "dpo_loss_grad", "ipo_loss", "ipo_loss_grad"]
@@ -196,7 +196,7 @@ def dpo_loss_grad(
     )
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    d = (b * (eps - expit(-b * h.astype(np.float64)))).astype(dtype)
+    d = (b * (eps - special.expit(-b * h.astype(np.float64)))).astype(dtype)
     return PairGradient(d[()], (-d)[()], (-d)[()], d[()])
 
 

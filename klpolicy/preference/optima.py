@@ -37,10 +37,10 @@ from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit
 
 from ..core import optimal_policy
 from ..core.internal import setup as _setup
+from ..core.internal import special
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
 from .solvers import consistent_potentials, laplacian_solve, minimise_pair_loss
@@ -116,7 +116,7 @@ def bradley_terry(reward: ArrayLike, *, axis: int = -1) -> NDArray[np.floating]:
            [0.2689, 0.5   ]])
     """
     r = V.as_rewards("reward", reward, axis)
-    return expit(r[..., :, None] - r[..., None, :]).astype(r.dtype, copy=False)
+    return special.expit(r[..., :, None] - r[..., None, :]).astype(r.dtype, copy=False)
 
 
 def implicit_reward(

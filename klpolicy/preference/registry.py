@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import expit, log_expit
 
+from ..core.internal import special
 from ..core.internal import validation as V
 from .losses import _LOGP_NAMES, PairGradient
 
@@ -129,7 +129,7 @@ def _sp(t: NDArray) -> NDArray:
 
 
 def _sig(t: NDArray) -> NDArray:
-    return expit(t)
+    return special.expit(t)
 
 
 class _Margin:
@@ -183,7 +183,9 @@ def _exo_k(o):
 
 def _exo_phi(x, o):
     e = o["epsilon"]
-    return _sig(x) * (log_expit(x) - math.log1p(-e)) + _sig(-x) * (log_expit(-x) - math.log(e))
+    return _sig(x) * (special.log_expit(x) - math.log1p(-e)) + _sig(-x) * (
+        special.log_expit(-x) - math.log(e)
+    )
 
 
 def _exo_d1(x, o):
@@ -200,7 +202,7 @@ def _disco_parts(x, o):
     tau = o["tau"]
     m = _sig(x / tau)
     with np.errstate(over="ignore", under="ignore"):
-        me = np.exp(log_expit(x / tau) - x)
+        me = np.exp(special.log_expit(x / tau) - x)
     return tau, m, me
 
 

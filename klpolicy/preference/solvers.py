@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import expit
 
+from ..core.internal import special
 from ..core.internal import validation as V
 
 __all__ = ["consistent_potentials", "laplacian_solve", "minimise_pair_loss"]
@@ -153,7 +153,7 @@ def _value(g: NDArray, w: NDArray, beta: float) -> float:
 
 def _grad_hess(g: NDArray, w: NDArray, beta: float) -> tuple[NDArray, NDArray]:
     h = beta * (g[:, None] - g[None, :])
-    s = expit(-h)
+    s = special.expit(-h)
     c = -beta * w * s
     grad = c.sum(axis=1) - c.sum(axis=0)
     # components below the rounding level of their own terms are noise: zero them, so
@@ -164,7 +164,7 @@ def _grad_hess(g: NDArray, w: NDArray, beta: float) -> tuple[NDArray, NDArray]:
     err = np.abs(c) * rel
     noise = err.sum(axis=1) + err.sum(axis=0)
     grad = np.where(np.abs(grad) <= noise, 0.0, grad)
-    e = beta * beta * w * s * expit(h)
+    e = beta * beta * w * s * special.expit(h)
     e = e + e.T
     hess = np.diag(e.sum(axis=1)) - e
     return grad, hess

@@ -40,9 +40,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import logsumexp
 
 from ..core.internal import kl_last as _kl_last
+from ..core.internal import special
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
 from .trees import (
@@ -203,7 +203,7 @@ def soft_bellman(
         c = np.max(np.where(support, qh, -np.inf), axis=-1)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
             z = np.where(support, (qh - c[..., None]) / b, 0.0)
-            lz = logsumexp(np.where(support, np.log(ref_eff) + z, -np.inf), axis=-1)
+            lz = special.logsumexp(np.where(support, np.log(ref_eff) + z, -np.inf), axis=-1)
         policy[t], qs[t] = res.pi, q
         values[t] = np.asarray(res.value[..., 0] + b * shift, dtype=dtype)[()]
         hard, logm = c, shift + lz

@@ -1,0 +1,13 @@
+"""``scipy.special``, imported on first use, so that ``import klpolicy`` costs numpy's import.
+
+``from klpolicy.core.internal import special`` then ``special.expit(x)``: the attribute
+access imports :mod:`scipy.special` (about 0.3 s, most of it scipy's array-API layer)
+the first time a function that needs it runs.
+"""
+
+import importlib
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    return getattr(importlib.import_module("scipy.special"), name)
