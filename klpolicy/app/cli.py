@@ -473,6 +473,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("klpolicy: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `klpolicy solve ... --json | head`: the reader left, as for cat
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141
     except Exception as exc:  # never a traceback: one line, and a request to report it
         print(
             f"klpolicy: internal error: {type(exc).__name__}: {_one_line(exc)} "

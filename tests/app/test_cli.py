@@ -605,3 +605,22 @@ def test_every_subcommand_refuses_bad_arguments_in_one_line(capsys, tmp_path, na
     prefix = "klpolicy check: error: " if name == "check" else "klpolicy: error: "
     assert err.startswith(prefix) and err.count("\n") == 1, err
     assert out == ""
+
+
+def test_a_closed_pipe_ends_quietly():
+    # `klpolicy solve ... --json | head -1`: the reader closes the pipe early
+    import subprocess
+    import sys
+
+    code = "import sys; from klpolicy.app.cli import main; sys.exit(main(sys.argv[1:]))"
+    args = ["solve", "--ref", "0.5", "0.5", "--reward", "1", "0", "--beta", *["0.5"] * 400]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait()
+    assert "internal error" not in err and "Traceback" not in err, err
