@@ -32,8 +32,12 @@ class PairGradient(NamedTuple):
     ref_rejected: NDArray
 
 
-def _margin(pc, pr, rc, rr):
-    """Validate the four log-prob arrays; return h = (pc - pr) - (rc - rr) in the common dtype."""
+def _log_prob_inputs(pc, pr, rc, rr, compute_dtype=None):
+    """Validate the four log-prob arrays of a pair loss and broadcast them.
+
+    Returns the arrays in ``compute_dtype`` (the common dtype by default) and the common
+    dtype, which the result is returned in.
+    """
     arrs = [V.as_finite_array(n, a) for n, a in zip(_LOGP_NAMES, (pc, pr, rc, rr), strict=True)]
     try:
         shape = np.broadcast_shapes(*[a.shape for a in arrs])
@@ -41,7 +45,13 @@ def _margin(pc, pr, rc, rr):
         shapes = ", ".join(f"`{n}` {a.shape}" for n, a in zip(_LOGP_NAMES, arrs, strict=True))
         raise ValueError(f"the log-probability arrays do not broadcast: {shapes}") from None
     dtype = V.result_dtype(*arrs)
-    a = [np.broadcast_to(x, shape).astype(dtype, copy=False) for x in arrs]
+    work = dtype if compute_dtype is None else compute_dtype
+    return [np.broadcast_to(x, shape).astype(work, copy=False) for x in arrs], dtype
+
+
+def _margin(pc, pr, rc, rr):
+    """Validate the four log-prob arrays; return h = (pc - pr) - (rc - rr) in the common dtype."""
+    a, dtype = _log_prob_inputs(pc, pr, rc, rr)
     return (a[0] - a[1]) - (a[2] - a[3]), dtype
 
 

@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
-from .losses import _LOGP_NAMES, PairGradient
+from .losses import PairGradient, _log_prob_inputs
 
 __all__ = ["LOSSES", "LossOption", "PairLoss"]
 
@@ -310,15 +310,8 @@ def _apo_down_grad(a, b, beta, o):
 
 
 def _inputs(pc, pr, rc, rr):
-    arrs = [V.as_finite_array(n, a) for n, a in zip(_LOGP_NAMES, (pc, pr, rc, rr), strict=True)]
-    try:
-        shape = np.broadcast_shapes(*[a.shape for a in arrs])
-    except ValueError:
-        shapes = ", ".join(f"`{n}` {a.shape}" for n, a in zip(_LOGP_NAMES, arrs, strict=True))
-        raise ValueError(f"the log-probability arrays do not broadcast: {shapes}") from None
-    dtype = V.result_dtype(*arrs)
-    a = [np.broadcast_to(x, shape).astype(np.float64) for x in arrs]
-    return a, dtype
+    """The validated log-probs in float64 (the rows compute there) and the result dtype."""
+    return _log_prob_inputs(pc, pr, rc, rr, compute_dtype=np.float64)
 
 
 def _make_pair(row_name, ell, grad, margin):
