@@ -3,9 +3,10 @@
 1. The array-API kernel (``klpolicy.optimal_policy`` on tensors, also with
    ``validate=False``) against a bare ``torch.softmax(log(ref) + r / beta)`` on
    the same tensors (the cost of exactness at the extremes, the limits and the
-   validation), and against the numpy core on CPU. On CUDA: (4096, 131072)
-   float32 and bfloat16 (an LLM vocabulary; goal within 1.5x of the softmax) and
-   the peak extra memory of each, in input arrays (goal: at most 2).
+   validation), and against the numpy core on CPU; the peak extra memory of
+   each, in input arrays (goal: at most 2; CPU from the profiler's allocation
+   events, CUDA from the caching allocator). On CUDA: (4096, 131072) float32 and
+   bfloat16 (an LLM vocabulary; goal within 1.5x of the softmax).
 2. Training steps per second of ``fit_policy`` / ``fit_sequence_policy``.
 3. CPU against GPU for the trainers, when a GPU is present.
 
@@ -51,6 +52,21 @@ def _peak_extra(fn, input_bytes: int) -> float:
     return peak / input_bytes
 
 
+def _peak_extra_cpu(fn, input_bytes: int) -> float:
+    """CPU: peak bytes held by torch's allocator during ``fn()``, in inputs (profiler events)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        out = fn()
+    del out
+    events = prof.profiler.kineto_results.events()
+    live = peak = 0
+    for _, nbytes in sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]"):
+        live += nbytes
+        peak = max(peak, live)
+    return peak / input_bytes
+
+
 def closed_form(device: str, batch: int, vocab: int, dtype, repeat: int) -> dict[str, float]:
     """The kernel (klpolicy.optimal_policy on tensors) against a bare softmax, same tensors."""
     gen = torch.Generator().manual_seed(0)
@@ -69,12 +85,10 @@ def closed_form(device: str, batch: int, vocab: int, dtype, repeat: int) -> dict
     if device == "cpu" and dtype != torch.bfloat16:
         ref_np, rew_np = ref.numpy(), reward.numpy()
         out["numpy_s"] = _best_of(lambda: klpolicy.optimal_policy(ref_np, rew_np, beta), repeat)
-    if device == "cuda":
-        nbytes = ref.numel() * ref.element_size()
-        out["kernel_mem"] = _peak_extra(lambda: klpolicy.optimal_policy(ref, reward, beta), nbytes)
-        out["softmax_mem"] = _peak_extra(
-            lambda: torch.softmax(torch.log(ref) + reward / beta, -1), nbytes
-        )
+    peak = _peak_extra if device == "cuda" else _peak_extra_cpu
+    nbytes = ref.numel() * ref.element_size()
+    out["kernel_mem"] = peak(lambda: klpolicy.optimal_policy(ref, reward, beta), nbytes)
+    out["softmax_mem"] = peak(lambda: torch.softmax(torch.log(ref) + reward / beta, -1), nbytes)
     return out
 
 

@@ -264,6 +264,7 @@ class _Deferred:
     def __init__(self):
         self.checks: list = []
         self.tol = 0.0
+        self.dtype = None
 
 
 def _row_sum_tolerance(xp, x, axis: int) -> float:
@@ -271,7 +272,9 @@ def _row_sum_tolerance(xp, x, axis: int) -> float:
     return max(math.sqrt(eps), 4.0 * x.shape[axis] * eps)  # as V.row_sum_tolerance
 
 
-def _problem(ref, reward, beta, axis: int, validate: bool, pending: _Deferred | None = None):
+def _problem(
+    ref, reward, beta, axis: int, validate: bool, pending: _Deferred | None = None, cast=True
+):
     """Validate and lay out a problem: (xp, ref, reward, beta, out dtype, axis_neg).
 
     ``ref`` and ``reward`` are broadcast with the probability axis last and in
@@ -279,6 +282,8 @@ def _problem(ref, reward, beta, axis: int, validate: bool, pending: _Deferred | 
     With ``pending``, the value checks of ``ref`` and ``reward`` are not run but
     stored in it, for a caller that folds them into its own reductions
     (:func:`_fast_policy`) and runs them only when those find a bad value.
+    ``cast=False`` leaves ``ref`` and ``reward`` in their own float dtypes (the caller
+    casts them to the compute dtype, which ``pending.dtype`` then holds).
     """
     xp, template = _namespace(ref, reward, beta)
     import array_api_compat as aac
@@ -328,8 +333,12 @@ def _problem(ref, reward, beta, axis: int, validate: bool, pending: _Deferred | 
         normal = (host_dt >= np.finfo(host_dt.dtype).tiny) & np.isfinite(host_dt)
         limits = not bool(np.all(normal))
     shape = np.broadcast_shapes(pair, tuple(b.shape))
-    ref_b = xp.broadcast_to(xp.astype(ref_m, dt, copy=False), shape)
-    rew_b = xp.broadcast_to(xp.astype(rew_m, dt, copy=False), shape)
+    if pending is not None:
+        pending.dtype = dt
+    if cast:
+        ref_m, rew_m = xp.astype(ref_m, dt, copy=False), xp.astype(rew_m, dt, copy=False)
+    ref_b = xp.broadcast_to(ref_m, shape)
+    rew_b = xp.broadcast_to(rew_m, shape)
     b = xp.broadcast_to(b, shape[:-1] + (1,))
     return xp, ref_b, rew_b, b, out_dt, ax - ndim, limits
 
@@ -582,7 +591,7 @@ def _concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _fast_policy(xp, q, r, b, tol: float, validate: bool):
+def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt):
     """pi*_beta by one exponential per entry, when that is provably as accurate: or ``None``.
 
     The array-API twin of the numpy core's fast path (:mod:`klpolicy.core._tilt`):
@@ -595,13 +604,20 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool):
     ``ref``, min and max of ``reward``) decide it and, with the float64 row sums
     of ``ref``, also carry the value checks; the flags come to the host in one
     transfer. ``max`` and ``min`` propagate NaN in torch, JAX and CuPy, so a NaN
-    fails the checks. Returns ``(pi, valid)``: ``pi`` is ``None`` when the
-    careful path must run, ``valid`` whether the value checks passed.
+    fails the checks.
+
+    ``q`` and ``r`` come in their own dtypes and ``dt`` is the compute dtype: float16
+    and bfloat16 input is computed in float32 block of rows by block of rows
+    (:func:`_blocks_in`), so that the float32 copies never exist whole.
+
+    Returns ``(pi, valid)``: ``pi`` (in the compute dtype, or already in the low
+    input precision) is ``None`` when the careful path must run; ``valid`` says
+    whether the value checks passed.
     """
-    bits = xp.finfo(q.dtype).bits
-    qmin = xp.min(q, axis=-1, keepdims=True)
-    rmax = xp.max(r, axis=-1, keepdims=True)
-    rmin = xp.min(r, axis=-1, keepdims=True)
+    bits = xp.finfo(dt).bits
+    qmin = xp.astype(xp.min(q, axis=-1, keepdims=True), dt)
+    rmax = xp.astype(xp.max(r, axis=-1, keepdims=True), dt)
+    rmin = xp.astype(xp.min(r, axis=-1, keepdims=True), dt)
     ib = 1.0 / b
     pos = qmin > 0
     log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
@@ -612,19 +628,76 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool):
         xp.all(pos & (log_q - spread > _FAST_LOW[bits])),
     ]
     if validate:
-        sums = _sum_wide(xp, q, -1, q)
+        if xp.finfo(q.dtype).bits < 32:
+            # float16 / bfloat16: summed in their own dtype (the library accumulates in
+            # float32; asking for a wider dtype would copy the array whole), the sum
+            # rounded to the dtype: the check is tightened by two of its ulps, and a row
+            # that near the tolerance goes to the exact checks, which then decide.
+            sums = xp.astype(xp.sum(q, axis=-1, keepdims=True), dt)
+            sum_tol = tol - 2.0 * float(xp.finfo(q.dtype).eps)
+        else:
+            sums, sum_tol = _sum_wide(xp, q, -1, q), tol
         flags.append(
             xp.all(qmin >= 0)
             & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
-            & xp.all(xp.abs(sums - 1.0) <= tol)
+            & xp.all(xp.abs(sums - 1.0) <= sum_tol)
         )
     host = np.asarray(_to_numpy(xp.stack(flags)))  # the one device-to-host transfer
     valid = bool(host[2]) if validate else True
     if not valid or not (host[0] or host[1]):
         return None, valid
-    z = r * ib if host[0] else (r - _stop(rmax)) * ib
-    w = q * xp.exp(z)
-    return w / xp.sum(w, axis=-1, keepdims=True), True
+    c = None if host[0] else _stop(rmax)
+    if q.dtype == dt and r.dtype == dt:
+        return _one_exp(xp, q, r, c, ib, dt), True
+    return _blocks_in(xp, q, r, c, ib, dt), True
+
+
+def _one_exp(xp, q, r, c, ib, dt):
+    """``w / sum(w)``, ``w = ref * exp((r - c) * ib)`` (``c = None``: no shift).
+
+    One expression per step, so that at most two (..., n) arrays are alive at a time
+    (the output included): exp's argument is freed as soon as exp returns, and so on.
+    """
+    q = xp.astype(q, dt, copy=False)
+    r = xp.astype(r, dt, copy=False)
+    if c is None:
+        w = q * xp.exp(r * ib)
+    else:
+        w = q * xp.exp((r - c) * ib)
+    return w / xp.sum(w, axis=-1, keepdims=True)
+
+
+# float16 / bfloat16 input: rows per block so that a block's float32 arrays are about
+# 1/16 of the input (and at least one row)
+_LOW_PRECISION_BLOCKS = 16
+
+
+def _blocks_in(xp, q, r, c, ib, dt):
+    """:func:`_one_exp` on blocks of the leading axis, each returned in the input's low dtype.
+
+    The output is written block by block into one array of the low dtype (torch,
+    CuPy), or joined (JAX, whose arrays are immutable), so the float32 work arrays
+    exist one block at a time.
+    """
+    import array_api_compat as aac
+
+    out_dt = q.dtype if xp.finfo(q.dtype).bits < 32 else r.dtype
+    lead = q.shape[0] if q.ndim > 1 else 1
+    step = max(1, -(-lead // _LOW_PRECISION_BLOCKS))
+    if q.ndim == 1 or step >= lead:
+        return xp.astype(_one_exp(xp, q, r, c, ib, dt), out_dt)
+
+    def block(i):
+        s = slice(i, min(i + step, lead))
+        ci = None if c is None else c[s]
+        return xp.astype(_one_exp(xp, q[s], r[s], ci, ib[s] if ib.shape[0] > 1 else ib, dt), out_dt)
+
+    if aac.is_jax_array(q):
+        return xp.concat([block(i) for i in range(0, lead, step)], axis=0)
+    out = xp.empty(q.shape, dtype=out_dt, device=_device(q))
+    for i in range(0, lead, step):
+        out[i : i + step, ...] = block(i)
+    return out
 
 
 # --------------------------------------------------------------------------- closed form
@@ -633,16 +706,20 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool):
 def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
     pending = _Deferred()
-    xp, q, r, b, out_dt, ax, limits = _problem(ref, reward, beta, axis, validate, pending)
+    xp, q, r, b, out_dt, ax, limits = _problem(
+        ref, reward, beta, axis, validate, pending, cast=False
+    )
+    dt = pending.dtype
     pi = None
     if not limits and _concrete(q, r):
         with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
-            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate)
+            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate, dt)
         if valid:
             pending.checks.clear()
     for check in pending.checks:  # they raise for invalid input
         check()
     if pi is None:
+        q, r = xp.astype(q, dt, copy=False), xp.astype(r, dt, copy=False)
         pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
     return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
 
