@@ -12,8 +12,6 @@ mkdir -p "$out"
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; \
 print(torch.__version__, torch.cuda.get_device_name(0))" | tee "$out/device.txt" || exit 1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-python -m pytest -q -p no:cacheprovider -m gpu -rs \
-    tests/test_backends.py tests/test_torch_closed_form.py tests/test_torch_trainers.py \
-    2>&1 | tee "$out/gpu_tests.txt"
+python -m pytest -q -p no:cacheprovider -m gpu -rs tests 2>&1 | tee "$out/gpu_tests.txt"
 python benchmarks/torch_bench.py 2>&1 | tee "$out/torch_bench.txt"
 python benchmarks/gpu_trainers.py 2>&1 | tee "$out/gpu_trainers.txt"

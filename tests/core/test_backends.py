@@ -743,3 +743,28 @@ def test_cuda_equals_cpu_values_and_gradients():
             )
             kp.soft_value(q.cuda(), wc, beta).backward()
             torch.testing.assert_close(wc.grad.cpu(), pc.detach().cpu(), rtol=tol, atol=1e-30)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_fast_path_equals_cpu_and_holds_two_input_sized_arrays(dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    gen = torch.Generator().manual_seed(0)
+    dt = getattr(torch, dtype)
+    ref = torch.softmax(torch.randn(256, 32768, generator=gen, dtype=torch.float64), -1).to(dt)
+    reward = torch.randn(256, 32768, generator=gen).to(dt)
+    q, w = ref.cuda(), reward.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    pi = kp.optimal_policy(q, w, 0.5)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    assert peak <= 2 * q.numel() * q.element_size() + (1 << 20), peak / (q.numel() * 2)
+    assert pi.device.type == "cuda" and pi.dtype == dt
+    # the CPU kernel on the same values; float32's own rounding (bfloat16: one of its ulps)
+    tol = 2e-6 if dtype == "float32" else 2**-7
+    torch.testing.assert_close(pi.cpu().float(), kp.optimal_policy(ref, reward, 0.5).float(),
+                               rtol=tol, atol=1e-30)  # fmt: skip
