@@ -357,11 +357,18 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
+# Tasks per thread in a parallel sweep: the pool hands out small row chunks as threads
+# free up, so a core slowed by another process (a shared VM) does not hold up the rest.
+_TASKS_PER_WORKER = 8
+
+
 def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
     """:func:`_sweep` over row chunks on a thread pool (numpy's ufuncs release the GIL).
 
     Each chunk is a whole number of cache blocks, so every thread runs exactly the
     single-threaded sweep on its rows, and the results are the same to the bit.
+    The rows are cut into about ``_TASKS_PER_WORKER`` chunks per thread, taken by
+    whichever thread is free (a static split in halves waits for the slower core).
     """
     rows, n = ref.shape
     step = _rows_per_block(n, ref.dtype.itemsize)
@@ -369,7 +376,7 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
     workers = min(workers, blocks)
     if workers <= 1:
         return _sweep(ref, reward, ib, want, pi_out, res)
-    per = -(-blocks // workers) * step
+    per = -(-blocks // (workers * _TASKS_PER_WORKER)) * step
     bounds = [(a, min(a + per, rows)) for a in range(0, rows, per)]
 
     state = np.geterr()  # numpy's error state is per thread: carry the caller's over

@@ -223,9 +223,7 @@ def _check_probabilities(
         V._raise_not_finite_non_negative(name, _to_numpy(x))
     if not check_sum:
         return
-    n = x.shape[axis]
-    eps = float(xp.finfo(x.dtype).eps)  # float16 / bfloat16: their own rounding
-    tol = max(math.sqrt(eps), 4.0 * n * eps)  # as V.row_sum_tolerance
+    tol = _row_sum_tolerance(xp, x, axis)  # float16 / bfloat16: their own rounding
     sums = _sum_wide(xp, x, axis, template)
     if bool(xp.all(xp.abs(sums - 1.0) <= tol)):
         return
@@ -259,11 +257,28 @@ def _check_beta(xp, beta) -> None:
 # --------------------------------------------------------------------------- setup
 
 
-def _problem(ref, reward, beta, axis: int, validate: bool):
+class _Deferred:
+    """The value checks of a problem, not yet run: callables that raise the numpy message,
+    and the row-sum tolerance of ``ref``'s own dtype (float16/bfloat16: their rounding)."""
+
+    def __init__(self):
+        self.checks: list = []
+        self.tol = 0.0
+
+
+def _row_sum_tolerance(xp, x, axis: int) -> float:
+    eps = float(xp.finfo(x.dtype).eps)
+    return max(math.sqrt(eps), 4.0 * x.shape[axis] * eps)  # as V.row_sum_tolerance
+
+
+def _problem(ref, reward, beta, axis: int, validate: bool, pending: _Deferred | None = None):
     """Validate and lay out a problem: (xp, ref, reward, beta, out dtype, axis_neg).
 
     ``ref`` and ``reward`` are broadcast with the probability axis last and in
     the compute dtype; ``beta`` has shape (..., 1) and may require gradients.
+    With ``pending``, the value checks of ``ref`` and ``reward`` are not run but
+    stored in it, for a caller that folds them into its own reductions
+    (:func:`_fast_policy`) and runs them only when those find a bad value.
     """
     xp, template = _namespace(ref, reward, beta)
     import array_api_compat as aac
@@ -275,7 +290,13 @@ def _problem(ref, reward, beta, axis: int, validate: bool):
     _scalar_error("reward", rew_a)
     ax_ref = V.normalise_axis(axis, ref_a.ndim, "ref")
     ax_rew = V.normalise_axis(axis, rew_a.ndim, "reward")
-    if validate:
+    if validate and pending is not None:
+        pending.checks.append(
+            lambda: _check_probabilities(xp, "ref", ref_a, ax_ref, template, axis)
+        )
+        pending.checks.append(lambda: _check_finite(xp, "reward", rew_a, ax_rew))
+        pending.tol = _row_sum_tolerance(xp, ref_a, ax_ref)
+    elif validate:
         _check_probabilities(xp, "ref", ref_a, ax_ref, template, axis)
         _check_finite(xp, "reward", rew_a, ax_rew)
     ref_m, rew_m = xp.moveaxis(ref_a, ax_ref, -1), xp.moveaxis(rew_a, ax_rew, -1)
@@ -543,13 +564,86 @@ def _finish(xp, x, out_dt):
     return x if x.dtype == out_dt else xp.astype(x, out_dt)
 
 
+# --------------------------------------------------------------------------- fast path
+
+# By compute dtype: the log-weight below which ref * exp(z) is no longer a normal float
+# (with a margin), and the |r| / beta up to which exp(r / beta) needs no shift by max(r)
+# (it is then exact to |r / beta| * 1.5 ulp). The numpy core's _tilt uses the same bounds.
+_FAST_LOW = {32: -86.0, 64: -700.0}
+_NO_SHIFT = {32: 8.0, 64: 50.0}
+
+
+def _concrete(*xs) -> bool:
+    """False for JAX tracers (under ``jax.jit`` no value can be brought to the host)."""
+    if "jax" not in sys.modules:
+        return True
+    import jax
+
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def _fast_policy(xp, q, r, b, tol: float, validate: bool):
+    """pi*_beta by one exponential per entry, when that is provably as accurate: or ``None``.
+
+    The array-API twin of the numpy core's fast path (:mod:`klpolicy.core._tilt`):
+    ``w = ref * exp((r - c) / beta)``, ``pi = w / sum(w)``, with ``c = max(r)``, or
+    ``c = 0`` when ``|r| / beta`` stays below a few tens (one pass fewer). It is
+    taken when, on every row, ``beta`` is finite, positive and normal (known on
+    the host, the caller's ``limits=False``), the reference has no zero and every
+    weight on the row is a normal float, so no rounding differs in kind from the
+    careful path's (which is used otherwise). Three row reductions (min of
+    ``ref``, min and max of ``reward``) decide it and, with the float64 row sums
+    of ``ref``, also carry the value checks; the flags come to the host in one
+    transfer. ``max`` and ``min`` propagate NaN in torch, JAX and CuPy, so a NaN
+    fails the checks. Returns ``(pi, valid)``: ``pi`` is ``None`` when the
+    careful path must run, ``valid`` whether the value checks passed.
+    """
+    bits = xp.finfo(q.dtype).bits
+    qmin = xp.min(q, axis=-1, keepdims=True)
+    rmax = xp.max(r, axis=-1, keepdims=True)
+    rmin = xp.min(r, axis=-1, keepdims=True)
+    ib = 1.0 / b
+    pos = qmin > 0
+    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
+    spread = (rmax - rmin) * ib  # NaN or inf for invalid rewards: every flag below is False
+    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
+    flags = [
+        xp.all(pos & (mag <= _NO_SHIFT[bits]) & (log_q + rmin * ib > _FAST_LOW[bits])),
+        xp.all(pos & (log_q - spread > _FAST_LOW[bits])),
+    ]
+    if validate:
+        sums = _sum_wide(xp, q, -1, q)
+        flags.append(
+            xp.all(qmin >= 0)
+            & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
+            & xp.all(xp.abs(sums - 1.0) <= tol)
+        )
+    host = np.asarray(_to_numpy(xp.stack(flags)))  # the one device-to-host transfer
+    valid = bool(host[2]) if validate else True
+    if not valid or not (host[0] or host[1]):
+        return None, valid
+    z = r * ib if host[0] else (r - _stop(rmax)) * ib
+    w = q * xp.exp(z)
+    return w / xp.sum(w, axis=-1, keepdims=True), True
+
+
 # --------------------------------------------------------------------------- closed form
 
 
 def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
-    xp, q, r, b, out_dt, ax, limits = _problem(ref, reward, beta, axis, validate)
-    pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
+    pending = _Deferred()
+    xp, q, r, b, out_dt, ax, limits = _problem(ref, reward, beta, axis, validate, pending)
+    pi = None
+    if not limits and _concrete(q, r):
+        with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
+            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate)
+        if valid:
+            pending.checks.clear()
+    for check in pending.checks:  # they raise for invalid input
+        check()
+    if pi is None:
+        pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
     return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
 
 

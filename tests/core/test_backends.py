@@ -330,6 +330,94 @@ def test_invalid_log_probs_are_refused_with_the_numpy_message(xb, logp, logq):
     assert _message(xb, "k3", xb.asarray(logp), xb.asarray(logq)) == want
 
 
+# --------------------------------------------------------------------------- fast path
+
+
+def _fast_cases():
+    """(ref, reward, beta, shifted): rows the one-exp path takes, with and without the shift."""
+    rng = np.random.default_rng(11)
+    ref = rng.dirichlet(np.full(64, 0.3), size=4)
+    tiny = ref.copy()
+    tiny[:, 0] = 1e-250  # log(1e-250) = -575: still every weight a normal float
+    tiny /= tiny.sum(-1, keepdims=True)
+    r = rng.normal(size=(4, 64))
+    return [
+        (ref, r, 0.5, False),  # |r| / beta < 50: exp(r / beta) directly
+        (ref, r * 20, 0.5, True),  # |r| / beta ~ 120: shifted by max(r)
+        (tiny, r, 1.0, False),
+        (ref, r + 1e6, 1e4, True),  # large rewards: exp(r / beta) alone would be e^100
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_fast_path_equals_the_careful_path(xb, case, monkeypatch):
+    """The one-exp path is taken on ordinary rows and equals the careful path to 1e-13."""
+    ref, r, beta, _ = _fast_cases()[case]
+    q, w = xb.asarray(ref), xb.asarray(r)
+    taken = []
+    real = _xp._fast_policy
+    monkeypatch.setattr(_xp, "_fast_policy", lambda *a: taken.append(real(*a)) or taken[-1])
+    fast = xb.numpy(xb("optimal_policy", q, w, beta))
+    assert taken and taken[-1][0] is not None, "the fast path was not taken"
+    xp = _xp._namespace(q)[0]
+    b = xp.asarray(np.full((4, 1), beta))
+    if xb.name == "torch":
+        b = b.to(q.dtype)
+    careful = xb.numpy(_xp._tilt(xp, q, w, b, {"pi"}, limits=True)["pi"])
+    assert_close(fast, careful, rtol=1e-13)
+    assert_close(fast, kp.optimal_policy(ref, r, beta), rtol=1e-13)
+
+
+@pytest.mark.parametrize(
+    ("ref", "reward", "beta"),
+    [
+        ([0.0, 1.0], [1.0, 0.0], 0.5),  # a zero in the reference
+        ([1e-300, 1.0 - 1e-300], [1.0, 0.0], 1e-3),  # a weight below the normal floats
+        ([0.5, 0.5], [1e308, -1e308], 1.0),  # the reward's spread overflows
+    ],
+)
+def test_fast_path_hands_unsafe_rows_to_the_careful_path(xb, ref, reward, beta):
+    with np.errstate(all="ignore"):  # the overflowing spread, on numpy arrays
+        taken = _xp._fast_policy(
+            _xp._namespace(xb.asarray(ref))[0],
+            xb.asarray([ref]),
+            xb.asarray([reward]),
+            xb.asarray([[beta]]),
+            1e-8,
+            True,
+        )
+    assert taken[0] is None and taken[1] is True
+    got = xb.numpy(xb("optimal_policy", xb.asarray(ref), xb.asarray(reward), beta))
+    assert_close(got, kp.optimal_policy(ref, reward, beta))
+
+
+def test_fast_path_brings_one_value_to_the_host(monkeypatch):
+    """Valid input costs one device-to-host transfer: the checks ride on the path's flags."""
+    torch = pytest.importorskip("torch")
+    ref, r, beta, _ = _fast_cases()[1]
+    calls = []
+    real = _xp._to_numpy
+    monkeypatch.setattr(_xp, "_to_numpy", lambda x: calls.append(x.shape) or real(x))
+    monkeypatch.setattr(
+        _xp, "_check_probabilities", lambda *a, **k: pytest.fail("a separate check ran")
+    )
+    kp.optimal_policy(torch.tensor(ref), torch.tensor(r), beta)
+    assert len(calls) == 1
+
+
+def test_fast_path_gradient_is_the_analytic_one():
+    """d pi_i / d r_j = pi_i (delta_ij - pi_j) / beta through the one-exp path (torch)."""
+    torch = pytest.importorskip("torch")
+    ref, r, beta, _ = _fast_cases()[0]
+    rt = torch.tensor(r[:1], requires_grad=True)
+    pi = kp.optimal_policy(torch.tensor(ref[:1]), rt, beta)
+    jac = torch.autograd.functional.jacobian(
+        lambda x: kp.optimal_policy(torch.tensor(ref[:1]), x, beta)[0], rt
+    )[:, 0, :].numpy()
+    p = pi.detach().numpy()[0]
+    assert_close(jac, (np.diag(p) - np.outer(p, p)) / beta, rtol=1e-10, atol=1e-18)
+
+
 # --------------------------------------------------------------------------- float32
 
 
