@@ -194,6 +194,82 @@ def test_sphinx_build_passes_with_warnings_as_errors(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-4000:]
     assert (tmp_path / "api" / "core.html").exists()
+    assert built_site_problems(tmp_path) == []
+
+
+_FOLDED = re.compile(r":::\{admonition\} Solution\n(?::\w+:[^\n]*\n)*?:class: dropdown\n")
+_DROPDOWN_DIV = re.compile(r'<div class="(?=[^"]*\bdropdown\b)(?=[^"]*\badmonition\b)[^"]*"')
+
+
+def built_site_problems(site: Path) -> list[str]:
+    """What keeps a built site from folding the solutions away and working offline.
+
+    Every tutorial page must carry one ``admonition dropdown`` block per folded solution of
+    its source (the blocks ``docs/_static/dropdown.js`` turns into closed ``<details>``),
+    load that script and the bundled MathJax, and load no script or style sheet from the
+    network.
+    """
+    problems = []
+    js = site / "_static" / "dropdown.js"
+    if not js.exists() or ".admonition.dropdown" not in js.read_text(encoding="utf-8"):
+        problems.append("_static/dropdown.js is missing or does not fold .admonition.dropdown")
+    for source in sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.md")):
+        page = site / "tutorials" / f"{source.stem}.html"
+        if not page.exists():
+            problems.append(f"{page.name} was not built")
+            continue
+        html = page.read_text(encoding="utf-8")
+        want = len(_FOLDED.findall(source.read_text(encoding="utf-8")))
+        got = len(_DROPDOWN_DIV.findall(html))
+        if got != want:
+            problems.append(f"{page.name}: {got} foldable blocks for {want} folded solutions")
+        if not re.search(r'<script[^>]+src="\.\./_static/dropdown\.js', html):
+            problems.append(f"{page.name} does not load dropdown.js")
+        if not re.search(r'<script[^>]+src="\.\./_static/mathjax/tex-chtml\.js', html):
+            problems.append(f"{page.name} does not load the bundled MathJax")
+        for url in re.findall(r'<(?:script|link)[^>]+(?:src|href)="((?:https?:)?//[^"]*)"', html):
+            problems.append(f"{page.name} loads {url} from the network")
+    return problems
+
+
+@pytest.mark.skipif(
+    not os.environ.get("KLPOLICY_BUILT_DOCS"),
+    reason="set KLPOLICY_BUILT_DOCS to a built site (sphinx -b html docs OUT) to check it",
+)
+def test_an_existing_build_folds_solutions_and_works_offline():
+    assert built_site_problems(Path(os.environ["KLPOLICY_BUILT_DOCS"])) == []
+
+
+def test_the_built_site_check_catches_unfolded_solutions_and_a_cdn(tmp_path):
+    (tmp_path / "_static").mkdir()
+    (tmp_path / "_static" / "dropdown.js").write_text(
+        (DOCS / "_static" / "dropdown.js").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    (tmp_path / "tutorials").mkdir()
+    sources = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.md"))
+    scripts = (
+        '<script defer="defer" src="../_static/mathjax/tex-chtml.js?v=1"></script>\n'
+        '<script src="../_static/dropdown.js?v=1"></script>\n'
+    )
+    for source in sources:
+        n = len(_FOLDED.findall(source.read_text(encoding="utf-8")))
+        assert n >= 2  # every tutorial has 2-3 folded solutions
+        blocks = '<div class="dropdown admonition">Solution</div>\n' * n
+        (tmp_path / "tutorials" / f"{source.stem}.html").write_text(scripts + blocks)
+    assert built_site_problems(tmp_path) == []
+    first, second = (tmp_path / "tutorials" / f"{p.stem}.html" for p in sources[:2])
+    first.write_text(first.read_text().replace("dropdown admonition", "admonition", 1))
+    second.write_text(
+        second.read_text().replace(
+            "../_static/mathjax/tex-chtml.js?v=1", "https://cdn.example/mathjax/tex-chtml.js"
+        )
+    )
+    n1 = len(_FOLDED.findall(sources[0].read_text(encoding="utf-8")))
+    assert built_site_problems(tmp_path) == [
+        f"{first.name}: {n1 - 1} foldable blocks for {n1} folded solutions",
+        f"{second.name} does not load the bundled MathJax",
+        f"{second.name} loads https://cdn.example/mathjax/tex-chtml.js from the network",
+    ]
 
 
 def test_every_top_level_page_is_in_the_front_toctree():

@@ -189,7 +189,9 @@ def _has(module: str) -> bool:
 def _beta_sweep(ax) -> None:
     from .. import plotting
 
-    plotting.beta_sweep(WORKED_REF, WORKED_REWARD, labels=("better (r=1)", "worse (r=0)"), ax=ax)
+    plotting.beta_sweep(
+        WORKED_REF, WORKED_REWARD, labels=(r"better ($r=1$)", r"worse ($r=0$)"), ax=ax
+    )
     ax.set_title(r"Worked example: $\beta$ as a temperature")
 
 

@@ -196,7 +196,7 @@ def beta_sweep(
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
     for i in range(pi.shape[1]):
-        lab = labels[i] if labels is not None else f"y={i}, r={r[i]:g}"
+        lab = labels[i] if labels is not None else f"$y={i}$, $r={r[i]:g}$"
         ax.plot(grid, pi[:, i], label=lab, **_style(i))
     for j, b in enumerate(mark):
         p0 = float(_cf.optimal_policy(ref, reward, b)[0])
@@ -326,9 +326,9 @@ def frontier(
         ax.plot(kl, er, marker="s", linestyle="none", color=_COLOURS[1], label="best-of-n")
         for n, x, y in zip(ns, kl, er):
             if n == 1:  # the reference itself, at KL 0: labelled inside the axes
-                ax.annotate("n=1", (x, y), textcoords="offset points", xytext=(10, -4), va="top")
+                ax.annotate("$n=1$", (x, y), textcoords="offset points", xytext=(10, -4), va="top")
             else:
-                ax.annotate(f"n={n}", (x, y), textcoords="offset points", xytext=(8, -18))
+                ax.annotate(f"$n={n}$", (x, y), textcoords="offset points", xytext=(8, -18))
     ax.margins(y=0.1)
     ax.set_xlim(left=-0.12 * kmax)  # room for the labels of the points near KL = 0
     ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
@@ -483,7 +483,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     if a.ndim == 1:
         ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
         ax.set_axisbelow(True)
-        ax.set_ylabel("KL at position t (nats)")
+        ax.set_ylabel(r"KL at position $t$ (nats)")
         ax.set_title(f"Where the KL sits (total {a.sum():.3g} nats)")
     elif a.ndim == 2:
         im = ax.imshow(a, aspect="auto", cmap=cmap, interpolation="nearest")
@@ -494,7 +494,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         raise ValueError(f"`kl` must have shape (T,) or (B, T); got shape {a.shape}")
-    ax.set_xlabel("position t")
+    ax.set_xlabel(r"position $t$")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
@@ -536,7 +536,7 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     >>> from klpolicy.plotting import controller_trace
     >>> ax = controller_trace(SimpleNamespace(kl=[1.0, 0.5, 0.4], beta=[0.1, 0.2, 0.25]), target=0.4)
     >>> ax.right_ax.get_ylabel()
-    'β'
+    '$\\beta$'
     """
     if not (hasattr(trace, "kl") and hasattr(trace, "beta")):
         raise ValueError(f"`trace` must have `.kl` and `.beta` arrays; got {type(trace).__name__}")
@@ -557,8 +557,8 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     ax.set_xlabel("step")
     ax.set_ylabel("KL (nats)")
     right = ax.twinx()
-    right.plot(steps, beta, label="β", **_style(1))
-    right.set_ylabel("β")
+    right.plot(steps, beta, label=r"$\beta$", **_style(1))
+    right.set_ylabel(r"$\beta$")
     right.grid(False)
     ax.right_ax = right
     lines = ax.get_lines() + right.get_lines()
@@ -648,9 +648,10 @@ def estimator_histograms(
         # samples where q = 0 give infinite estimates (the KL is then infinite too): the
         # histogram shows the finite ones and the label says how many are not
         finite = np.isfinite(vals)
-        label = f"{name} (mean {vals.mean():.3f})"
+        math = f"$k_{name[1:]}$" if name in ("k1", "k2", "k3") else name
+        label = f"{math} (mean {vals.mean():.3f})"
         if not finite.all():
-            label = f"{name} ({np.count_nonzero(~finite)} of {n} samples infinite: q = 0)"
+            label = f"{math} ({np.count_nonzero(~finite)} of {n} samples infinite: $q = 0$)"
         if finite.any():
             ax.hist(vals[finite], bins=bins, histtype="step", linewidth=2, label=label, **_style(i))
         else:
@@ -659,7 +660,13 @@ def estimator_histograms(
     if np.isfinite(true_kl):
         ax.axvline(true_kl, color="black", linestyle=":", label="true KL")
     else:
-        ax.plot([], [], color="black", linestyle=":", label="true KL = inf (p > 0 where q = 0)")
+        ax.plot(
+            [],
+            [],
+            color="black",
+            linestyle=":",
+            label=r"true KL $= \infty$ ($p > 0$ where $q = 0$)",
+        )
     ax.set_xlabel("per-sample estimate (nats)")
     ax.set_ylabel("count")
     ax.set_title("KL estimators: per-sample spread")
@@ -738,7 +745,7 @@ def fixed_points(
         ax.plot(
             grid,
             vals,
-            label=f"{e} in the {place}",
+            label=f"$k_{e[1:]}$ in the {place}",
             marker=_MARKERS[i % 7],
             markevery=max(1, grid.size // 8),
             **_style(i),

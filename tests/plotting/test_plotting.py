@@ -56,7 +56,7 @@ def test_beta_sweep_marks_the_worked_example():
         "greedy\n" r"($\beta \to 0$)",  # the two limits, at the two ends of the axis
         "reference\n" r"($\beta \to \infty$)",
     ]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["y=0, r=1", "y=1, r=0"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["$y=0$, $r=1$", "$y=1$, $r=0$"]
 
 
 def test_beta_sweep_custom_problem_labels_and_marks():
@@ -95,11 +95,11 @@ def test_frontier_best_of_n_points_are_exact_and_below_the_curve():
     er = [float(bon.best_of_n_expected_reward(ref, reward, n)) for n in ns]
     np.testing.assert_allclose(points.get_xdata(), kl, rtol=1e-12)
     np.testing.assert_allclose(points.get_ydata(), er, rtol=1e-12)
-    assert [t.get_text() for t in ax.texts if t.get_text().startswith("n=")] == [
-        "n=1",
-        "n=2",
-        "n=4",
-        "n=8",
+    assert [t.get_text() for t in ax.texts if t.get_text().startswith("$n=")] == [
+        "$n=1$",
+        "$n=2$",
+        "$n=4$",
+        "$n=8$",
     ]
     # no policy beats the frontier: E[r] of pi* at best-of-n's KL is at least best-of-n's
     for k, e in zip(kl[1:], er[1:]):
@@ -243,7 +243,7 @@ def test_controller_trace_draws_kl_beta_and_target():
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), tr.kl)
     assert list(ax.lines[1].get_ydata()) == [0.1, 0.1]  # the target, from trace.target
     np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), tr.beta)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["KL", "target", "β"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["KL", "target", r"$\beta$"]
 
 
 @pytest.mark.parametrize(
@@ -268,7 +268,7 @@ def test_estimator_histograms_true_kl_line():
         float(klpolicy.kl_divergence(p, q)), rel=1e-15
     )
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert [lab.split()[0] for lab in labels] == ["k1", "k2", "k3", "true"]
+    assert [lab.split()[0] for lab in labels] == ["$k_1$", "$k_2$", "$k_3$", "true"]
 
 
 def test_fixed_points_exact_curve_and_k1_in_reward_coincide():
@@ -451,3 +451,31 @@ def test_explore_without_ipywidgets_is_a_static_figure(monkeypatch):
     last = [p.get_height() for p in fig.axes[-1].patches[3:]]
     np.testing.assert_allclose(first, [0.5, 0.3, 0.2], rtol=1e-15)
     np.testing.assert_array_equal(last, [1.0, 0.0, 0.0])
+
+
+def test_demo_and_plotting_figures_have_a_legend_per_panel_and_math_labels():
+    from klpolicy.app import demo
+
+    from .._figure_rules import figure_problems
+
+    problems, checked = [], 0
+    for name in demo.available_figures():
+        with matplotlib.rc_context(plotting.lecture_style()):
+            ax = plt.figure().add_subplot()
+            demo.FIGURES[name][0](ax)
+        problems += figure_problems(ax.figure, f"demo {name}")
+        checked += 1
+    trace = SimpleNamespace(kl=[0.3, 0.2, 0.1], beta=[1.0, 1.5, 2.0])
+    for name, draw in {
+        "beta_sweep": lambda: plotting.beta_sweep([0.5, 0.5], [1.0, 0.0]),
+        "frontier": lambda: plotting.frontier([0.4, 0.35, 0.25], [0.0, 0.5, 1.0], best_of_n=[1, 2]),
+        "kl_budget": lambda: plotting.kl_budget([0.1, 0.5, 1.0], [0.1, 0.3, 0.2], [0.1, 0.4, 0.9]),
+        "token_kl": lambda: plotting.token_kl([[0.1, 0.2], [0.3, 0.0]]),
+        "controller_trace": lambda: plotting.controller_trace(trace, target=0.1),
+        "estimator_histograms": lambda: plotting.estimator_histograms([0.6, 0.4], [0.3, 0.7], n=50),
+        "fixed_points": lambda: plotting.fixed_points([0.5, 0.5], [1.0, 0.0], betas=[0.5, 1.0]),
+    }.items():
+        problems += figure_problems(draw().figure, name)
+        checked += 1
+    assert checked == len(demo.available_figures()) + 7
+    assert problems == []

@@ -1,0 +1,68 @@
+"""The rules a lecture figure keeps, as a checker the figure tests share.
+
+- Every panel that shows more than one labelled series has a legend of its own (twin axes,
+  e.g. a right-hand y axis, share one legend), and that legend names every labelled series
+  of the panel. A figure-wide legend does not count: on a slide each panel stands alone.
+- Mathematical names are written as mathtext: no ``pi_ref``, ``a_2``, ``beta``, ``k1`` or a
+  bare Greek letter in a title, axis label, legend or annotation outside ``$...$`` (text in
+  backticks is a code name and is left alone).
+"""
+
+from __future__ import annotations
+
+import re
+
+GREEK = "alpha|beta|gamma|delta|epsilon|eps|eta|theta|kappa|lambda|mu|pi|rho|sigma|tau|phi|chi|psi"
+#: Plain-text maths: a Greek name as a word, an identifier with a subscript (``a_2``,
+#: ``pi_ref``, ``r_j``), an estimator name ``k1``-``k3`` or a Unicode Greek letter.
+PLAIN_MATH = re.compile(
+    rf"(?<![\w\\])(?:(?:{GREEK})(?![a-z])|[A-Za-z]{{1,2}}_[\w{{]|k[1-3](?!\w))|[\u0370-\u03ff]"
+)
+
+
+def _outside_math(text: str) -> str:
+    return re.sub(r"`[^`]*`", "", re.sub(r"\$[^$]*\$", "", text))
+
+
+def plain_math(text: str) -> str | None:
+    """The first piece of maths written as plain text in ``text``, or None."""
+    m = PLAIN_MATH.search(_outside_math(text))
+    return None if m is None else m.group(0)
+
+
+def _texts(ax) -> list[str]:
+    out = [ax.get_title(loc) for loc in ("left", "center", "right")]
+    out += [ax.get_xlabel(), ax.get_ylabel(), *(t.get_text() for t in ax.texts)]
+    legend = ax.get_legend()
+    if legend is not None:
+        out += [t.get_text() for t in legend.get_texts()] + [legend.get_title().get_text()]
+    return [t for t in out if t]
+
+
+def figure_problems(fig, where: str = "figure") -> list[str]:
+    """Every way ``fig`` breaks the lecture-figure rules, as readable lines (empty: none)."""
+    problems = []
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    seen: set[int] = set()
+    for ax in panels:
+        if id(ax) in seen:
+            continue
+        # twin axes sit exactly on top of each other and share a legend
+        group = [a for a in panels if a.get_position().bounds == ax.get_position().bounds]
+        seen.update(id(a) for a in group)
+        labels = [lab for a in group for lab in a.get_legend_handles_labels()[1]]
+        legends = [a.get_legend() for a in group if a.get_legend() is not None]
+        shown = {t.get_text() for leg in legends for t in leg.get_texts()}
+        name = ax.get_title() or ax.get_ylabel() or f"panel {panels.index(ax) + 1}"
+        if len(labels) > 1 and not legends:
+            problems.append(f"{where}: panel {name!r} shows {labels} without a legend")
+        elif len(labels) > 1 and not set(labels) <= shown:
+            problems.append(f"{where}: panel {name!r}'s legend misses {set(labels) - shown}")
+    for ax in fig.axes:
+        for text in _texts(ax):
+            bad = plain_math(text)
+            if bad is not None:
+                problems.append(f"{where}: {bad!r} written as plain text in {text!r}")
+    if fig._suptitle is not None and plain_math(fig._suptitle.get_text()):
+        problems.append(f"{where}: plain-text maths in the title {fig._suptitle.get_text()!r}")
+    return problems

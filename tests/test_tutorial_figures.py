@@ -1,0 +1,92 @@
+"""Every figure of every tutorial is fit for a slide: a legend in every panel that shows more
+than one labelled series, and maths written as mathtext (see tests/_figure_rules.py).
+
+The tutorials' code cells run here in order, as the notebook would run them (without the
+folded exercise solutions, which tests/test_exercises.py runs), with matplotlib's Agg
+backend; after each cell every open figure is checked and closed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ._figure_rules import figure_problems, plain_math  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = sorted((ROOT / "tutorials").glob("[0-9][0-9]_*.md"))
+CELL = re.compile(r"```\{code-cell\} ipython3\n(.*?)```", re.S)
+
+
+def _run_and_check(path: Path) -> tuple[int, list[str]]:
+    """Run the tutorial's cells; return how many figures were drawn and the problems found."""
+    cells = CELL.findall(path.read_text(encoding="utf-8"))
+    namespace: dict = {"__name__": "__main__"}
+    n_figures, problems = 0, []
+    with matplotlib.rc_context(), contextlib.redirect_stdout(io.StringIO()):
+        for i, code in enumerate(cells, start=1):
+            exec(compile(code, f"{path.name}: cell {i}", "exec"), namespace)
+            for num in plt.get_fignums():
+                n_figures += 1
+                problems += figure_problems(plt.figure(num), f"{path.name} cell {i}")
+            plt.close("all")
+    return n_figures, problems
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+def test_tutorial_figures_have_a_legend_per_panel_and_math_labels(path, monkeypatch, tmp_path):
+    text = path.read_text(encoding="utf-8")
+    if re.search(r"^import torch\b", text, re.M):
+        pytest.importorskip("torch")
+    monkeypatch.setattr(plt, "show", lambda *args, **kwargs: None)
+    monkeypatch.chdir(tmp_path)
+    n_figures, problems = _run_and_check(path)
+    # the check saw the figures the page shows (no figure at all would pass vacuously)
+    drawn = len(re.findall(r"\bplt\.(?:subplots|figure)\(|\bplotting\.\w+\(", text))
+    assert n_figures >= min(drawn, 1), f"{path.name}: drew {n_figures} figures"
+    assert problems == []
+
+
+def test_the_figure_rules_catch_a_shared_legend_and_plain_maths():
+    fig, axes = plt.subplots(1, 2)
+    for ax in axes:
+        ax.plot([0, 1], label="pi_ref")
+        ax.plot([1, 0], label=r"$\pi^*_\beta$")
+    fig.legend(*axes[0].get_legend_handles_labels())
+    problems = figure_problems(fig)
+    assert len([p for p in problems if "without a legend" in p]) == 2
+    axes[0].legend()
+    axes[1].legend(handles=axes[1].lines[:1])  # a legend that leaves a series out
+    problems = figure_problems(fig)
+    assert [p for p in problems if "legend" in p and "plain" not in p] == [
+        "figure: panel 'panel 2''s legend misses {'$\\\\pi^*_\\\\beta$'}"
+    ]
+    assert sum("'pi' written as plain text" in p for p in problems) == 2
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("ref(a_2 | prefix) fixed", "a_2"),
+        ("fixed (beta=1)", "beta"),
+        ("Lagrangian 0.5/kappa", "kappa"),
+        ("k1 in the reward", "k1"),
+        ("β", "β"),
+        (r"$\pi_{\mathrm{ref}}(a_2\mid\mathrm{prefix})$ fixed", None),
+        (r"exact $\beta^*$ (`beta_for_kl`)", None),
+        ("dead zone (RLlib), exo_pair, rare outcomes, alphabet, beta-sweep's", "beta"),
+        ("dead zone (RLlib), exo_pair, rare outcomes, alphabet", None),
+    ],
+)
+def test_plain_math_finds_maths_outside_mathtext(text, found):
+    assert plain_math(text) == found
