@@ -25,9 +25,10 @@ import klpolicy
 import klpolicy.torch as kt
 
 
-def _best_of(fn, repeat: int) -> float:
+def _best_of(fn, repeat: int, warm: bool = True) -> float:
     """Best wall time of ``repeat`` calls (after one warm-up), synchronising CUDA."""
-    fn()
+    if warm:
+        fn()
     best = float("inf")
     for _ in range(repeat):
         if torch.cuda.is_available():
@@ -37,6 +38,18 @@ def _best_of(fn, repeat: int) -> float:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _interleaved(fns: dict, repeat: int) -> dict[str, float]:
+    """Best wall time of each function, the functions run in turn ``repeat`` times (after one
+    warm-up each), so that a slow spell of a shared machine hits them all alike."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            best[name] = min(best[name], _best_of(fn, 1, warm=False))
     return best
 
 
@@ -75,16 +88,15 @@ def closed_form(device: str, batch: int, vocab: int, dtype, repeat: int) -> dict
     ref = torch.softmax(logits, -1).to(device, dtype)
     reward = torch.randn(batch, vocab, generator=gen).to(device, dtype)
     beta = 0.5
-    out = {
-        "kernel_s": _best_of(lambda: klpolicy.optimal_policy(ref, reward, beta), repeat),
-        "nocheck_s": _best_of(
-            lambda: klpolicy.optimal_policy(ref, reward, beta, validate=False), repeat
-        ),
-        "softmax_s": _best_of(lambda: torch.softmax(torch.log(ref) + reward / beta, -1), repeat),
+    fns = {
+        "kernel_s": lambda: klpolicy.optimal_policy(ref, reward, beta),
+        "nocheck_s": lambda: klpolicy.optimal_policy(ref, reward, beta, validate=False),
+        "softmax_s": lambda: torch.softmax(torch.log(ref) + reward / beta, -1),
     }
     if device == "cpu" and dtype != torch.bfloat16:
         ref_np, rew_np = ref.numpy(), reward.numpy()
-        out["numpy_s"] = _best_of(lambda: klpolicy.optimal_policy(ref_np, rew_np, beta), repeat)
+        fns["numpy_s"] = lambda: klpolicy.optimal_policy(ref_np, rew_np, beta)
+    out = _interleaved(fns, repeat)
     peak = _peak_extra if device == "cuda" else _peak_extra_cpu
     nbytes = ref.numel() * ref.element_size()
     out["kernel_mem"] = peak(lambda: klpolicy.optimal_policy(ref, reward, beta), nbytes)

@@ -8,7 +8,7 @@ The ``xb`` fixture runs each test on three backends:
   on float64 tensors / JAX arrays, which dispatch to the same kernel.
 
 Backends whose library is not installed are skipped. The numpy core itself is
-checked against mpmath in tests/test_closed_form.py (recipe in tests/_mpref.py);
+checked against mpmath in tests/core/test_closed_form.py (recipe in tests/_mpref.py);
 here every backend must equal it to 1e-12 relative on those cases and on extreme
 draws (beta 0, 1e-310 .. 1e300, inf; ties; reference entries 1e-300 and 0;
 rewards 1e6 and 1e308). A few cases are also compared with mpmath directly.
