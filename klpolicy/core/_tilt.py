@@ -60,7 +60,13 @@ class _Tilt(NamedTuple):
 
 
 def _mode_log_ratio(
-    q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: NDArray, fill: float = -np.inf
+    q: NDArray,
+    r: NDArray,
+    beta: NDArray,
+    total: NDArray,
+    pi: NDArray,
+    fill: float = -np.inf,
+    mode_out: list | None = None,
 ) -> NDArray:
     """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
 
@@ -73,11 +79,18 @@ def _mode_log_ratio(
     ``q``, ``r``, ``pi``: (rows, n); ``beta`` and ``total``: (rows,) or (rows, 1). The
     division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
     Entries off the support get ``fill``.
+
+    With ``mode_out`` (a list), appends ``(k, pi_k)``: each row's mode and its
+    probability as a quotient, ``ref_k / sum(ref * exp(d))``, or
+    ``ref_n_k / (1 + S)`` with the same ``S``, rather than ``ref_n_k * exp(u_k)``:
+    no exponential of a large log-ratio, so a mode of 1 - 5e-135 with a reference
+    entry of 1e-300 comes out 1.0, not 1 - 2e-14.
     """
     beta = np.reshape(beta, (-1, 1))
     total = np.reshape(total, (-1, 1))
     rows = np.arange(q.shape[0])
-    rk = r[rows, np.argmax(pi, axis=-1)][:, None]
+    k = np.argmax(pi, axis=-1)
+    rk = r[rows, k][:, None]
     off = q <= 0
     any_off = bool(off.any())
     with np.errstate(all="ignore"):
@@ -92,10 +105,17 @@ def _mode_log_ratio(
             term[big] = np.exp(np.log(q[big]) + d[big])
         s = term.sum(axis=-1, keepdims=True) / total
         log_zk = np.log1p(s)
+        if mode_out is not None:
+            mode_pi = q[rows, k][:, None] / total / (1 + s)
         far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
         if far.size:
             w = q[far] * np.exp(d[far])
-            log_zk[far] = np.log(w.sum(axis=-1, keepdims=True) / total[far])
+            w_sum = w.sum(axis=-1, keepdims=True)
+            log_zk[far] = np.log(w_sum / total[far])
+            if mode_out is not None:
+                mode_pi[far] = q[far, k[far]][:, None] / w_sum
+        if mode_out is not None:
+            mode_out.append((k, mode_pi[:, 0]))
         d -= log_zk
         if any_off:
             d[off] = fill
@@ -151,21 +171,35 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 
-        if "u" in want or "kl" in want:
+        if "u" in want or "kl" in want or "pi" in want:
             shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
-            u = _mode_log_ratio(
+            mode: list = []
+            u_mode = _mode_log_ratio(
                 np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
+                mode_out=mode,
             ).reshape(shape)
+            if "u" in want or "kl" in want:
+                u = u_mode
+            # the returned mode's probability as a quotient (see _mode_log_ratio); the KL's
+            # summands keep the pi that matches u, whose errors cancel in pi (u - 1) + ref_n
+            k, mode_pi = mode[0]
+            pi_out = np.array(np.broadcast_to(pi, shape)).reshape(-1, shape[-1])
+            ok = np.isfinite(mode_pi) & (mode_pi > 0) & (mode_pi <= 1)
+            rows = np.nonzero(ok)[0]
+            pi_out[rows, k[rows]] = mode_pi[rows]
+            pi_out = pi_out.reshape(shape)
 
         zero = beta == 0
         inf = np.isinf(beta)
         pi = np.where(zero, pi0, np.where(inf, ref_n, pi)).astype(dtype, copy=False)
         u = np.where(zero, u0, np.where(inf, 0, u))
         kl = np.sum(np.where(support, kl_terms(pi, ref_n, u), 0), axis=-1, keepdims=True)
+        if "pi" in want:
+            pi = np.where(zero, pi0, np.where(inf, ref_n, pi_out)).astype(dtype, copy=False)
         mean = np.sum(pi * reward, axis=-1, keepdims=True)
         value = np.where(zero, c, np.where(inf, m, value))
         kl = np.where(zero, -greedy_log_mass, np.where(inf, 0, kl))

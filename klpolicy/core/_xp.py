@@ -447,8 +447,12 @@ def _safe_exp_times(xp, q, u, limit):
     return xp.where(big, hi, lo), big
 
 
-def _mode_log_ratio(xp, q, r, beta, total, pi, support):
-    """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio)."""
+def _mode_log_ratio(xp, q, r, beta, total, pi, support, with_mode=False):
+    """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio).
+
+    ``with_mode=True`` returns ``(u, is_mode, pi_mode)``: a mask of each row's mode and its
+    probability as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``).
+    """
     dt = q.dtype
     k = xp.argmax(_stop(pi), axis=-1, keepdims=True)
     rk = xp.take_along_axis(_stop(r), k, axis=-1)
@@ -462,8 +466,18 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     s = _stop(s) + (e - _stop(e))  # expm1's gradient, from exp (see _expm1_sum)
     far = s <= -0.5  # the mode holds little reference mass
     near_s = xp.where(far, xp.zeros_like(s), s)
-    log_zk = xp.where(far, xp.log(xp.sum(w, axis=-1, keepdims=True) / total), xp.log1p(near_s))
-    return xp.where(support, d - log_zk, xp.zeros_like(d))
+    w_sum = xp.sum(w, axis=-1, keepdims=True)
+    log_zk = xp.where(far, xp.log(w_sum / total), xp.log1p(near_s))
+    u = xp.where(support, d - log_zk, xp.zeros_like(d))
+    if not with_mode:
+        return u
+    # w_k = ref_k e^{d_k} is ref_k in value (d_k = 0) and carries d_k's gradient (r_k enters
+    # every d_j, but through rk only as a constant: see the module docstring)
+    wk = xp.take_along_axis(w, k, axis=-1)
+    # _div: JAX differentiates x / y as -x * y**-2, which overflows for w_sum ~ 1e-300
+    pi_k = xp.where(far, _div(xp, wk, w_sum), (wk / total) / (1 + near_s))
+    is_mode = xp.arange(q.shape[-1], device=_device(q)) == k
+    return u, is_mode, pi_k
 
 
 def _tilt(xp, ref, reward, beta, want, limits=True):
@@ -537,7 +551,12 @@ def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
     log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
     limit = _exp_limit(xp, dt)
     pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
-    out["pi"] = pi
+    # the mode's probability as a quotient, not exp of a large log-ratio (a mode of
+    # 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14); the KL below
+    # keeps the pi that matches its log-ratio u
+    _, is_mode, pi_k = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support, True)
+    ok = is_mode & (pi_k > 0) & (pi_k <= 1)
+    out["pi"] = xp.where(ok, pi_k, pi)
 
     if "value" in want:
         value = c + beta_s * log_z
@@ -560,7 +579,7 @@ def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
         out["value"] = xp.where(near, v_near, value)
         out["m"] = m
     if "mean" in want:
-        out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
+        out["mean"] = xp.sum(out["pi"] * reward, axis=-1, keepdims=True)
     if "kl" in want:
         # the mode of pi at beta_s, so that d = (r - r_mode) / beta_s stays below ~745
         u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)

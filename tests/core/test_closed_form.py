@@ -123,6 +123,32 @@ def test_optimal_policy_against_mpmath(case, beta):
     assert np.all(got[np.asarray(ref) == 0] == 0)
 
 
+@pytest.mark.parametrize("tiny", [1e-300, 1e-200, 1e-100, 1e-20])
+@pytest.mark.parametrize("beta", [1e-3, 1e-2, 0.1])
+def test_a_mode_with_a_tiny_reference_entry_is_exact_to_the_ulp(tiny, beta):
+    """The best reward on a reference entry of 1e-300 takes nearly all the mass: its
+    probability is a quotient, not exp of a log-ratio near 690 (which gave 1 - 2.4e-14
+    where mpmath says 1 - 5e-135, numpy and torch alike)."""
+    ref, r = [tiny, 1.0 - tiny], [1.0, 0.0]
+    want = R.to_float(R.optimal_policy(ref, r, beta))  # mpmath, tests/_mpref.py
+    for got in (kp.optimal_policy(ref, r, beta), _torch_policy(ref, r, beta)):
+        if got is None:
+            continue
+        k = int(np.argmax(want))
+        assert abs(got[k] - want[k]) <= 2 * np.finfo(float).eps * want[k], (got, want)
+        assert np.all(_rel_err(got, want) < 2e-12), (got, want)
+
+
+def _torch_policy(ref, r, beta):
+    """The same problem through the array-API kernel (float64 tensors), when torch is there."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    t64 = torch.float64
+    return kp.optimal_policy(torch.tensor(ref, dtype=t64), torch.tensor(r, dtype=t64), beta).numpy()
+
+
 @pytest.mark.parametrize(("case", "beta"), list(itertools.product(CASES, BETAS)))
 def test_soft_value_against_mpmath(case, beta):
     ref, r = CASES[case]
