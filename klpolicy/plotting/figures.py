@@ -13,6 +13,7 @@ imports matplotlib.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -648,7 +649,12 @@ def estimator_histograms(
         # samples where q = 0 give infinite estimates (the KL is then infinite too): the
         # histogram shows the finite ones and the label says how many are not
         finite = np.isfinite(vals)
-        math = f"$k_{name[1:]}$" if name in ("k1", "k2", "k3") else name
+        sub = re.fullmatch(r"([a-z])(\d+)", name)  # k1 -> $k_1$; other names as they are
+        math = (
+            (f"${sub[1]}_{sub[2]}$" if len(sub[2]) == 1 else f"${sub[1]}_{{{sub[2]}}}$")
+            if sub
+            else name
+        )
         label = f"{math} (mean {vals.mean():.3f})"
         if not finite.all():
             label = f"{math} ({np.count_nonzero(~finite)} of {n} samples infinite: $q = 0$)"

@@ -258,7 +258,9 @@ def test_permutation_equivariance_and_tied_split(prob, n, rnd):
     perm = list(range(len(ref)))
     rnd.shuffle(perm)
     pi = best_of_n_policy(ref, reward, n)
-    np.testing.assert_allclose(best_of_n_policy(ref[perm], reward[perm], n), pi[perm], rtol=1e-13)
+    # 1e-12, the library's bar: a permutation reorders the cumulative sums, which moves an
+    # entry of 3.5e-227 by 1.1e-13 relative (a drawn case)
+    np.testing.assert_allclose(best_of_n_policy(ref[perm], reward[perm], n), pi[perm], rtol=1e-12)
     assert pi.sum() == pytest.approx(1.0, abs=1e-13)
     # within a reward level the law is proportional to the reference
     for g in np.unique(reward):
