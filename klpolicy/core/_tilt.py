@@ -418,10 +418,15 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
     def run(bound):
         a, b = bound
         sub = {k: v[a:b] for k, v in res.items()}
+        out = None if pi_out is None else pi_out[a:b]
+        if out is not None:
+            # Touch the chunk's fresh output pages first: the kernel zeroes each on its first
+            # write (2 MiB at a time with transparent huge pages), which in the middle of a
+            # block evicts the block's inputs from the cache. Measured on 2 cores, (256, 65536)
+            # float64: 0.78-0.87x the floor with this, 0.78-1.09x without.
+            out.fill(0)
         with np.errstate(**state):
-            return _sweep(
-                ref[a:b], reward[a:b], ib[a:b], want, None if pi_out is None else pi_out[a:b], sub
-            )
+            return _sweep(ref[a:b], reward[a:b], ib[a:b], want, out, sub)
 
     parts = list(_pool(workers).map(run, bounds))
     sw = _Sweep(0, ref.dtype)
