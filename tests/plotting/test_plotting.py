@@ -386,6 +386,8 @@ def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
     assert f"= {float(pi @ reward):.3f}" in text.get_text()
     heights = [p.get_height() for p in fig.axes[0].patches[3:]]
     np.testing.assert_allclose(heights, pi, rtol=1e-15)
+    # shown as a notebook shows it: every frame rendered into the page
+    assert anim.to_jshtml().count("data:image/png;base64") == 9
     with pytest.raises(ValueError, match=re.escape("`frames` must be an integer >= 3; got 2")):
         plotting.animate_beta_sweep(ref, reward, frames=2)
 
