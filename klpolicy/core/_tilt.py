@@ -66,8 +66,8 @@ def _mode_log_ratio(
     total: NDArray,
     pi: NDArray,
     fill: float = -np.inf,
-    mode_out: list | None = None,
-) -> NDArray:
+    with_mode: bool = False,
+):
     """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
 
     With ``k`` the most likely outcome of ``pi*`` and ``d = (r - r_k) / beta``,
@@ -80,7 +80,7 @@ def _mode_log_ratio(
     division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
     Entries off the support get ``fill``.
 
-    With ``mode_out`` (a list), appends ``(k, pi_k)``: each row's mode and its
+    ``with_mode=True`` returns ``(u, k, pi_k)``: also each row's mode and its
     probability as a quotient, ``ref_k / sum(ref * exp(d))``, or
     ``ref_n_k / (1 + S)`` with the same ``S``, rather than ``ref_n_k * exp(u_k)``:
     no exponential of a large log-ratio, so a mode of 1 - 5e-135 with a reference
@@ -105,21 +105,19 @@ def _mode_log_ratio(
             term[big] = np.exp(np.log(q[big]) + d[big])
         s = term.sum(axis=-1, keepdims=True) / total
         log_zk = np.log1p(s)
-        if mode_out is not None:
+        if with_mode:
             mode_pi = q[rows, k][:, None] / total / (1 + s)
         far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
         if far.size:
             w = q[far] * np.exp(d[far])
             w_sum = w.sum(axis=-1, keepdims=True)
             log_zk[far] = np.log(w_sum / total[far])
-            if mode_out is not None:
+            if with_mode:
                 mode_pi[far] = q[far, k[far]][:, None] / w_sum
-        if mode_out is not None:
-            mode_out.append((k, mode_pi[:, 0]))
         d -= log_zk
         if any_off:
             d[off] = fill
-        return d
+        return (d, k, mode_pi[:, 0]) if with_mode else d
 
 
 def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
@@ -173,20 +171,18 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
 
         if "u" in want or "kl" in want or "pi" in want:
             shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
-            mode: list = []
-            u_mode = _mode_log_ratio(
+            u_mode, k, mode_pi = _mode_log_ratio(
                 np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
                 np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
-                mode_out=mode,
-            ).reshape(shape)
+                with_mode=True,
+            )
             if "u" in want or "kl" in want:
-                u = u_mode
+                u = u_mode.reshape(shape)
             # the returned mode's probability as a quotient (see _mode_log_ratio); the KL's
             # summands keep the pi that matches u, whose errors cancel in pi (u - 1) + ref_n
-            k, mode_pi = mode[0]
             pi_out = np.array(np.broadcast_to(pi, shape)).reshape(-1, shape[-1])
             ok = np.isfinite(mode_pi) & (mode_pi > 0) & (mode_pi <= 1)
             rows = np.nonzero(ok)[0]

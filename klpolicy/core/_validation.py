@@ -112,7 +112,11 @@ def result_dtype(*arrays: NDArray) -> np.dtype:
 
 def row_sum_tolerance(dtype: np.dtype, n: int) -> float:
     """Tolerance for ``|sum(row) - 1|``: sqrt(eps) of the dtype, widened for long rows."""
-    eps = float(np.finfo(dtype).eps)
+    return row_sum_tolerance_for_eps(float(np.finfo(dtype).eps), n)
+
+
+def row_sum_tolerance_for_eps(eps: float, n: int) -> float:
+    """:func:`row_sum_tolerance` from the dtype's ``eps`` (for dtypes numpy lacks: bfloat16)."""
     return max(float(np.sqrt(eps)), 4.0 * n * eps)
 
 

@@ -268,8 +268,7 @@ class _Deferred:
 
 
 def _row_sum_tolerance(xp, x, axis: int) -> float:
-    eps = float(xp.finfo(x.dtype).eps)
-    return max(math.sqrt(eps), 4.0 * x.shape[axis] * eps)  # as V.row_sum_tolerance
+    return V.row_sum_tolerance_for_eps(float(xp.finfo(x.dtype).eps), x.shape[axis])
 
 
 def _problem(
@@ -447,11 +446,11 @@ def _safe_exp_times(xp, q, u, limit):
     return xp.where(big, hi, lo), big
 
 
-def _mode_log_ratio(xp, q, r, beta, total, pi, support, with_mode=False):
+def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio).
 
-    ``with_mode=True`` returns ``(u, is_mode, pi_mode)``: a mask of each row's mode and its
-    probability as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``).
+    Returns ``(u, is_mode, pi_mode)``: also a mask of each row's mode and its probability
+    as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``).
     """
     dt = q.dtype
     k = xp.argmax(_stop(pi), axis=-1, keepdims=True)
@@ -469,8 +468,6 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support, with_mode=False):
     w_sum = xp.sum(w, axis=-1, keepdims=True)
     log_zk = xp.where(far, xp.log(w_sum / total), xp.log1p(near_s))
     u = xp.where(support, d - log_zk, xp.zeros_like(d))
-    if not with_mode:
-        return u
     # w_k = ref_k e^{d_k} is ref_k in value (d_k = 0) and carries d_k's gradient (r_k enters
     # every d_j, but through rk only as a constant: see the module docstring)
     wk = xp.take_along_axis(w, k, axis=-1)
@@ -551,12 +548,14 @@ def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
     log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
     limit = _exp_limit(xp, dt)
     pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
-    # the mode's probability as a quotient, not exp of a large log-ratio (a mode of
-    # 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14); the KL below
-    # keeps the pi that matches its log-ratio u
-    _, is_mode, pi_k = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support, True)
-    ok = is_mode & (pi_k > 0) & (pi_k <= 1)
-    out["pi"] = xp.where(ok, pi_k, pi)
+    out["pi"] = pi
+    if want & {"pi", "mean", "kl"}:
+        # u centred on the mode of pi, so that d = (r - r_mode) / beta_s stays below ~745;
+        # the mode's probability as a quotient, not exp of a large log-ratio (a mode of
+        # 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14). The KL below
+        # keeps the pi that matches its log-ratio u.
+        u, is_mode, pi_k = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
+        out["pi"] = xp.where(is_mode & (pi_k > 0) & (pi_k <= 1), pi_k, pi)
 
     if "value" in want:
         value = c + beta_s * log_z
@@ -581,8 +580,6 @@ def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
     if "mean" in want:
         out["mean"] = xp.sum(out["pi"] * reward, axis=-1, keepdims=True)
     if "kl" in want:
-        # the mode of pi at beta_s, so that d = (r - r_mode) / beta_s stays below ~745
-        u = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
         terms = xp.where(support, _kl_terms(xp, pi, ref_n, u), zero_t)
         out["kl"] = xp.sum(terms, axis=-1, keepdims=True)
     return out
@@ -610,7 +607,7 @@ def _concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt):
+def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     """pi*_beta by one exponential per entry, when that is provably as accurate: or ``None``.
 
     The array-API twin of the numpy core's fast path (:mod:`klpolicy.core._tilt`):
@@ -625,13 +622,14 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt):
     transfer. ``max`` and ``min`` propagate NaN in torch, JAX and CuPy, so a NaN
     fails the checks.
 
-    ``q`` and ``r`` come in their own dtypes and ``dt`` is the compute dtype: float16
-    and bfloat16 input is computed in float32 block of rows by block of rows
-    (:func:`_blocks_in`), so that the float32 copies never exist whole.
+    ``q`` and ``r`` come in their own dtypes, ``dt`` is the compute dtype and
+    ``out_dt`` the result's: a float16 or bfloat16 result is computed in float32
+    block of rows by block of rows (:func:`_blocks_in`), so that the float32 copies
+    never exist whole.
 
-    Returns ``(pi, valid)``: ``pi`` (in the compute dtype, or already in the low
-    input precision) is ``None`` when the careful path must run; ``valid`` says
-    whether the value checks passed.
+    Returns ``(pi, valid)``: ``pi`` (in the compute dtype, or already in a low
+    ``out_dt``) is ``None`` when the careful path must run; ``valid`` says whether
+    the value checks passed.
     """
     bits = xp.finfo(dt).bits
     qmin = xp.astype(xp.min(q, axis=-1, keepdims=True), dt)
@@ -666,9 +664,9 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt):
     if not valid or not (host[0] or host[1]):
         return None, valid
     c = None if host[0] else _stop(rmax)
-    if q.dtype == dt and r.dtype == dt:
+    if xp.finfo(out_dt).bits >= 32:
         return _one_exp(xp, q, r, c, ib, dt), True
-    return _blocks_in(xp, q, r, c, ib, dt), True
+    return _blocks_in(xp, q, r, c, ib, dt, out_dt), True
 
 
 def _one_exp(xp, q, r, c, ib, dt):
@@ -691,8 +689,8 @@ def _one_exp(xp, q, r, c, ib, dt):
 _LOW_PRECISION_BLOCKS = 16
 
 
-def _blocks_in(xp, q, r, c, ib, dt):
-    """:func:`_one_exp` on blocks of the leading axis, each returned in the input's low dtype.
+def _blocks_in(xp, q, r, c, ib, dt, out_dt):
+    """:func:`_one_exp` on blocks of the leading axis, each returned in the low ``out_dt``.
 
     The output is written block by block into one array of the low dtype (torch,
     CuPy), or joined (JAX, whose arrays are immutable), so the float32 work arrays
@@ -700,7 +698,6 @@ def _blocks_in(xp, q, r, c, ib, dt):
     """
     import array_api_compat as aac
 
-    out_dt = q.dtype if xp.finfo(q.dtype).bits < 32 else r.dtype
     lead = q.shape[0] if q.ndim > 1 else 1
     step = max(1, -(-lead // _LOW_PRECISION_BLOCKS))
     if q.ndim == 1 or step >= lead:
@@ -709,7 +706,7 @@ def _blocks_in(xp, q, r, c, ib, dt):
     def block(i):
         s = slice(i, min(i + step, lead))
         ci = None if c is None else c[s]
-        return xp.astype(_one_exp(xp, q[s], r[s], ci, ib[s] if ib.shape[0] > 1 else ib, dt), out_dt)
+        return xp.astype(_one_exp(xp, q[s], r[s], ci, ib[s], dt), out_dt)  # ib: (lead, ..., 1)
 
     if aac.is_jax_array(q):
         return xp.concat([block(i) for i in range(0, lead, step)], axis=0)
@@ -732,7 +729,7 @@ def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     pi = None
     if not limits and _concrete(q, r):
         with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
-            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate, dt)
+            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate, dt, out_dt)
         if valid:
             pending.checks.clear()
     for check in pending.checks:  # they raise for invalid input

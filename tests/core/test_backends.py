@@ -380,7 +380,14 @@ def test_fast_path_hands_unsafe_rows_to_the_careful_path(xb, ref, reward, beta):
     with np.errstate(all="ignore"):  # the overflowing spread, on numpy arrays
         q = xb.asarray([ref])
         taken = _xp._fast_policy(
-            _xp._namespace(q)[0], q, xb.asarray([reward]), xb.asarray([[beta]]), 1e-8, True, q.dtype
+            _xp._namespace(q)[0],
+            q,
+            xb.asarray([reward]),
+            xb.asarray([[beta]]),
+            1e-8,
+            True,
+            q.dtype,
+            q.dtype,
         )
     assert taken[0] is None and taken[1] is True
     got = xb.numpy(xb("optimal_policy", xb.asarray(ref), xb.asarray(reward), beta))
@@ -665,6 +672,17 @@ def test_low_precision_blocks_equal_one_float32_computation(name, low, monkeypat
         # torch: the same bits; XLA may fuse a block's chain differently: one ulp of `low`
         ulp = 0.0 if name == "torch" else float(xb.lib.finfo(getattr(xb.lib, low)).eps)
         np.testing.assert_allclose(xb.numpy(got), want, rtol=ulp, atol=0)
+
+
+def test_mixed_precision_result_is_not_rounded_to_the_low_dtype():
+    """bfloat16 ref with float32 reward: a float32 result, computed in float32 throughout."""
+    torch = pytest.importorskip("torch")
+    ref = torch.tensor([[0.25, 0.75], [0.5, 0.5]], dtype=torch.bfloat16)
+    reward = torch.tensor([[0.1234567, 0.0], [1.0, 0.3333333]])
+    got = kp.optimal_policy(ref, reward, 0.7)
+    assert got.dtype == torch.float32
+    want = kp.optimal_policy(ref.double().numpy(), reward.double().numpy(), 0.7)
+    np.testing.assert_allclose(got.numpy(), want, rtol=2e-6)  # float32, not bfloat16's 4e-3
 
 
 def _torch_cpu_peak(fn) -> int:
