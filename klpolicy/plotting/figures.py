@@ -633,6 +633,10 @@ def estimator_histograms(
 
     if estimators is None:
         estimators = est.estimator_names(kl_only=True)
+    if isinstance(estimators, str):  # one name, not its letters
+        estimators = (estimators,)
+    for name in estimators:  # a mistyped name: the registry's message, naming `estimators`
+        est.get_estimator(name, argument="estimators")
     from ..core import kl_divergence
 
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)

@@ -481,3 +481,10 @@ def test_demo_and_plotting_figures_have_a_legend_per_panel_and_math_labels():
         checked += 1
     assert checked == len(demo.available_figures()) + 7
     assert problems == []
+
+
+def test_estimator_histograms_refuses_an_unknown_estimator_by_name():
+    with pytest.raises(ValueError, match=r"`estimators` must be one of 'k1', .*; got 'k4'"):
+        plotting.estimator_histograms([0.2, 0.3, 0.5], [0.4, 0.4, 0.2], estimators=("k1", "k4"))
+    ax = plotting.estimator_histograms([0.2, 0.3, 0.5], [0.4, 0.4, 0.2], estimators="k3", n=200)
+    assert [t.get_text().split()[0] for t in ax.get_legend().get_texts()] == ["$k_3$", "true"]
