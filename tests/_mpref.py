@@ -81,6 +81,23 @@ def optimal_kl(ref, reward, beta):
     return mp.fsum(p * mp.log(p / q) for p, q in zip(pi, ref_n) if p > 0)
 
 
+@_precise
+def soft_value_scale(ref, reward, beta):
+    """``|r_k| + |V - r_k| + E_pi|r - r_k|`` with ``k`` the mode of pi*_beta.
+
+    The soft value's conditioning at finite beta: V = r_k + beta log1p(S), S the
+    expm1-sum around the mode, rounds to a few ulp of this (a rounding of eps in
+    each reward moves V by eps E_pi|r|; shifting the rewards by -r_k is exact
+    arithmetic on the answer). Where V is small but this is smaller still (rare
+    better alternatives on tiny reference entries), V must keep its relative digits.
+    """
+    pi = optimal_policy(ref, reward, beta)
+    r = [mp.mpf(float(v)) for v in reward]
+    k = max(range(len(pi)), key=lambda i: pi[i])
+    v = soft_value(ref, reward, beta)
+    return abs(r[k]) + abs(v - r[k]) + mp.fsum(p * abs(ri - r[k]) for p, ri in zip(pi, r))
+
+
 def to_float(xs):
     return np.array([float(v) for v in xs])
 

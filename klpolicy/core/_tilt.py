@@ -80,11 +80,15 @@ def _mode_log_ratio(
     division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
     Entries off the support get ``fill``.
 
-    ``with_mode=True`` returns ``(u, k, pi_k)``: also each row's mode and its
+    ``with_mode=True`` returns ``(u, k, pi_k, value)``: also each row's mode and its
     probability as a quotient, ``ref_k / sum(ref * exp(d))``, or
     ``ref_n_k / (1 + S)`` with the same ``S``, rather than ``ref_n_k * exp(u_k)``:
     no exponential of a large log-ratio, so a mode of 1 - 5e-135 with a reference
-    entry of 1e-300 comes out 1.0, not 1 - 2e-14.
+    entry of 1e-300 comes out 1.0, not 1 - 2e-14; and the soft value anchored on the
+    mode, ``V = r_k + beta log1p(S)``. Its rounding is a few ulp of
+    ``|r_k| + |V - r_k| + E_pi|r - r_k|``, where ``c + beta log Z`` with ``c`` the best
+    reward carries a few ulp of ``|c|``: with ``ref = (1e-100, 1)``, ``r = (1, 0)`` and
+    ``beta = 0.01``, V is 2.7e-59, which ``1 + 0.01 (-100 + 2.7e-57)`` rounds to 0.
     """
     beta = np.reshape(beta, (-1, 1))
     total = np.reshape(total, (-1, 1))
@@ -110,14 +114,19 @@ def _mode_log_ratio(
         far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
         if far.size:
             w = q[far] * np.exp(d[far])
+            big_far = big[far]
+            if big_far.any():  # exp(log q + d), as in the sum above (not q * inf)
+                w[big_far] = term[far][big_far]
             w_sum = w.sum(axis=-1, keepdims=True)
             log_zk[far] = np.log(w_sum / total[far])
             if with_mode:
                 mode_pi[far] = q[far, k[far]][:, None] / w_sum
+        if with_mode:
+            value = rk + beta * log_zk
         d -= log_zk
         if any_off:
             d[off] = fill
-        return (d, k, mode_pi[:, 0]) if with_mode else d
+        return (d, k, mode_pi[:, 0], value[:, 0]) if with_mode else d
 
 
 def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
@@ -169,9 +178,9 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
         pi0 = np.where(best, ref / best_mass, 0)
         u0 = np.where(best, -greedy_log_mass, neg_inf)
 
-        if "u" in want or "kl" in want or "pi" in want:
+        if want & {"u", "kl", "pi", "value"}:
             shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
-            u_mode, k, mode_pi = _mode_log_ratio(
+            u_mode, k, mode_pi, v_mode = _mode_log_ratio(
                 np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
                 np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
@@ -179,15 +188,27 @@ def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Ti
                 np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
                 with_mode=True,
             )
-            if "u" in want or "kl" in want:
-                u = u_mode.reshape(shape)
-            # the returned mode's probability as a quotient (see _mode_log_ratio); the KL's
-            # summands keep the pi that matches u, whose errors cancel in pi (u - 1) + ref_n
-            pi_out = np.array(np.broadcast_to(pi, shape)).reshape(-1, shape[-1])
+            # pi from the mode-centred u, whose log-partition sums weights ref e^d <= ref_k
+            # (centred on the best reward, the weights of a row whose mode sits 710 beta
+            # below it are subnormal and pi lost five digits). The KL's summands keep this
+            # pi, which matches u, so that their errors cancel in pi (u - 1) + ref_n.
+            u = u_mode.reshape(shape)
+            ref_nb = np.broadcast_to(ref_n, shape)
+            small_u = u < _exp_limit(dtype)
+            pi = np.where(small_u, ref_nb * np.exp(np.where(small_u, u, 0)), 0)
+            if not small_u.all():  # only for subnormal reference entries
+                pi = np.where(small_u, pi, np.exp(np.log(ref_nb) + u))
+            pi = np.where(support, pi, 0).astype(dtype, copy=False)
+            # the returned mode's probability as a quotient (see _mode_log_ratio)
+            pi_out = np.array(pi).reshape(-1, shape[-1])
             ok = np.isfinite(mode_pi) & (mode_pi > 0) & (mode_pi <= 1)
             rows = np.nonzero(ok)[0]
             pi_out[rows, k[rows]] = mode_pi[rows]
             pi_out = pi_out.reshape(shape)
+            # the soft value anchored on the mode (see _mode_log_ratio), except where the
+            # mean-centred form above applies (large beta)
+            v_mode = v_mode.reshape(shape[:-1] + (1,))
+            value = np.where(near, value, v_mode) if near.any() else v_mode
 
         zero = beta == 0
         inf = np.isinf(beta)
@@ -469,6 +490,26 @@ def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
     return ok
 
 
+# A fast row's soft value is kept when its estimated rounding is below this fraction of it.
+_VALUE_RTOL = 1e-14
+
+
+def _value_resolved(value: NDArray, c: NDArray, ib: NDArray) -> NDArray[np.bool_]:
+    """Rows whose fast soft value ``c + log(sum w / total) / ib`` is exact to ``_VALUE_RTOL``.
+
+    Its rounding is a few ulp of ``|c|``, of ``|V - c| = beta |log Z|`` and of ``beta``
+    (the sum of the weights is exact to a few ulp, so ``log Z`` to a few units of
+    ``eps`` absolute). Where that is not small against ``|V|`` (V near 0: a reference
+    nearly all on one reward and rare better alternatives, ``V = 2.7e-59`` for
+    ``ref = (1e-100, 1)``, ``r = (1, 0)``, ``beta = 0.01``), the row is left to the
+    careful path, which anchors V on the mode of pi*.
+    """
+    eps = np.finfo(value.dtype).eps
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        err = eps * (np.abs(c) + np.abs(value - c) + 4 / ib)
+        return err <= _VALUE_RTOL * np.abs(value)
+
+
 def _valid(sw: _Sweep, check) -> bool:
     """What the validators check, from the sweep's reductions (NaN fails every comparison)."""
     tol, in64, ref = check
@@ -496,7 +537,10 @@ def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None, w
         sw = _parallel_sweep(ref, reward, ib, want, pi_out, res, workers)
     if check is not None and not _valid(sw, (*check, ref)):
         return None
-    slow = np.nonzero(~_fast_ok(ref, reward, ib, sw, stats=bool(res)))[0]
+    ok = _fast_ok(ref, reward, ib, sw, stats=bool(res))
+    if "value" in res:
+        ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
+    slow = np.nonzero(~ok)[0]
     if slow.size:
         t = _tilt_careful(ref[slow], reward[slow], beta[slow], want)
         if pi_out is not None:

@@ -449,8 +449,10 @@ def _safe_exp_times(xp, q, u, limit):
 def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio).
 
-    Returns ``(u, is_mode, pi_mode)``: also a mask of each row's mode and its probability
-    as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``).
+    Returns ``(u, is_mode, pi_mode, value)``: also a mask of each row's mode, its
+    probability as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``) and the
+    soft value anchored on the mode, ``r_k + beta log1p(S)``. ``r_k`` enters as a constant
+    (the gradient reaches it through ``d_k``), so ``dV/dr = pi`` and ``dV/dbeta = -KL``.
     """
     dt = q.dtype
     k = xp.argmax(_stop(pi), axis=-1, keepdims=True)
@@ -474,7 +476,7 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     # _div: JAX differentiates x / y as -x * y**-2, which overflows for w_sum ~ 1e-300
     pi_k = xp.where(far, _div(xp, wk, w_sum), (wk / total) / (1 + near_s))
     is_mode = xp.arange(q.shape[-1], device=_device(q)) == k
-    return u, is_mode, pi_k
+    return u, is_mode, pi_k, rk + beta * log_zk
 
 
 def _tilt(xp, ref, reward, beta, want, limits=True):
@@ -549,16 +551,18 @@ def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
     limit = _exp_limit(xp, dt)
     pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
     out["pi"] = pi
-    if want & {"pi", "mean", "kl"}:
-        # u centred on the mode of pi, so that d = (r - r_mode) / beta_s stays below ~745;
-        # the mode's probability as a quotient, not exp of a large log-ratio (a mode of
-        # 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14). The KL below
-        # keeps the pi that matches its log-ratio u.
-        u, is_mode, pi_k = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
+    if want & {"pi", "mean", "kl", "value"}:
+        # u centred on the mode of pi, so that d = (r - r_mode) / beta_s stays below ~745
+        # and the weights ref e^d <= ref_mode do not underflow where the mode sits far below
+        # the best reward; pi from that u (the KL below keeps this pi, which matches u),
+        # and the mode's probability as a quotient, not exp of a large log-ratio (a mode
+        # of 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14).
+        u, is_mode, pi_k, v_mode = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
+        pi, _ = _safe_exp_times(xp, ref_n, u, limit)
         out["pi"] = xp.where(is_mode & (pi_k > 0) & (pi_k <= 1), pi_k, pi)
 
     if "value" in want:
-        value = c + beta_s * log_z
+        value = v_mode  # anchored on the mode of pi (see _mode_log_ratio)
         # large beta: re-centre on the reference mean m (no cancellation between m and
         # the O(Var / beta) correction)
         m = xp.sum(ref_n * reward, axis=-1, keepdims=True)

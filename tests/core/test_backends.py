@@ -333,6 +333,80 @@ def test_invalid_log_probs_are_refused_with_the_numpy_message(xb, logp, logq):
 # --------------------------------------------------------------------------- fast path
 
 
+# Soft values far smaller than the best reward: a reference nearly all on one outcome whose
+# rare alternatives score higher (V = 2.7e-59 for the second row, which c + beta log Z,
+# centred on the best reward, rounded to 0 in numpy and torch alike), and a mode sitting
+# 710 beta below the best reward on a subnormal reference entry (pi lost five digits).
+SMALL_VALUES = [
+    ([1e-20, 1.0 - 1e-20], [3.0, 0.0], 0.1),
+    ([1e-100, 1.0], [1.0, 0.0], 0.01),
+    ([1e-100, 1.0], [1.0, 0.0], 0.1),
+    ([1e-300, 1.0], [0.5, 0.0], 1e-3),
+    ([0.9999, 1e-4], [0.0, 1.0], 0.5),
+    ([1e-30, 1.0, 1e-30], [2.0, 1.0, -3.0], 0.05),
+    ([1e-12, 1.0, 1e-15], [7.0, 7.0 - 1e-9, 6.0], 1e-3),
+    ([5e-324, 1e-12, 1.0], [0.71, 0.0, -1.0], 1e-3),
+]
+
+
+@pytest.mark.parametrize(("ref", "r", "beta"), SMALL_VALUES)
+def test_small_soft_values_keep_their_relative_digits(xb, ref, r, beta):
+    """V against mpmath to 1e-13 of ``|r_k| + |V - r_k| + E_pi|r - r_k|`` (k the mode of
+    pi*), its conditioning (tests/_mpref.py), not of the best reward: the numpy core's
+    fast and careful paths and the array-API kernel alike. pi and KL to 1e-12 relative."""
+    if xb.name == "jax" and 0 < min(ref) < np.finfo(float).tiny:
+        pytest.skip("XLA on CPU flushes subnormal numbers to zero (docs/backends.md)")
+    want = float(R.soft_value(ref, r, beta))
+    tol = 1e-13 * float(R.soft_value_scale(ref, r, beta))
+    for got in (
+        kp.soft_value(ref, r, beta),
+        xb("soft_value", xb.asarray(ref), xb.asarray(r), beta),
+    ):
+        got = float(xb.numpy(got)) if not isinstance(got, float) else got
+        assert abs(got - want) <= tol, (got, want, tol)
+    pi_want = R.to_float(R.optimal_policy(ref, r, beta))
+    kl_want = float(R.optimal_kl(ref, r, beta))
+    for pi, kl in (
+        (kp.optimal_policy(ref, r, beta), kp.optimal_kl(ref, r, beta)),
+        (
+            xb.numpy(xb("optimal_policy", xb.asarray(ref), xb.asarray(r), beta)),
+            xb.numpy(xb("optimal_kl", xb.asarray(ref), xb.asarray(r), beta)),
+        ),
+    ):
+        normal = pi_want > 1e-290
+        assert_close(pi[normal], pi_want[normal], rtol=2e-12)
+        assert_close(kl, kl_want, rtol=1e-11)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    tiny=st.floats(1e-300, 1e-3),
+    gain=st.floats(0.0, 60.0),
+    beta=st.floats(1e-4, 10.0),
+    base=st.sampled_from([0.0, 1.0, -3.0, 1e3]),
+)
+def test_soft_value_is_exact_to_its_conditioning_on_drawn_rare_alternatives(tiny, gain, beta, base):
+    """A rare alternative of reference mass ``tiny`` gaining ``gain`` beta in reward over the
+    bulk: V - base ranges from ~tiny to ~gain beta. numpy core and float64 torch, against
+    mpmath, to 1e-13 of the conditioning scale (tests/_mpref.py)."""
+    ref = [tiny, 1.0 - tiny]
+    r = [base + gain * beta, base]
+    want = float(R.soft_value(ref, r, beta))
+    tol = 1e-13 * float(R.soft_value_scale(ref, r, beta))
+    got = [kp.soft_value(ref, r, beta)]
+    try:
+        import torch
+    except ImportError:
+        pass
+    else:
+        t = torch.tensor
+        got.append(
+            float(kp.soft_value(t(ref, dtype=torch.float64), t(r, dtype=torch.float64), beta))
+        )
+    for g in got:
+        assert abs(g - want) <= tol, (g, want, tol)
+
+
 def _fast_cases():
     """(ref, reward, beta, shifted): rows the one-exp path takes, with and without the shift."""
     rng = np.random.default_rng(11)
