@@ -283,3 +283,24 @@ def test_kernel_equals_the_careful_path(rows, n, log10_beta, log10_scale, seed):
     # the absolute error is about (eps max|r| / beta)^2 when one outcome takes all the mass
     noise = (16 * eps * scale / beta) ** 2
     assert np.all(np.abs(fast.var - slow.var) <= 1e-9 * slow.var + noise)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_soft_values_stay_on_the_fast_path_unless_near_zero(dtype):
+    """Typical rows keep their one-exp soft value in either dtype (the test is in the
+    dtype's own ulp: a float64-sized tolerance sent every float32 row to the careful
+    path, 70x slower); a value far below its best reward and beta is handed over."""
+    rng = np.random.default_rng(5)
+    ref = rng.dirichlet(np.ones(64), size=32).astype(dtype)
+    reward = rng.normal(size=(32, 64)).astype(dtype)
+    ib = np.full(32, 2.0, dtype)
+    res = {"value": np.empty((32, 1), dtype)}
+    with np.errstate(all="ignore"):
+        sw = K._sweep(ref, reward, ib, frozenset(res), None, res)
+    assert K._value_resolved(res["value"][:, 0], sw.c, ib).all()
+    q, r = np.array([[1e-30, 1.0]], dtype), np.array([[1.0, 0.0]], dtype)  # V = 0.1 e^-50
+    ib1 = np.array([10.0], dtype)
+    res1 = {"value": np.empty((1, 1), dtype)}
+    with np.errstate(all="ignore"):
+        sw1 = K._sweep(q, r, ib1, frozenset(res1), None, res1)
+    assert not K._value_resolved(res1["value"][:, 0], sw1.c, ib1)[0]
