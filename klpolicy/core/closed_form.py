@@ -26,7 +26,11 @@ It is evaluated as ``log1p(sum(ref * expm1(z)) / sum(ref))`` whenever that sum
 is above -1/2 (large beta: no cancellation, every summand has the same sign),
 and as ``log(sum(ref * exp(z)) / sum(ref))`` otherwise (small beta: the
 maximiser's term is exactly ``ref_max``). The log-ratio
-:math:`u = \log(\pi^*/\pi_{ref}) = z - L` is then exact to a few ulp, and the KL
+:math:`u = \log(\pi^*/\pi_{ref})` and the soft value are then re-centred on the
+mode :math:`k` of :math:`\pi^*` (``d = (r - r_k)/beta``, the same log1p-of-expm1 sum;
+:math:`V = r_k + \beta \log(1 + S)`), which keeps the mode's own log-ratio, a soft
+value far below the rewards and weights far below the best reward exact; ``u`` is
+then exact to a few ulp, and the KL
 is summed from non-negative terms ``ref * (u e^u - e^u + 1)`` so that it keeps
 full relative precision even when it is 1e-30 (beta = 1e8).
 
@@ -340,10 +344,14 @@ def soft_value(
 
     Notes
     -----
-    Evaluated as ``c + beta * log1p(E_ref[expm1((r - c)/beta)])`` with ``c``
-    the best reward on the support, so that at large ``beta`` the small
-    correction ``Var_ref(r) / (2 beta)`` is not lost to rounding. The absolute
-    error is a few ulp of ``max |r|``.
+    Evaluated around the mode ``k`` of :math:`\pi^*_\beta` as
+    ``r_k + beta * log1p(S)``, ``S = E_ref[expm1((r - r_k)/beta)]``, and at large
+    ``beta`` (every ``|r - E_ref r| < beta``) around the reference mean, so that
+    the small correction ``Var_ref(r) / (2 beta)`` is not lost to rounding. The
+    error is a few ulp of ``|r_k| + |V - r_k| + E_pi|r - r_k|``, the value's own
+    conditioning: a value far below the rewards keeps its relative digits
+    (``ref = (1e-100, 1)``, ``r = (1, 0)``, ``beta = 0.01`` gives 2.688e-59, where
+    the best-reward anchor ``1 + 0.01 log(...)`` rounds to 0).
 
     References
     ----------
@@ -357,6 +365,8 @@ def soft_value(
     0.7168904152
     >>> float(soft_value([0.5, 0.5], [1.0, 0.0], 0.0)), float(soft_value([0.5, 0.5], [1.0, 0.0], float("inf")))
     (1.0, 0.5)
+    >>> f"{float(soft_value([1e-100, 1.0], [1.0, 0.0], 0.01)):.6e}"  # 0.01 log1p(1e-100 (e^100 - 1))
+    '2.688117e-59'
     """
     if _xp.is_foreign(ref, reward, beta):
         return _xp.soft_value(ref, reward, beta, axis=axis, validate=validate)
