@@ -121,6 +121,21 @@ def _mode_log_ratio(
             log_zk[far] = np.log(w_sum / total[far])
             if with_mode:
                 mode_pi[far] = q[far, k[far]][:, None] / w_sum
+            # A mode on a reference entry below tiny / eps (1e-292): its weight ref_k is then
+            # so small that the other weights ref e^d, which can still matter next to it,
+            # are subnormal or zero (ref = (1, 5e-321), r = (-50, 700), beta = 1: e^-750
+            # beside 5e-321 lost five digits). Sum them relative to ref_k, in log space.
+            qk = q[far, k[far]]
+            finfo = np.finfo(q.dtype)
+            low = np.nonzero(qk < finfo.tiny / finfo.eps)[0]
+            if low.size:
+                rows_low = far[low]
+                log_qk = np.log(qk[low])[:, None]
+                a = d[rows_low] + (np.log(q[rows_low]) - log_qk)  # -inf off the support
+                s_rel = np.exp(a).sum(axis=-1, keepdims=True)  # in [1, n]: the mode's is 1
+                log_zk[rows_low] = log_qk - np.log(total[rows_low]) + np.log(s_rel)
+                if with_mode:
+                    mode_pi[rows_low] = 1 / s_rel
         if with_mode:
             value = rk + beta * log_zk
         d -= log_zk

@@ -469,12 +469,29 @@ def _mode_log_ratio(xp, q, r, beta, total, pi, support):
     near_s = xp.where(far, xp.zeros_like(s), s)
     w_sum = xp.sum(w, axis=-1, keepdims=True)
     log_zk = xp.where(far, xp.log(w_sum / total), xp.log1p(near_s))
+    # a mode on a reference entry below tiny / eps: the weights beside it are subnormal;
+    # sum them relative to ref_k in log space (see klpolicy.core._tilt._mode_log_ratio)
+    qk = xp.take_along_axis(q, k, axis=-1)
+    fi = xp.finfo(dt)
+    low = far & (_stop(qk) < float(fi.smallest_normal) / float(fi.eps))
+    # ref_k enters the shift as a constant: log Z_k = log ref_k + log sum e^a then has the
+    # exact gradient in every ref_i (e^{d_i} / sum(ref e^d)), without 1/ref_k - 1/ref_k
+    one = xp.ones_like(qk)
+    log_qk = xp.log(_stop(xp.where(low, qk, one)))  # select, then take logs
+    keep = low & support
+    a = xp.where(keep, d, xp.zeros_like(d)) + (xp.log(xp.where(keep, q, xp.ones_like(q))) - log_qk)
+    w_rel = xp.where(keep, xp.exp(xp.where(keep, a, xp.zeros_like(a))), xp.zeros_like(a))
+    s_rel = xp.sum(w_rel, axis=-1, keepdims=True)  # >= 1 on the rows used (the mode's 1)
+    s_rel = xp.where(low, s_rel, one)
+    log_zk = xp.where(low, log_qk - xp.log(total) + xp.log(s_rel), log_zk)
     u = xp.where(support, d - log_zk, xp.zeros_like(d))
     # w_k = ref_k e^{d_k} is ref_k in value (d_k = 0) and carries d_k's gradient (r_k enters
     # every d_j, but through rk only as a constant: see the module docstring)
     wk = xp.take_along_axis(w, k, axis=-1)
     # _div: JAX differentiates x / y as -x * y**-2, which overflows for w_sum ~ 1e-300
     pi_k = xp.where(far, _div(xp, wk, w_sum), (wk / total) / (1 + near_s))
+    # 1 in value (a_k = 0), with d_k's gradient, as w_k above
+    pi_k = xp.where(low, xp.take_along_axis(w_rel, k, axis=-1) / s_rel, pi_k)
     is_mode = xp.arange(q.shape[-1], device=_device(q)) == k
     return u, is_mode, pi_k, rk + beta * log_zk
 
