@@ -2,6 +2,9 @@
 
 import importlib.util
 
+import numpy as np
+import pytest
+
 collect_ignore_glob = []
 if importlib.util.find_spec("torch") is None:
     collect_ignore_glob.append("torch/*")
@@ -9,3 +12,10 @@ if importlib.util.find_spec("matplotlib") is None:
     collect_ignore_glob += ["plotting/*", "app/demo.py"]
 if importlib.util.find_spec("hypothesis") is None:
     collect_ignore_glob.append("testing/*")
+
+
+@pytest.fixture(autouse=True)
+def _default_numpy_print_options():
+    """Doctests print with numpy's default options, whatever ran before them in the worker."""
+    with np.printoptions(precision=8, suppress=False, threshold=1000, linewidth=75):
+        yield

@@ -27,3 +27,14 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 def rng():
     """A seeded generator: tests never touch the global numpy RNG."""
     return np.random.default_rng(20261130)
+
+
+@pytest.fixture(autouse=True)
+def _numpy_print_and_error_state():
+    """Each test leaves numpy's print options and error state as it found them.
+
+    Tutorial code run by the tests sets ``np.set_printoptions(precision=4)``; leaked into
+    a worker, it changed what later doctests print (an xdist scheduling made 8 of them fail).
+    """
+    with np.printoptions(**np.get_printoptions()), np.errstate(**np.geterr()):
+        yield
