@@ -6,7 +6,9 @@
    validation), and against the numpy core on CPU; the peak extra memory of
    each, in input arrays (goal: at most 2; CPU from the profiler's allocation
    events, CUDA from the caching allocator). On CUDA: (4096, 131072) float32 and
-   bfloat16 (an LLM vocabulary; goal within 1.5x of the softmax).
+   bfloat16 (an LLM vocabulary; goal within 1.5x of the softmax). Also
+   ``soft_value`` against ``beta * torch.logsumexp(log(ref) + r / beta)`` and
+   ``optimal_kl`` against the softmax.
 2. Training steps per second of ``fit_policy`` / ``fit_sequence_policy``.
 3. CPU against GPU for the trainers, when a GPU is present.
 
@@ -92,6 +94,9 @@ def closed_form(device: str, batch: int, vocab: int, dtype, repeat: int) -> dict
         "kernel_s": lambda: klpolicy.optimal_policy(ref, reward, beta),
         "nocheck_s": lambda: klpolicy.optimal_policy(ref, reward, beta, validate=False),
         "softmax_s": lambda: torch.softmax(torch.log(ref) + reward / beta, -1),
+        "value_s": lambda: klpolicy.soft_value(ref, reward, beta),
+        "logsumexp_s": lambda: beta * torch.logsumexp(torch.log(ref) + reward / beta, -1),
+        "kl_s": lambda: klpolicy.optimal_kl(ref, reward, beta),
     }
     if device == "cpu" and dtype != torch.bfloat16:
         ref_np, rew_np = ref.numpy(), reward.numpy()
@@ -152,6 +157,11 @@ def main() -> None:
                 f"kernel {r['kernel_s'] * 1e3:8.2f} ms (validate=False {r['nocheck_s'] * 1e3:8.2f}),"
                 f" torch.softmax {r['softmax_s'] * 1e3:8.2f} ms, "
                 f"ratio kernel/softmax {r['kernel_s'] / r['softmax_s']:5.2f}"
+            )
+            line += (
+                f"; soft_value {r['value_s'] * 1e3:8.2f} ms, ratio to beta * torch.logsumexp "
+                f"{r['value_s'] / r['logsumexp_s']:5.2f}; optimal_kl {r['kl_s'] * 1e3:8.2f} ms, "
+                f"ratio to torch.softmax {r['kl_s'] / r['softmax_s']:5.2f}"
             )
             if "numpy_s" in r:
                 line += f", numpy core/kernel {r['numpy_s'] / r['kernel_s']:5.2f}"

@@ -690,6 +690,83 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     return _blocks_in(xp, q, r, c, ib, dt, out_dt), True
 
 
+# A fast soft value is kept when its estimated rounding (see klpolicy.core._tilt.
+# _value_resolved) is below this many ulp of it; a fast KL when its summands' rounding,
+# eps * (4 + max |z| + |log Z|) in all, is below this many ulp of it (1.1e-13 relative in
+# float64; the numpy core's blocks ask 64 ulp before their per-row series and
+# re-centring, which a whole-batch path on a device does not do).
+_VALUE_ULPS = 64.0
+_KL_ULPS = 512.0
+
+
+def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
+    """The soft value and/or KL of pi*_beta by one exponential per entry: or ``None``.
+
+    The array-API twin of the numpy core's fast statistics (``_tilt._block_stats``),
+    for a whole batch at once: with ``c = max(r)`` on rows where ``|r| / beta`` exceeds
+    a few tens (else 0), ``z = (r - c) / beta``, ``w = ref * exp(z)``,
+    ``log Z = log(sum w / sum ref)``, ``V = c + beta log Z`` and
+    ``KL = sum(pi (z - log Z - 1) + ref_n)``. Taken when every row has what the numpy
+    core's fast rows need (no zero in the reference, every weight a normal float,
+    ``(max r - min r) / beta >= 2``) and its results are resolved: the value to
+    ``_VALUE_ULPS`` ulp of itself, the KL to ``_KL_ULPS`` ulp (a KL above about 1/50
+    nat at ``spread / beta`` of a few). The
+    checks, value checks included, come to the host in one transfer after the sums;
+    otherwise (a small KL, a value near 0, the limits...) the careful kernel runs.
+
+    Returns ``(stats, valid)`` as :func:`_fast_policy` does, ``stats`` a dict.
+    """
+    bits = xp.finfo(dt).bits
+    low_in = xp.finfo(q.dtype).bits < 32
+    q_eps = float(xp.finfo(q.dtype).eps)
+    q = xp.astype(q, dt, copy=False)
+    r = xp.astype(r, dt, copy=False)
+    qmin = xp.min(q, axis=-1, keepdims=True)
+    rmax = xp.max(r, axis=-1, keepdims=True)
+    rmin = xp.min(r, axis=-1, keepdims=True)
+    ib = 1.0 / b
+    pos = qmin > 0
+    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
+    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
+    c = xp.where(mag <= _NO_SHIFT[bits], xp.zeros_like(rmax), _stop(rmax))
+    lo, hi = (rmin - c) * ib, (rmax - c) * ib  # NaN for invalid rewards: every flag False
+    ok = pos & (log_q + lo > _FAST_LOW[bits]) & (hi - lo >= 2.0)
+    ok = ok & (hi + math.log(q.shape[-1]) < -_FAST_LOW[bits])
+    z = (r - c) * ib
+    w = q * xp.exp(z)
+    total = xp.sum(q, axis=-1, keepdims=True)
+    w_sum = xp.sum(w, axis=-1, keepdims=True)
+    log_z = xp.log(w_sum / total)
+    out = {}
+    if "value" in want:
+        value = c + log_z / ib
+        ok = ok & (xp.abs(c) + xp.abs(value - c) + 4.0 / ib <= _VALUE_ULPS * xp.abs(value))
+        out["value"] = value
+    if "kl" in want:
+        pi = w / w_sum
+        terms = pi * (z - log_z - 1.0) + q / total
+        kl = xp.sum(terms, axis=-1, keepdims=True)
+        scale = 4.0 + xp.maximum(xp.abs(lo), xp.abs(hi)) + xp.abs(log_z)
+        ok = ok & (kl * _KL_ULPS >= scale)  # rounding eps * scale <= _KL_ULPS ulp of kl
+        out["kl"] = kl
+    flags = [xp.all(ok)]
+    if validate:
+        if low_in:  # float16 / bfloat16, summed in float32: as in _fast_policy
+            sums, sum_tol = total, tol - 2.0 * q_eps
+        else:
+            sums, sum_tol = _sum_wide(xp, q, -1, q), tol
+        flags.append(
+            xp.all(qmin >= 0)
+            & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
+            & xp.all(xp.abs(sums - 1.0) <= sum_tol)
+        )
+    host = np.asarray(_to_numpy(xp.stack(flags)))  # the one device-to-host transfer
+    valid = bool(host[1]) if validate else True
+    if not valid or not host[0]:
+        return None, valid
+    return out, True
+
+
 def _one_exp(xp, q, r, c, ib, dt):
     """``w / sum(w)``, ``w = ref * exp((r - c) * ib)`` (``c = None``: no shift).
 
@@ -761,16 +838,35 @@ def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
 
 
+def _statistic(name: str, ref, reward, beta, axis: int, validate: bool):
+    """The soft value or KL of pi*_beta: the fast path when it applies, else the kernel."""
+    pending = _Deferred()
+    xp, q, r, b, out_dt, _, limits = _problem(
+        ref, reward, beta, axis, validate, pending, cast=False
+    )
+    dt = pending.dtype
+    stats = None
+    if not limits and _concrete(q, r):
+        with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
+            stats, valid = _fast_stats(xp, q, r, b, pending.tol, validate, dt, {name})
+        if valid:
+            pending.checks.clear()
+    for check in pending.checks:  # they raise for invalid input
+        check()
+    if stats is None:
+        q, r = xp.astype(q, dt, copy=False), xp.astype(r, dt, copy=False)
+        stats = _tilt(xp, q, r, b, {name}, limits)
+    return _finish(xp, stats[name][..., 0], out_dt)
+
+
 def soft_value(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.soft_value` for any array-API library."""
-    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
-    return _finish(xp, _tilt(xp, q, r, b, {"value"}, limits)["value"][..., 0], out_dt)
+    return _statistic("value", ref, reward, beta, axis, validate)
 
 
 def optimal_kl(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_kl` for any array-API library."""
-    xp, q, r, b, out_dt, _, limits = _problem(ref, reward, beta, axis, validate)
-    return _finish(xp, _tilt(xp, q, r, b, {"kl"}, limits)["kl"][..., 0], out_dt)
+    return _statistic("kl", ref, reward, beta, axis, validate)
 
 
 def max_kl(ref, reward, *, axis: int = -1, validate: bool = True):

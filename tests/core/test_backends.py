@@ -500,6 +500,88 @@ def test_fast_path_gradient_is_the_analytic_one():
     assert_close(jac, (np.diag(p) - np.outer(p, p)) / beta, rtol=1e-10, atol=1e-18)
 
 
+@pytest.mark.parametrize("case", range(3))  # the fourth has spread / beta < 2: careful
+@pytest.mark.parametrize("stat", ["soft_value", "optimal_kl"])
+def test_fast_statistics_equal_the_careful_path(xb, case, stat, monkeypatch):
+    """The one-exp soft value and KL are taken on ordinary rows and equal the careful
+    kernel and the numpy core to 1e-12 relative."""
+    ref, r, beta, _ = _fast_cases()[case]
+    q, w = xb.asarray(ref), xb.asarray(r)
+    taken = []
+    real = _xp._fast_stats
+    monkeypatch.setattr(_xp, "_fast_stats", lambda *a: taken.append(real(*a)) or taken[-1])
+    fast = xb.numpy(xb(stat, q, w, beta))
+    assert taken and taken[-1][0] is not None, "the fast path was not taken"
+    xp = _xp._namespace(q)[0]
+    b = xp.asarray(np.full((4, 1), beta))
+    if xb.name == "torch":
+        b = b.to(q.dtype)
+    key = "value" if stat == "soft_value" else "kl"
+    careful = xb.numpy(_xp._tilt(xp, q, w, b, {key}, limits=True)[key][:, 0])
+    assert_close(fast, careful, rtol=1e-12)
+    assert_close(fast, PUBLIC[stat](ref, r, beta), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("ref", "reward", "beta", "stat"),
+    [
+        ([[0.0, 1.0], [0.5, 0.5]], [[1.0, 0.0], [1.0, 0.0]], 0.2, "soft_value"),  # a zero
+        # a KL of 0.008 against a rounding scale of 6 (spread / beta = 2)
+        ([[0.5, 0.5], [0.999, 0.001]], [[1.0, 0.0], [0.0, 1.0]], 0.5, "optimal_kl"),
+        ([[1e-100, 1.0], [0.5, 0.5]], [[1.0, 0.0], [1.0, 0.0]], 0.01, "soft_value"),  # V ~ 0
+        ([[0.5, 0.5], [0.5, 0.5]], [[1.0, 0.0], [1.0, 0.0]], 10.0, "soft_value"),  # large beta
+    ],
+)
+def test_fast_statistics_hand_unresolved_batches_to_the_careful_path(
+    xb, ref, reward, beta, stat, monkeypatch
+):
+    """A batch with one row the one-exp form cannot resolve (a zero in the reference, a
+    KL below its rounding scale, a value near 0, spread / beta < 2) runs the careful
+    kernel whole, and every row matches mpmath."""
+    taken = []
+    real = _xp._fast_stats
+    monkeypatch.setattr(_xp, "_fast_stats", lambda *a: taken.append(real(*a)) or taken[-1])
+    got = xb.numpy(xb(stat, xb.asarray(ref), xb.asarray(reward), beta))
+    assert taken and taken[-1][0] is None and taken[-1][1] is True
+    for i in range(2):
+        if stat == "soft_value":
+            want = float(R.soft_value(ref[i], reward[i], beta))
+            tol = 1e-13 * float(R.soft_value_scale(ref[i], reward[i], beta))
+        else:
+            want = float(R.optimal_kl(ref[i], reward[i], beta))
+            tol = 1e-11 * want
+        assert abs(got[i] - want) <= tol, (i, got[i], want)
+
+
+@pytest.mark.parametrize("stat", ["soft_value", "optimal_kl"])
+def test_fast_statistics_bring_one_value_to_the_host(stat, monkeypatch):
+    torch = pytest.importorskip("torch")
+    ref, r, beta, _ = _fast_cases()[1]
+    calls = []
+    real = _xp._to_numpy
+    monkeypatch.setattr(_xp, "_to_numpy", lambda x: calls.append(x.shape) or real(x))
+    monkeypatch.setattr(
+        _xp, "_check_probabilities", lambda *a, **k: pytest.fail("a separate check ran")
+    )
+    PUBLIC[stat](torch.tensor(ref), torch.tensor(r), beta)
+    assert len(calls) == 1
+
+
+def test_fast_statistics_gradients_are_the_analytic_ones():
+    """dV/dr = pi and dKL/dr_j = pi_j (u_j - KL) / beta through the one-exp path (torch)."""
+    torch = pytest.importorskip("torch")
+    ref, r, beta, _ = _fast_cases()[0]
+    q = torch.tensor(ref)
+    rt = torch.tensor(r, requires_grad=True)
+    (g_v,) = torch.autograd.grad(kp.soft_value(q, rt, beta).sum(), rt)
+    (g_k,) = torch.autograd.grad(kp.optimal_kl(q, rt, beta).sum(), rt)
+    pi = kp.optimal_policy(ref, r, beta)
+    u = np.log(pi / ref)
+    kl = kp.optimal_kl(ref, r, beta)[:, None]
+    assert_close(g_v.numpy(), pi, rtol=1e-10, atol=1e-18)
+    assert_close(g_k.numpy(), pi * (u - kl) / beta, rtol=1e-9, atol=1e-15)
+
+
 # --------------------------------------------------------------------------- float32
 
 
