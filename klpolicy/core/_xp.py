@@ -628,6 +628,25 @@ def _concrete(*xs) -> bool:
     return not any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
+def _values_ok(xp, q, qmin, rmax, rmin, tol: float, dt):
+    """One device flag: the value checks of ``ref`` (``q``, in its own dtype) and the
+    rewards, from a fast path's row reductions (NaN fails every comparison)."""
+    if xp.finfo(q.dtype).bits < 32:
+        # float16 / bfloat16: summed in their own dtype (the library accumulates in
+        # float32; asking for a wider dtype would copy the array whole), the sum
+        # rounded to the dtype: the check is tightened by two of its ulps, and a row
+        # that near the tolerance goes to the exact checks, which then decide.
+        sums = xp.astype(xp.sum(q, axis=-1, keepdims=True), dt)
+        sum_tol = tol - 2.0 * float(xp.finfo(q.dtype).eps)
+    else:
+        sums, sum_tol = _sum_wide(xp, q, -1, q), tol
+    return (
+        xp.all(qmin >= 0)
+        & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
+        & xp.all(xp.abs(sums - 1.0) <= sum_tol)
+    )
+
+
 def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     """pi*_beta by one exponential per entry, when that is provably as accurate: or ``None``.
 
@@ -666,20 +685,7 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
         xp.all(pos & (log_q - spread > _FAST_LOW[bits])),
     ]
     if validate:
-        if xp.finfo(q.dtype).bits < 32:
-            # float16 / bfloat16: summed in their own dtype (the library accumulates in
-            # float32; asking for a wider dtype would copy the array whole), the sum
-            # rounded to the dtype: the check is tightened by two of its ulps, and a row
-            # that near the tolerance goes to the exact checks, which then decide.
-            sums = xp.astype(xp.sum(q, axis=-1, keepdims=True), dt)
-            sum_tol = tol - 2.0 * float(xp.finfo(q.dtype).eps)
-        else:
-            sums, sum_tol = _sum_wide(xp, q, -1, q), tol
-        flags.append(
-            xp.all(qmin >= 0)
-            & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
-            & xp.all(xp.abs(sums - 1.0) <= sum_tol)
-        )
+        flags.append(_values_ok(xp, q, qmin, rmax, rmin, tol, dt))
     host = np.asarray(_to_numpy(xp.stack(flags)))  # the one device-to-host transfer
     valid = bool(host[2]) if validate else True
     if not valid or not (host[0] or host[1]):
@@ -717,8 +723,7 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     Returns ``(stats, valid)`` as :func:`_fast_policy` does, ``stats`` a dict.
     """
     bits = xp.finfo(dt).bits
-    low_in = xp.finfo(q.dtype).bits < 32
-    q_eps = float(xp.finfo(q.dtype).eps)
+    q_in = q
     q = xp.astype(q, dt, copy=False)
     r = xp.astype(r, dt, copy=False)
     qmin = xp.min(q, axis=-1, keepdims=True)
@@ -751,15 +756,7 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
         out["kl"] = kl
     flags = [xp.all(ok)]
     if validate:
-        if low_in:  # float16 / bfloat16, summed in float32: as in _fast_policy
-            sums, sum_tol = total, tol - 2.0 * q_eps
-        else:
-            sums, sum_tol = _sum_wide(xp, q, -1, q), tol
-        flags.append(
-            xp.all(qmin >= 0)
-            & xp.all(xp.isfinite(rmax) & xp.isfinite(rmin))
-            & xp.all(xp.abs(sums - 1.0) <= sum_tol)
-        )
+        flags.append(_values_ok(xp, q_in, qmin, rmax, rmin, tol, dt))
     host = np.asarray(_to_numpy(xp.stack(flags)))  # the one device-to-host transfer
     valid = bool(host[1]) if validate else True
     if not valid or not host[0]:
@@ -817,56 +814,47 @@ def _blocks_in(xp, q, r, c, ib, dt, out_dt):
 # --------------------------------------------------------------------------- closed form
 
 
-def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
-    """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
+def _closed_form(name: str, ref, reward, beta, axis: int, validate: bool):
+    """pi*_beta (``name = "pi"``), its soft value (``"value"``) or KL (``"kl"``): the
+    one-exponential path when it applies (:func:`_fast_policy`, :func:`_fast_stats`),
+    with the value checks folded into its one host transfer, else the careful kernel."""
     pending = _Deferred()
     xp, q, r, b, out_dt, ax, limits = _problem(
         ref, reward, beta, axis, validate, pending, cast=False
     )
     dt = pending.dtype
-    pi = None
+    got = None
     if not limits and _concrete(q, r):
         with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
-            pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate, dt, out_dt)
+            if name == "pi":
+                pi, valid = _fast_policy(xp, q, r, b, pending.tol, validate, dt, out_dt)
+                got = None if pi is None else {"pi": pi}
+            else:
+                got, valid = _fast_stats(xp, q, r, b, pending.tol, validate, dt, {name})
         if valid:
             pending.checks.clear()
     for check in pending.checks:  # they raise for invalid input
         check()
-    if pi is None:
+    if got is None:
         q, r = xp.astype(q, dt, copy=False), xp.astype(r, dt, copy=False)
-        pi = _tilt(xp, q, r, b, {"pi"}, limits)["pi"]
-    return _finish(xp, xp.moveaxis(pi, -1, ax), out_dt)
+        got = _tilt(xp, q, r, b, {name}, limits)
+    out = xp.moveaxis(got["pi"], -1, ax) if name == "pi" else got[name][..., 0]
+    return _finish(xp, out, out_dt)
 
 
-def _statistic(name: str, ref, reward, beta, axis: int, validate: bool):
-    """The soft value or KL of pi*_beta: the fast path when it applies, else the kernel."""
-    pending = _Deferred()
-    xp, q, r, b, out_dt, _, limits = _problem(
-        ref, reward, beta, axis, validate, pending, cast=False
-    )
-    dt = pending.dtype
-    stats = None
-    if not limits and _concrete(q, r):
-        with np.errstate(all="ignore"):  # numpy arrays through the array API: invalid rows
-            stats, valid = _fast_stats(xp, q, r, b, pending.tol, validate, dt, {name})
-        if valid:
-            pending.checks.clear()
-    for check in pending.checks:  # they raise for invalid input
-        check()
-    if stats is None:
-        q, r = xp.astype(q, dt, copy=False), xp.astype(r, dt, copy=False)
-        stats = _tilt(xp, q, r, b, {name}, limits)
-    return _finish(xp, stats[name][..., 0], out_dt)
+def optimal_policy(ref, reward, beta, *, axis: int = -1, validate: bool = True):
+    """:func:`klpolicy.optimal_policy` for any array-API library (see the module docstring)."""
+    return _closed_form("pi", ref, reward, beta, axis, validate)
 
 
 def soft_value(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.soft_value` for any array-API library."""
-    return _statistic("value", ref, reward, beta, axis, validate)
+    return _closed_form("value", ref, reward, beta, axis, validate)
 
 
 def optimal_kl(ref, reward, beta, *, axis: int = -1, validate: bool = True):
     """:func:`klpolicy.optimal_kl` for any array-API library."""
-    return _statistic("kl", ref, reward, beta, axis, validate)
+    return _closed_form("kl", ref, reward, beta, axis, validate)
 
 
 def max_kl(ref, reward, *, axis: int = -1, validate: bool = True):
