@@ -514,10 +514,13 @@ def _value_resolved(value: NDArray, c: NDArray, ib: NDArray) -> NDArray[np.bool_
     ``ref = (1e-100, 1)``, ``r = (1, 0)``, ``beta = 0.01``), the row is left to the
     careful path, which anchors V on the mode of pi*. The test is in units of the
     dtype's own ulp, so float32 rows are held to float32's precision.
+
+    Written with operators only, so that the array-API fast path
+    (:func:`klpolicy.core._xp._fast_stats`) applies the same test to tensors.
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        scale = np.abs(c) + np.abs(value - c) + 4 / ib
-        return scale <= _VALUE_ULPS * np.abs(value)
+        scale = abs(c) + abs(value - c) + 4 / ib
+        return scale <= _VALUE_ULPS * abs(value)
 
 
 def _valid(sw: _Sweep, check) -> bool:

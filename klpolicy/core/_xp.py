@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from . import _validation as V
+from ._tilt import _NO_SHIFT, _RANGE, _value_resolved
 
 # Log-weights below -_DEAD are replaced by -_DEAD: exp(-1e4) is zero in every float format,
 # while a reference entry is at least 5e-324 (log > -745), so nothing representable is lost.
@@ -612,11 +613,9 @@ def _finish(xp, x, out_dt):
 
 # --------------------------------------------------------------------------- fast path
 
-# By compute dtype: the log-weight below which ref * exp(z) is no longer a normal float
-# (with a margin), and the |r| / beta up to which exp(r / beta) needs no shift by max(r)
-# (it is then exact to |r / beta| * 1.5 ulp). The numpy core's _tilt uses the same bounds.
-_FAST_LOW = {32: -86.0, 64: -700.0}
-_NO_SHIFT = {32: 8.0, 64: 50.0}
+# The fast paths' bounds are the numpy core's (klpolicy.core._tilt), by item size: the
+# exponent range that keeps every weight ref * exp(z) a normal float and their sum finite,
+# and the |r| / beta up to which exp(r / beta) needs no shift by max(r).
 
 
 def _concrete(*xs) -> bool:
@@ -671,7 +670,8 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     ``out_dt``) is ``None`` when the careful path must run; ``valid`` says whether
     the value checks passed.
     """
-    bits = xp.finfo(dt).bits
+    size = xp.finfo(dt).bits // 8
+    low = _RANGE[size][0]
     qmin = xp.astype(xp.min(q, axis=-1, keepdims=True), dt)
     rmax = xp.astype(xp.max(r, axis=-1, keepdims=True), dt)
     rmin = xp.astype(xp.min(r, axis=-1, keepdims=True), dt)
@@ -681,8 +681,8 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     spread = (rmax - rmin) * ib  # NaN or inf for invalid rewards: every flag below is False
     mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
     flags = [
-        xp.all(pos & (mag <= _NO_SHIFT[bits]) & (log_q + rmin * ib > _FAST_LOW[bits])),
-        xp.all(pos & (log_q - spread > _FAST_LOW[bits])),
+        xp.all(pos & (mag <= _NO_SHIFT[size]) & (log_q + rmin * ib > low)),
+        xp.all(pos & (log_q - spread > low)),
     ]
     if validate:
         flags.append(_values_ok(xp, q, qmin, rmax, rmin, tol, dt))
@@ -696,12 +696,10 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     return _blocks_in(xp, q, r, c, ib, dt, out_dt), True
 
 
-# A fast soft value is kept when its estimated rounding (see klpolicy.core._tilt.
-# _value_resolved) is below this many ulp of it; a fast KL when its summands' rounding,
-# eps * (4 + max |z| + |log Z|) in all, is below this many ulp of it (1.1e-13 relative in
-# float64; the numpy core's blocks ask 64 ulp before their per-row series and
-# re-centring, which a whole-batch path on a device does not do).
-_VALUE_ULPS = 64.0
+# A fast KL is kept when its summands' rounding, eps * (4 + max |z| + |log Z|) in all, is
+# below this many ulp of it (1.1e-13 relative in float64; the numpy core's blocks ask 64
+# ulp before their per-row series and re-centring, which a whole-batch path on a device
+# does not do). A fast soft value: klpolicy.core._tilt._value_resolved.
 _KL_ULPS = 512.0
 
 
@@ -715,14 +713,15 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     ``KL = sum(pi (z - log Z - 1) + ref_n)``. Taken when every row has what the numpy
     core's fast rows need (no zero in the reference, every weight a normal float,
     ``(max r - min r) / beta >= 2``) and its results are resolved: the value to
-    ``_VALUE_ULPS`` ulp of itself, the KL to ``_KL_ULPS`` ulp (a KL above about 1/50
+    ``_tilt._VALUE_ULPS`` ulp of itself, the KL to ``_KL_ULPS`` ulp (a KL above about 1/50
     nat at ``spread / beta`` of a few). The
     checks, value checks included, come to the host in one transfer after the sums;
     otherwise (a small KL, a value near 0, the limits...) the careful kernel runs.
 
     Returns ``(stats, valid)`` as :func:`_fast_policy` does, ``stats`` a dict.
     """
-    bits = xp.finfo(dt).bits
+    size = xp.finfo(dt).bits // 8
+    low, high = _RANGE[size]
     q_in = q
     q = xp.astype(q, dt, copy=False)
     r = xp.astype(r, dt, copy=False)
@@ -733,10 +732,10 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     pos = qmin > 0
     log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
     mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
-    c = xp.where(mag <= _NO_SHIFT[bits], xp.zeros_like(rmax), _stop(rmax))
+    c = xp.where(mag <= _NO_SHIFT[size], xp.zeros_like(rmax), _stop(rmax))
     lo, hi = (rmin - c) * ib, (rmax - c) * ib  # NaN for invalid rewards: every flag False
-    ok = pos & (log_q + lo > _FAST_LOW[bits]) & (hi - lo >= 2.0)
-    ok = ok & (hi + math.log(q.shape[-1]) < -_FAST_LOW[bits])
+    ok = pos & (log_q + lo > low) & (hi - lo >= 2.0)
+    ok = ok & (hi + math.log(q.shape[-1]) < high)
     z = (r - c) * ib
     w = q * xp.exp(z)
     total = xp.sum(q, axis=-1, keepdims=True)
@@ -745,7 +744,7 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     out = {}
     if "value" in want:
         value = c + log_z / ib
-        ok = ok & (xp.abs(c) + xp.abs(value - c) + 4.0 / ib <= _VALUE_ULPS * xp.abs(value))
+        ok = ok & _value_resolved(value, c, ib)
         out["value"] = value
     if "kl" in want:
         pi = w / w_sum
