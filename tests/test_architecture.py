@@ -197,3 +197,19 @@ def test_import_works_with_docstrings_stripped():
     out = subprocess.run([sys.executable, "-OO", "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("0.3278")
+
+
+def test_testing_without_hypothesis_names_the_extra():
+    """Without hypothesis, a suite is an ImportError naming `klpolicy[testing]`, as
+    klpolicy.torch names `klpolicy[torch]` (it was a bare "No module named 'hypothesis'")."""
+    probe = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "import klpolicy.testing\n"
+        "try:\n"
+        "    klpolicy.testing.check_kl_estimator\n"
+        "except ImportError as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("ImportError klpolicy.testing's suites"), out.stdout
+    assert "pip install klpolicy[testing]" in out.stdout

@@ -35,14 +35,27 @@ _CHECKS = (
 _LOSS_CHECKS = ("check_pair_loss",)
 
 
+def _load(module: str):
+    """Import a submodule that needs hypothesis, naming the extra when it is missing."""
+    try:
+        return importlib.import_module(module, __name__)
+    except ModuleNotFoundError as exc:
+        if exc.name != "hypothesis":
+            raise
+        raise ImportError(
+            "klpolicy.testing's suites and strategies need hypothesis, which is not "
+            "installed. Install it with `pip install klpolicy[testing]`."
+        ) from exc
+
+
 def __getattr__(name: str) -> Any:
     # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
     if name in _LOSS_CHECKS:
-        return getattr(importlib.import_module("._checks_losses", __name__), name)
+        return getattr(_load("._checks_losses"), name)
     if name in _CHECKS:
-        return getattr(importlib.import_module(".checks", __name__), name)
+        return getattr(_load(".checks"), name)
     if name in ("strategies", "checks"):
-        return importlib.import_module("." + name, __name__)
+        return _load("." + name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
