@@ -22,10 +22,16 @@ class Falsified(Exception):
     """Raised by a property: a sentence saying what is wrong, and the inputs."""
 
     def __init__(
-        self, sentence: str | Callable[[], str], inputs: dict[str, Any], detail: str = ""
+        self,
+        sentence: str | Callable[[], str],
+        inputs: dict[str, Any],
+        detail: str = "",
+        *,
+        kind: str = "",
     ) -> None:
         super().__init__("falsified")
         self._sentence, self.inputs, self.detail = sentence, inputs, detail
+        self.kind = kind  # which property failed (report="all" collects one of each)
 
     @property
     def sentence(self) -> str:
@@ -143,6 +149,54 @@ def run(
             f"{check}({name}): it gives different results on the same input, "
             f"so no property can be checked reliably ({type(exc).__name__})."
         ) from None
+
+
+def run_all(
+    check: str,
+    fn: Any,
+    prop: Callable[[Any], None],
+    strategy: Any,
+    max_examples: int,
+    explicit: Iterable[Any] = (),
+    limit: int = 16,
+) -> None:
+    """As :func:`run`, but report every failing property (each ``Falsified.kind``) at once.
+
+    Runs the battery again after each failure with the properties already found
+    skipped (a run that hits one stops there), so that a second defect behind the
+    first is found without editing the code under test; one AssertionError lists
+    them all, each with its own smallest input.
+    """
+    found: dict[str, str] = {}
+    last: list[str] = []
+
+    def skip_found(case):
+        try:
+            prop(case)
+        except Falsified as f:
+            if f.kind and f.kind in found:
+                return
+            last[:] = [f.kind]
+            raise
+
+    for _ in range(limit):
+        last.clear()
+        try:
+            run(check, fn, skip_found, strategy, max_examples, explicit)
+            break
+        except AssertionError as exc:
+            kind = last[0] if last and last[0] else f"#{len(found)}"
+            if kind in found:  # an untagged or flaky failure: stop rather than loop
+                break
+            found[kind] = str(exc)
+    if not found:
+        return
+    if len(found) == 1:
+        raise AssertionError(next(iter(found.values())))
+    name = fn_name(fn)
+    parts = [f"{check}({name}): {len(found)} properties fail."]
+    parts += [f"{k}. {msg}" for k, msg in enumerate(found.values(), 1)]
+    raise AssertionError("\n\n".join(parts))
 
 
 def check_options(max_examples: Any, rtol: Any) -> tuple[int, float]:

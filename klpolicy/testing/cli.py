@@ -132,6 +132,13 @@ def _option(parser: argparse.ArgumentParser, name: str, param: inspect.Parameter
         parser.add_argument(flag, type=float, default=default, metavar="X")
     elif name == "dtype":
         parser.add_argument(flag, default=None, choices=["float64", "float32", "bfloat16"])
+    elif name == "report":
+        parser.add_argument(
+            flag,
+            default=default,
+            choices=["first", "all"],
+            help="first: the first failing property (default); all: every one, numbered",
+        )
     elif name in ("atol", "min_entry"):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     else:
