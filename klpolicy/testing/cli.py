@@ -273,11 +273,20 @@ def run_check(argv: Sequence[str] | None = None) -> int:
             print(
                 "usage: klpolicy check SUITE module:function [options]\n"
                 f"suites: {', '.join(names)}\n"
-                "klpolicy check SUITE -h lists a suite's options."
+                "klpolicy check SUITE -h lists a suite's options, with examples.\n"
+                "The suites need hypothesis: pip install klpolicy[testing]"
             )
             return 0 if argv else 2
         suite = argv[0].replace("_", "-").removeprefix("check-")
-        suites = _suites()
+        try:
+            suites = _suites()
+        except ImportError as exc:
+            if "hypothesis" not in (getattr(exc, "name", None) or str(exc)):
+                raise
+            raise _Error(
+                "klpolicy check needs hypothesis, which is not installed; install it with "
+                "`pip install klpolicy[testing]`"
+            ) from None
         if suite not in suites:
             known = ", ".join(sorted(suites))
             raise _Error(f"unknown suite {argv[0]!r}; choose one of {known}")

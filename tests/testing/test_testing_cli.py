@@ -117,6 +117,33 @@ def test_the_command_line_exit_status():
     )
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "kl-estimator", "-h"],
+        ["check", "kl-divergence", "klpolicy:kl_divergence"],
+        ["check", "kl-estimator", "klpolicy.estimators:k3", "--estimator", "k3"],
+    ],
+)
+def test_without_hypothesis_one_line_names_the_extra_and_exits_2(argv):
+    # hypothesis hidden in a fresh interpreter, as a user without the testing extra has it
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "from klpolicy.app.cli import main\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr == (
+        "klpolicy check: error: klpolicy check needs hypothesis, which is not installed; "
+        "install it with `pip install klpolicy[testing]`\n"
+    )
+
+
 @pytest.mark.slow
 def test_import_klpolicy_app_does_not_import_hypothesis():
     code = "import klpolicy.app.cli, sys; print('hypothesis' in sys.modules)"
