@@ -169,3 +169,13 @@ def test_bad_options():
         check_pair_loss(f, "ipo", tau=1.0)
     with pytest.raises(ValueError, match="`reduction` must be"):
         check_pair_loss(f, "ipo", reduction="avg")
+
+
+def test_docs_quote_the_discopop_verdict_and_the_label_smoothing_meaning():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    assert f"AssertionError: {DISCOPOP_NAN_VERDICT}" in doc
+    assert "TRL 1.x ignores `label_smoothing` for\n`sigmoid`" in doc
+    # where a user of the registry looks: the row's notes
+    assert "TRL 1.x ignores label_smoothing for sigmoid" in LOSSES["sigmoid"].notes
