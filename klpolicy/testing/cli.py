@@ -72,6 +72,50 @@ _CONTROLLER_ARGUMENTS = {
     "adaptive": ("init_kl_coef", "target", "horizon"),
     "deadzone": ("init_kl_coef", "target"),
 }
+# examples on each suite's -h page (a suite not listed gets a generic one)
+_EXAMPLES = {
+    "kl-estimator": [
+        ("mykl:k3 --estimator k3", "your k3 against Schulman's k3"),
+        (
+            "verl.trainer.ppo.core_algos:kl_penalty --estimator k3 --clamp -10 10 "
+            "--option kl_penalty=low_var_kl",
+            "verl's selector argument, and its clamp declared",
+        ),
+        (
+            "mygrpo:kl_term --estimator k3 --reduction seq_mean --dtype float32",
+            "a reduced, float32 KL term",
+        ),
+    ],
+    "kl-controller": [
+        ("trl.trainer.utils:AdaptiveKLController", "the kind is read from the constructor"),
+        ("mypkg:Controller --kind adaptive --dtype float32 --report all", "every failure"),
+    ],
+    "kl-divergence": [("mykl:kl --max-examples 500", "your KL(p||q) of two distributions")],
+    "dpo-loss": [("mydpo:loss --reduction mean", "a loss averaged over the batch")],
+    "pair-loss": [
+        ("mydpo:ipo --loss ipo", "one of TRL's loss_type values"),
+        ("mydpo:cdpo --loss sigmoid --loss-option label_smoothing=0.1", "cDPO"),
+    ],
+    "optimal-policy": [("mypkg:pi_star", "fn(ref, reward, beta) -> pi*")],
+    "soft-value": [("mypkg:soft_value", "fn(ref, reward, beta) -> beta log E_ref exp(r/beta)")],
+}
+# help of the suites' options, by keyword name
+_HELP = {
+    "estimator": "which estimator the function claims to be",
+    "loss": "the row of klpolicy.preference.LOSSES (TRL's loss_type)",
+    "max_examples": "hypothesis examples (default %(default)s)",
+    "rtol": "relative tolerance (default %(default)s)",
+    "atol": "absolute tolerance (default: the suite's)",
+    "dtype": "the format the function computes in (default float64)",
+    "reduction": "what the function returns: per-sample values or a reduction (default "
+    "%(default)s)",
+    "clamp": "a clamp the function applies to each estimate, checked exactly",
+    "kind": "which rule the controller implements (default: read from its constructor)",
+    "band": "the dead-zone rule's band (default %(default)s)",
+    "factor": "the dead-zone rule's factor (default %(default)s)",
+    "grad": "a function returning the gradients, checked on every example",
+    "min_entry": "the smallest probability drawn (default: the suite's, per dtype)",
+}
 # the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
 
@@ -119,9 +163,16 @@ def _load(target: str) -> Any:
     return obj
 
 
-def _option(parser: argparse.ArgumentParser, name: str, param: inspect.Parameter) -> None:
+def _option(
+    parser: argparse.ArgumentParser, name: str, param: inspect.Parameter, suite: str
+) -> None:
     flag = "--" + name.replace("_", "-")
     default = param.default
+    helps = _HELP.get(name)
+    if helps is None and name.startswith("supports_"):
+        what = name.removeprefix("supports_").replace("_", " ")
+        helps = f"whether the function claims to handle {what} inputs (default %(default)s)"
+    parser = _Helped(parser, helps)
     if name == "clamp":
         parser.add_argument(flag, type=float, nargs=2, metavar=("LO", "HI"), default=None)
     elif isinstance(default, bool):
@@ -142,27 +193,81 @@ def _option(parser: argparse.ArgumentParser, name: str, param: inspect.Parameter
     elif name in ("atol", "min_entry"):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     else:
-        parser.add_argument(flag, default=default, metavar="VALUE")
+        choices = _choices(name, suite)
+        metavar = None if choices else "VALUE"
+        parser.add_argument(flag, default=default, metavar=metavar, choices=choices)
+
+
+class _Helped:
+    """``parser`` whose ``add_argument`` fills in ``help`` where the call gives none."""
+
+    def __init__(self, parser: argparse.ArgumentParser, helps: str | None) -> None:
+        self._parser, self._help = parser, helps
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        if self._help is not None:
+            kwargs.setdefault("help", self._help)
+        return self._parser.add_argument(*args, **kwargs)
+
+
+def _choices(name: str, suite: str = "") -> list[str] | None:
+    """The values an option takes, from the library's own tables."""
+    if name == "estimator":
+        from ..estimators import estimator_names
+
+        return list(estimator_names())
+    if name == "loss":
+        from ..preference import LOSSES
+
+        return list(LOSSES)
+    if name == "reduction":
+        if suite != "kl-estimator":
+            return ["none", "mean", "sum"]
+        from ._checks_estimators import REDUCTIONS
+
+        return list(REDUCTIONS)
+    if name == "kind":
+        from ._checks_control import _KINDS
+
+        return list(_KINDS)
+    return None
+
+
+def _epilog(suite: str) -> str:
+    lines = _EXAMPLES.get(suite) or [("mypkg.module:function", "")]
+    out = ["examples:"]
+    for args, what in lines:
+        out.append(f"  klpolicy check {suite} {args}")
+        if what:
+            out.append(f"      {what}")
+    return "\n".join(out) + "\n"
 
 
 def _suite_parser(suite: str, check: Any) -> argparse.ArgumentParser:
     p = _Parser(
         prog=f"klpolicy check {suite}",
         description=(inspect.getdoc(check) or "").split("\n")[0],
+        epilog=_epilog(suite),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", metavar="module:function", help="what to check")
     for name, param in list(inspect.signature(check).parameters.items())[1:]:
         flag = "--" + name.replace("_", "-")
         if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:  # `estimator`, `loss`
+            choices = _choices(name, suite)
+            extra = {"choices": choices, "help": _HELP.get(name)}
+            extra["metavar"] = None if choices else "NAME"
             if param.default is inspect.Parameter.empty:
-                p.add_argument(flag, required=True, metavar="VALUE")
+                p.add_argument(flag, required=True, **extra)
             else:
-                p.add_argument(flag, default=param.default, metavar="VALUE")
+                p.add_argument(flag, default=param.default, **extra)
         elif param.kind is inspect.Parameter.KEYWORD_ONLY:
             if name == "grad":  # a function too
-                p.add_argument(flag, default=None, metavar="module:function", type=_load)
+                p.add_argument(
+                    flag, default=None, metavar="module:function", type=_load, help=_HELP[name]
+                )
             else:
-                _option(p, name, param)
+                _option(p, name, param, suite)
         elif param.kind is inspect.Parameter.VAR_KEYWORD:  # the exact loss's options
             p.add_argument(
                 "--loss-option",

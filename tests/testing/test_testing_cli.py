@@ -68,7 +68,14 @@ def test_controller_class_and_dotted_attribute(capsys):
         (["kl-divergence", "klpolicy:no_such_name"], "'klpolicy' has no attribute"),
         (["kl-divergence", "klpolicy"], "the target must be module:function"),
         (["kl-estimator", "klpolicy.estimators:k3"], "required: --estimator"),
-        (["kl-estimator", "klpolicy.estimators:k3", "--estimator", "k4"], "`estimator` must be"),
+        (
+            ["kl-estimator", "klpolicy.estimators:k3", "--estimator", "k4"],
+            "argument --estimator: invalid choice: 'k4' (choose from",
+        ),
+        (
+            ["kl-estimator", "klpolicy.estimators:k3", "--estimator", "k3", "--reduction", "x"],
+            "argument --reduction: invalid choice: 'x' (choose from",
+        ),
         (["kl-divergence", "klpolicy:kl_divergence", "--max-examples", "x"], "invalid int"),
         (["kl-divergence", "klpolicy:__version__"], "is not callable"),
         ([], "usage: klpolicy check SUITE"),
@@ -86,11 +93,34 @@ def test_bad_arguments_exit_2_with_one_line(argv, msg, capsys):
 
 def test_help_lists_the_suites_and_options(capsys):
     assert main(["check", "--help"]) == 0
-    assert "kl-controller" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "kl-controller" in out
+    assert "The suites need hypothesis: pip install klpolicy[testing]" in out
     assert main(["check", "kl-estimator", "-h"]) == 0
     out = capsys.readouterr().out
     for option in ("--estimator", "--dtype", "--reduction", "--clamp", "--max-examples"):
         assert option in out
+    # every option has help text, and the names it takes are listed
+    assert "--estimator {k1,k2,k3,abs}" in out
+    assert "--reduction {none,mean,sum,masked,masked_sum,masked_mean,seq_mean,seq_sum}" in out
+    assert "which estimator the function claims to be" in out
+    assert "examples:\n  klpolicy check kl-estimator mykl:k3 --estimator k3\n" in out
+
+
+@pytest.mark.parametrize(
+    "suite", ["kl-divergence", "kl-estimator", "kl-controller", "dpo-loss", "pair-loss"]
+)
+def test_every_suite_help_has_examples_and_help_for_each_option(suite, capsys):
+    assert main(["check", suite, "-h"]) == 0
+    out = capsys.readouterr().out
+    assert f"examples:\n  klpolicy check {suite} " in out
+    options = out.split("options:")[1].split("examples:")[0]
+    # argparse puts an option's help on its line or the next: no option line is left bare
+    lines = [ln for ln in options.splitlines() if ln.strip()]
+    for k, line in enumerate(lines):
+        if line.lstrip().startswith("--") and len(line.strip().split("  ")) < 2:
+            follow = lines[k + 1] if k + 1 < len(lines) else ""
+            assert not follow.lstrip().startswith("-"), f"{suite}: no help for {line.strip()}"
 
 
 @pytest.mark.slow
