@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from .. import control as _control
 from ._draws import _draw_beta, _ints, _sampled
 from ._resolution import EPS, as_dtype, lower_formats, output_dtype, representable, ulps
-from ._runner import Falsified, check_options, run, run_all
+from ._runner import Falsified, check_options, run
 
 __all__ = ["check_kl_controller"]
 
@@ -396,8 +396,7 @@ def check_kl_controller(
         (1.0, 6.0, 100, [(5.4, 1000)], _LONG),
     ]
     strategy = _controller_runs(kind)
-    runner = run_all if report == "all" else run
-    runner("check_kl_controller", cls, prop, strategy, max_examples, explicit)
+    run("check_kl_controller", cls, prop, strategy, max_examples, explicit, report=report)
 
 
 def _mismatch(
