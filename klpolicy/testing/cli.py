@@ -431,3 +431,6 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # -h of a suite's parser
         return int(exc.code or 0)
+    except BrokenPipeError:  # `klpolicy check ... | head`: the reader left, as for cat
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141
