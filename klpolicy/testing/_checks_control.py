@@ -388,12 +388,15 @@ def check_kl_controller(
     # the three failures of released adaptive controllers, first: one NaN KL,
     # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar;
     # then a multiplier 1 + (-0.1) * 10 that is 0 in exact arithmetic and 3.3e-16 in
-    # floats, repeated until beta underflows to 0.0 (at the 21st update)
+    # floats, repeated until beta underflows to 0.0 (at the 21st update); then TRL's
+    # defaults on target, where a coefficient stored in float32 (0.2 is not a float32
+    # number) shows as rounding
     explicit = [
         (0.2, 6.0, 10000, [(math.nan, 256), (6.0, 256)], 1),
         (0.2, 6.0, 100, [(0.0, 1000)], 1),
         (0.2, 0.0, 10000, [(np.float64(3.0), 256)], 1),
         (1.0, 6.0, 100, [(5.4, 1000)], _LONG),
+        (0.2, 6.0, 10000, [(6.0, 256)], 1),
     ]
     strategy = _controller_runs(kind)
     run("check_kl_controller", cls, prop, strategy, max_examples, explicit, report=report)
