@@ -5,6 +5,8 @@
   one figure-wide legend shared by panels that show the same series.
 - Within a panel, no two labelled series share a colour: a dash pattern alone blurs on a
   projector (split a figure into panels where there are more series than colours).
+- Every panel that draws axes has an x label, a y label (or shares its y axis with a panel
+  that has one) and a title (its own or the figure's); labelled markers are at least 6 pt.
 - Mathematical names are written as mathtext: no ``pi_ref``, ``a_2``, ``beta``, ``k1`` or a
   bare Greek letter in a title, axis label, legend or annotation outside ``$...$`` (text in
   backticks is a code name and is left alone).
@@ -83,6 +85,32 @@ def shared_colours(handles, labels) -> list[tuple[str, str]]:
     return pairs
 
 
+def _axis_problems(fig, group, panels, where: str) -> list[str]:
+    """Missing axis labels or title, and labelled markers too small for a projector."""
+    if not any(a.axison for a in group):
+        return []  # a diagram drawn on a blank canvas
+    out = []
+    siblings = [s for a in group for s in a.get_shared_y_axes().get_siblings(a) if s in panels]
+    if not any(a.get_xlabel() for a in group):
+        out.append(f"{where} has no x label")
+    if not any(a.get_ylabel() for a in group + siblings):
+        out.append(f"{where} has no y label")
+    suptitle = fig._suptitle is not None and fig._suptitle.get_text()
+    if not suptitle and not any(
+        a.get_title(loc) for a in group for loc in ("left", "center", "right")
+    ):
+        out.append(f"{where} has no title")
+    for a in group:
+        for line in a.lines:
+            if line.get_label().startswith("_") or line.get_marker() in (None, "None", "", " "):
+                continue
+            if line.get_markersize() < 6:
+                out.append(
+                    f"{where}: markers of {line.get_label()!r} are {line.get_markersize()} pt"
+                )
+    return out
+
+
 def figure_problems(fig, where: str = "figure") -> list[str]:
     """Every way ``fig`` breaks the lecture-figure rules, as readable lines (empty: none)."""
     problems = []
@@ -106,6 +134,7 @@ def figure_problems(fig, where: str = "figure") -> list[str]:
             problems.append(f"{where}: panel {name!r}'s legend misses {set(labels) - shown}")
         for a, b in shared_colours(handles, labels):
             problems.append(f"{where}: panel {name!r} draws {a!r} and {b!r} in one colour")
+        problems += _axis_problems(fig, group, panels, f"{where}: panel {name!r}")
     for ax in fig.axes:
         for text in _texts(ax):
             bad = plain_math(text)
