@@ -95,6 +95,34 @@ def test_tutorial_8_controller_overshoot_follows_from_the_largest_step():
     assert "in well under a minute" not in text  # about a minute on 2 CPUs
 
 
+@pytest.mark.slow
+def test_tutorial_8_only_the_trust_region_reaches_pi_star_to_rounding():
+    torch = pytest.importorskip("torch")
+    import klpolicy.torch as kt
+
+    torch.set_num_threads(1)
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+    runs = {
+        "exact": dict(method="exact"),
+        "k1 reward": dict(method="reinforce", estimator="k1", placement="reward"),
+        "ppo": dict(method="ppo"),
+        "trust region": dict(method="trust_region", delta=0.05, steps=20),
+    }
+    last = {
+        name: kt.fit_policy(
+            ref, reward, 0.5, **{"steps": 200, "seed": 1, "device": "cpu", **kw}
+        ).history["distance"][-1]
+        for name, kw in runs.items()
+    }
+    assert last["trust region"] < 1e-14
+    # the exact gradient stops short (its learning rate decays to 0), as do the sampled ones
+    assert 1e-6 < last["exact"] < 1e-4 and 1e-6 < last["k1 reward"] < 1e-4
+    assert 1e-9 < last["ppo"] < 1e-7
+    text = _text("08")
+    assert "the exact gradient and the trust region reach it to rounding" not in text
+    assert "Only the trust region reaches $\\pi^*$ to rounding" in text
+
+
 # ---------------------------------------------------------------- tutorial 6, stability region
 @pytest.mark.slow
 def test_tutorial_6_the_grid_gains_near_the_limit_bracket_it_when_simulated_long_enough():
