@@ -759,9 +759,9 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
         p /= p.sum()
         if not (np.all(np.isfinite(sol.x)) and resid < 1e-12 and p.min() > 1e-12):
             raise ValueError(
-                f"{name!r} in the {place} with ratio={how!r} has no fixed point here (the "
-                f"expected gradient stays at {resid:.3g} or more): training drives some "
-                "probabilities to zero; simulate it with klpolicy.estimators.gradient_flow"
+                f"{name!r} in the {place} with ratio={how!r} has no interior fixed point "
+                f"here (the expected gradient stays at {resid:.3g} or more, or a probability "
+                "goes to zero); simulate training with klpolicy.estimators.gradient_flow"
             )
         out[i, sup] = p
     return _restore(out.reshape(shape).astype(ref_a.dtype), ax)
