@@ -18,7 +18,7 @@ k3 = exp(logq - logp) - 1 - (logq - logp) (Schulman 2020).
 * :mod:`~klpolicy.estimators.targets`: where GRPO-style trainers converge.
 """
 
-from .fgradients import divergence_gradient, divergence_names
+from .fgradients import divergence_gradient, divergence_names, divergence_value
 from .gaussian import SCHULMAN_2020_TABLE, GaussianTable, gaussian_moments, schulman_table
 from .gradients import (
     RATIOS,
@@ -45,6 +45,7 @@ __all__ = [
     "bias",
     "divergence_gradient",
     "divergence_names",
+    "divergence_value",
     "estimator_names",
     "expected_gradient",
     "fixed_point",

@@ -33,6 +33,8 @@ _CHECKS = (
 
 
 _LOSS_CHECKS = ("check_pair_loss",)
+# the KL-term suite needs torch, not hypothesis
+_TERM_CHECKS = ("KLTermReport", "check_kl_term", "kl_term_report")
 
 
 def _load(module: str):
@@ -50,6 +52,8 @@ def _load(module: str):
 
 def __getattr__(name: str) -> Any:
     # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
+    if name in _TERM_CHECKS:
+        return getattr(importlib.import_module("._checks_kl_terms", __name__), name)
     if name in _LOSS_CHECKS:
         return getattr(_load("._checks_losses"), name)
     if name in _CHECKS:
@@ -60,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_CHECKS, *_LOSS_CHECKS, "strategies", "checks"])
+    return sorted([*globals(), *_CHECKS, *_LOSS_CHECKS, *_TERM_CHECKS, "strategies", "checks"])
 
 
 __all__ = [
@@ -73,4 +77,7 @@ __all__ = [
     "check_pair_loss",
     "check_soft_value",
     "strategies",
+    "KLTermReport",
+    "check_kl_term",
+    "kl_term_report",
 ]
