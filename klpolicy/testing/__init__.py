@@ -69,15 +69,15 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ClampBiasWarning",
+    "KLTermReport",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",
     "check_kl_estimator",
+    "check_kl_term",
     "check_optimal_policy",
     "check_pair_loss",
     "check_soft_value",
-    "strategies",
-    "KLTermReport",
-    "check_kl_term",
     "kl_term_report",
+    "strategies",
 ]
