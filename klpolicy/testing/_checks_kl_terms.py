@@ -30,7 +30,7 @@ import numpy as np
 from .. import estimators as _est
 from ..core import optimal_policy
 from ..core.internal import validation as V
-from ._resolution import EPS, as_dtype
+from ._resolution import EPS, as_dtype, output_dtype
 
 __all__ = ["KLTermReport", "check_kl_term", "kl_term_report"]
 
@@ -103,13 +103,15 @@ class KLTermReport:
             if n == "zero":
                 return "zero: no gradient at all"
             c = None if c is None else abs(c)
-            return n + ("" if c is None or abs(c - 1) < 1e-9 else f" (times {_nice(c)})")
+            return n + ("" if c is None or _nice(c) == "1" else f" (times {_nice(c)})")
 
         lines = [
             f"on-policy:  follows {name(self.on_policy, self.scale)}",
             f"off-policy: follows {name(self.off_policy, self.off_policy_scale)}",
             f"estimates:  {self.mean if self.mean is not None else 'none of the divergences'}",
         ]
+        if self.dtype != "float64":
+            lines.append(f"computed in: {self.dtype} (residuals within its rounding pass)")
         if self.level == "token":
             if self.fixed_point is not None:
                 gap = float(np.max(np.abs(self.fixed_point - self.optimum)))
@@ -174,6 +176,7 @@ def _call(torch, fn, lp, olp, rlp, dtype, level: str, reduction: str):
         raise ValueError(
             f"`fn` must return a torch tensor of per-sample terms; got {type(out).__name__}"
         )
+    computed = output_dtype(out) or dtype
     out = out.to(torch.float64)
     n, length = lp.shape
     if out.shape == (n, length) and level == "sequence":
@@ -185,7 +188,8 @@ def _call(torch, fn, lp, olp, rlp, dtype, level: str, reduction: str):
         raise ValueError(
             f"`fn` must return one term per sample, shape {want}; got shape {tuple(out.shape)}"
         )
-    return out
+    # the coarser of the inputs' format and the format the term came back in (.float())
+    return out, (computed if EPS.get(computed, 0) > EPS[dtype] else dtype)
 
 
 def _expected(torch, fn, draw, vocab, length, dtype, level, reduction, on_policy):
@@ -203,7 +207,7 @@ def _expected(torch, fn, draw, vocab, length, dtype, level, reduction, on_policy
         mu = torch.exp(olp.sum(1))
     lp_in = lp.to(torch.float64)
     lp_in.retain_grad()
-    term = _call(torch, fn, lp_in, olp, rlp, dtype, level, reduction)
+    term, computed = _call(torch, fn, lp_in, olp, rlp, dtype, level, reduction)
     if not bool(torch.all(torch.isfinite(term))):
         raise ValueError("`fn` returned a non-finite term on an ordinary policy")
     loss = torch.sum(mu * term)
@@ -217,7 +221,7 @@ def _expected(torch, fn, draw, vocab, length, dtype, level, reduction, on_policy
     g_in = grads[-1]
     sens = 0.0 if g_in is None else float(torch.sum(torch.abs(g_in)))
     size = 2.0 * sens * length + float(torch.sum(mu * (1 + torch.abs(term.detach()))))
-    return g, size, float(loss.detach())
+    return g, size * EPS[computed] / EPS[dtype], float(loss.detach()), computed
 
 
 def _joint(levels: list[np.ndarray]) -> np.ndarray:
@@ -338,14 +342,14 @@ def _fixed_point(torch, fn, ref_l, reward, beta, dtype):
     def field(head):
         th = np.append(head, 0.0)
         draw = ([ref_l[0]], [th], [th])
-        g, _, _ = _expected(torch, fn, draw, n, 1, dtype, "token", "sum", True)
+        g = _expected(torch, fn, draw, n, 1, dtype, "token", "sum", True)[0]
         pi = np.exp(th - special_logsumexp(th))
         return (pi * (reward - pi @ reward) - beta * g)[:-1]
 
     start = np.log(optimal_policy(np.exp(ref_l[0] - special_logsumexp(ref_l[0])), reward, beta))
     start = start[:-1] - start[-1]
     try:
-        sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-13, "maxfev": 400})
+        sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-13, "maxfev": 200})
         resid = float(np.max(np.abs(field(sol.x))))
     except (ValueError, FloatingPointError):
         return None
@@ -492,11 +496,14 @@ def _analyse_inner(
     pool = [_draw(rng, vocab, length, spread) for _ in range(draws)]
     cands = [_candidates(d, vocab, length, names) for d in pool]
     tol_unit = _K * EPS[dt]
+    reported = dt
     verdict, counter, grads, tols = {}, {}, {}, {}
     means = None
     for regime, on in (("on_policy", True), ("off_policy", False)):
         runs = [_expected(torch, fn, d, vocab, length, dt, level, reduction, on) for d in pool]
         gs, sizes = [r[0] for r in runs], [r[1] for r in runs]
+        for r in runs:  # report the coarsest format the term computed in
+            reported = r[3] if EPS[r[3]] > EPS[reported] else reported
         grads[regime], tols[regime] = gs, [tol_unit * z for z in sizes]
         verdict[regime] = _classify(gs, sizes, cands, tol_unit)
         if on:
@@ -516,7 +523,8 @@ def _analyse_inner(
         ref_l = [rng.normal(size=vocab) * 0.5]
         ref = np.exp(ref_l[0] - special_logsumexp(ref_l[0]))
         opt = optimal_policy(ref, reward, beta)
-        fp = _fixed_point(torch, fn, ref_l, reward, beta, dt)
+        # a term with no gradient leaves pure reward maximisation: the greedy vertex
+        fp = None if on_name == "zero" else _fixed_point(torch, fn, ref_l, reward, beta, dt)
     report = KLTermReport(
         follows=follows,
         on_policy=on_name,
@@ -532,7 +540,7 @@ def _analyse_inner(
         residuals={k: v[2] for k, v in verdict.items()},
         level=level,
         reduction=reduction,
-        dtype=dt,
+        dtype=reported,
         counterexample=counter,
     )
     return report, pool, grads, cands, tols
