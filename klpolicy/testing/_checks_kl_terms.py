@@ -514,7 +514,9 @@ def _analyse_inner(
     mean = _fit_mean(
         values,
         {n: np.array([c[n][1] for c in cands]) for n in cands[0]},
-        tol_unit * sizes,
+        # values are often formed in float32 inside float64 code (a detached .float() estimate
+        # in a straight-through term): identify the mean to float32 resolution at least
+        np.maximum(tol_unit, _K * EPS["float32"]) * sizes,
     )
     on_name, off_name = verdict["on_policy"][0], verdict["off_policy"][0]
     follows = on_name if on_name == off_name else None
