@@ -44,6 +44,7 @@ def test_every_entry_has_a_report():
     assert {"trl_grpo_kl", "verl_kl_penalty", "deepseek_v32_kl", "rlhf_book_k3"} <= names
 
 
+@pytest.mark.slow  # 17 reports, a few seconds of CPU
 @pytest.mark.parametrize(("name", "opts", "printed"), ENTRIES, ids=[e[0] + e[1] for e in ENTRIES])
 def test_printed_report_is_a_fresh_run(name, opts, printed):
     assert str(kl_term_report(_term(name, opts))) == printed

@@ -8,8 +8,6 @@ gradients those are.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -184,7 +182,9 @@ def test_bad_terms_and_expect():
         check_kl_term(k3, expect="forward_kl", regime="sometimes")
 
 
-def _cli(tmp_path, *args):
+def _cli(tmp_path, monkeypatch, capsys, *args):
+    from klpolicy.testing.cli import run_check
+
     (tmp_path / "myterm.py").write_text(
         textwrap.dedent(
             """
@@ -198,34 +198,26 @@ def _cli(tmp_path, *args):
             """
         )
     )
-    return subprocess.run(
-        [sys.executable, "-m", "klpolicy", "check", "kl-term", *args],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env={**__import__("os").environ, "PYTHONPATH": str(E.__file__).rsplit("/klpolicy/", 1)[0]},
-    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = run_check(["kl-term", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_cli(tmp_path):
-    ok = _cli(tmp_path, "myterm:k3", "--expect", "forward_kl", "--regime", "on_policy")
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.splitlines()[0] == "on-policy:  follows forward_kl"
-    assert ok.stdout.splitlines()[-1] == "check_kl_term(k3): follows forward_kl"
-    bad = _cli(tmp_path, "myterm:k3", "--expect", "reverse_kl")
-    assert bad.returncode == 1
-    assert "follows the gradient of forward_kl, not reverse_kl" in bad.stdout
-    opt = _cli(
-        tmp_path,
-        "myterm:pick",
-        "--option",
-        "kind=k2",
-        "--expect",
-        "reverse_kl",
-        "--regime",
-        "on_policy",
+def test_cli(tmp_path, monkeypatch, capsys):
+    run = lambda *a: _cli(tmp_path, monkeypatch, capsys, *a)  # noqa: E731
+    code, out, err = run("myterm:k3", "--expect", "forward_kl", "--regime", "on_policy")
+    assert code == 0, err
+    assert out.splitlines()[0] == "on-policy:  follows forward_kl"
+    assert out.splitlines()[-1] == "check_kl_term(k3): follows forward_kl"
+    code, out, _ = run("myterm:k3", "--expect", "reverse_kl")
+    assert code == 1 and "follows the gradient of forward_kl, not reverse_kl" in out
+    code, out, err = run(
+        "myterm:pick", "--option", "kind=k2", "--expect", "reverse_kl", "--regime", "on_policy"
     )
-    assert opt.returncode == 0, opt.stdout + opt.stderr
-    usage = _cli(tmp_path, "myterm:k3", "--expect", "kl")
-    assert usage.returncode == 2 and "`expect` must be a divergence name" in usage.stderr
-    assert usage.stdout == ""
+    assert code == 0, out + err
+    code, out, err = run("myterm:k3", "--expect", "kl")
+    assert code == 2 and "`expect` must be a divergence name" in err and out == ""
+    code, out, err = run("myterm:k3", "--option", "kind=k2")  # k3 takes no `kind`
+    assert code == 2
