@@ -281,7 +281,9 @@ def test_fixed_point_refusals():
             ratio="differentiable",
             ratio_clip=(1.2, 2.0),
         )
-    with pytest.raises(ValueError, match=r"'k1' in the loss with ratio='none' has no interior fixed point"):
+    with pytest.raises(
+        ValueError, match=r"'k1' in the loss with ratio='none' has no interior fixed point"
+    ):
         E.fixed_point(
             ref, r, 0.5, estimator="k1", placement="loss", sampler=np.log([0.2, 0.2, 0.6])
         )
