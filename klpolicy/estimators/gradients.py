@@ -54,9 +54,10 @@ def _as_ratio_clip(x) -> tuple[float, float] | None:
     return lo, hi
 
 
-def _sampler_logits(sampler, th: NDArray) -> NDArray:
-    """The sampler's logits, validated and broadcast against the policy's (last axis)."""
+def _sampler_logits(sampler, th: NDArray, axis: int) -> NDArray:
+    """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's."""
     ph = V.as_log_probs("sampler", sampler, allow_neg_inf=True)
+    ph = np.moveaxis(ph, V.normalise_axis(axis, ph.ndim, "sampler"), -1)
     if ph.shape[-1:] != th.shape[-1:]:
         raise ValueError(
             f"`sampler` must have {th.shape[-1]} entries along the axis, as `logits`; "
@@ -326,14 +327,7 @@ def expected_gradient(
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
     th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
-    ph = None
-    if sampler is not None:
-        ph = np.moveaxis(
-            V.as_log_probs("sampler", sampler, allow_neg_inf=True),
-            V.normalise_axis(axis, np.ndim(sampler), "sampler"),
-            -1,
-        )
-        ph = _sampler_logits(ph, th)
+    ph = None if sampler is None else _sampler_logits(sampler, th, axis)
     if ph is None and how == "none":
         return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
     return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip), ax)
@@ -732,13 +726,9 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
     b2 = np.broadcast_to(b, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
     ph2 = None
     if sampler is not None:
-        ph = np.moveaxis(
-            V.as_log_probs("sampler", sampler, allow_neg_inf=True),
-            V.normalise_axis(axis, np.ndim(sampler), "sampler"),
-            -1,
-        )
         with np.errstate(divide="ignore"):
-            ph2 = _sampler_logits(ph, np.broadcast_to(np.log(ref_a), shape)).reshape(-1, shape[-1])
+            th0 = np.broadcast_to(np.log(ref_a), shape)
+        ph2 = _sampler_logits(sampler, th0, axis).reshape(-1, shape[-1])
     out = np.zeros_like(q2)
     for i in range(q2.shape[0]):
         sup = q2[i] > 0
