@@ -308,3 +308,20 @@ def test_fixed_point_refusals():
             placement="loss",
             sampler=[0.0, 0.0, 0.0],
         )
+
+
+def test_divergence_value_matches_the_definitions():
+    # mpmath at 40 digits: sum_y ref f(p/ref) from each generator's definition
+    p, q = [0.6, 0.3, 0.1], [0.3, 0.3, 0.4]
+    f = {
+        "reverse_kl": lambda t: t * mp.log(t),
+        "forward_kl": lambda t: -mp.log(t),
+        "chi2": lambda t: (t - 1) ** 2,
+        "reverse_chi2": lambda t: (1 - t) ** 2 / t,
+    }
+    for name, gen in f.items():
+        want = sum(mp.mpf(b) * gen(mp.mpf(a) / mp.mpf(b)) for a, b in zip(p, q))
+        assert abs(float(E.divergence_value(p, q, name)) - float(want)) < 1e-15
+    # off ref's support: p f'(inf) (0 for the forward KL, 1 for the reverse chi2)
+    assert float(E.divergence_value([0.5, 0.5], [1.0, 0.0], "reverse_chi2")) == 0.5 * 1 + 0.5
+    assert E.divergence_value([0.5, 0.5], [1.0, 0.0], "reverse_kl") == np.inf
