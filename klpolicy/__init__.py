@@ -30,12 +30,15 @@ from . import (
 from .behaviour import calibration, diversity, retention
 from .best_of_n import best_of_n_kl, best_of_n_policy, overoptimization
 from .core import (
+    DIVERGENCES,
+    FDivergence,
     Frontier,
     beta_for_kl,
     cross_entropy,
     effective_support,
     entropy,
     expected_reward,
+    f_divergence,
     frontier,
     kl_divergence,
     max_kl,
@@ -55,6 +58,8 @@ del _module, _sys
 __version__ = "0.1.0"
 
 __all__ = [
+    "DIVERGENCES",
+    "FDivergence",
     "Frontier",
     "__version__",
     "behaviour",
@@ -71,6 +76,7 @@ __all__ = [
     "entropy",
     "estimators",
     "expected_reward",
+    "f_divergence",
     "frontier",
     "kl_divergence",
     "max_kl",

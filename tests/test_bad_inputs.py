@@ -435,6 +435,13 @@ ROWS: list[Row] = [
     _core3("klpolicy.optimal_kl"),
     _core3("klpolicy.optimal_policy"),
     _core3("klpolicy.soft_value"),
+    row(
+        "klpolicy.f_divergence",
+        p=(PROB, P),
+        q=(PROB, Q),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
     row(_seq("joint"), conditionals=(TREE, T2)),
@@ -1048,6 +1055,7 @@ RESULTS = {
     "klpolicy.preference.LossOption",
     "klpolicy.preference.LossComparison",
     "klpolicy.preference.OptimumSet",
+    "klpolicy.FDivergence",
 }
 
 

@@ -28,14 +28,18 @@ from .divergences import (
     kl_divergence,
     total_variation,
 )
+from .fdivergences import DIVERGENCES, FDivergence, f_divergence
 
 __all__ = [
+    "DIVERGENCES",
+    "FDivergence",
     "Frontier",
     "beta_for_kl",
     "cross_entropy",
     "effective_support",
     "entropy",
     "expected_reward",
+    "f_divergence",
     "frontier",
     "kl_divergence",
     "max_kl",
