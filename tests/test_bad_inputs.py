@@ -442,6 +442,25 @@ ROWS: list[Row] = [
         divergence=(CHOICE, "alpha"),
         alpha=(_opt(FINITE), 0.5),
     ),
+    _core3("klpolicy.f_optimal_policy", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    _core3("klpolicy.f_soft_value", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    row(
+        "klpolicy.f_frontier",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        betas=(COEF, [0.5, 1.0]),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
+    row(
+        "klpolicy.beta_for_divergence",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        target=(KL, 0.1),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+        rtol=(POS, 1e-13),
+    ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
     row(_seq("joint"), conditionals=(TREE, T2)),
@@ -1056,6 +1075,7 @@ RESULTS = {
     "klpolicy.preference.LossComparison",
     "klpolicy.preference.OptimumSet",
     "klpolicy.FDivergence",
+    "klpolicy.FFrontier",
 }
 
 
