@@ -461,6 +461,13 @@ ROWS: list[Row] = [
         alpha=(_opt(FINITE), 0.5),
         rtol=(POS, 1e-13),
     ),
+    row(
+        "klpolicy.preference.f_divergence_score",
+        logratio=(LOGP, [-0.5, 1.0]),
+        divergence=(CHOICE, "alpha_divergence"),
+        alpha=(_opt(FINITE), 1.5),
+        alpha_clamp=(_opt(POS), 80.0),
+    ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
     row(_seq("joint"), conditionals=(TREE, T2)),
