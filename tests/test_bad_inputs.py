@@ -446,6 +446,39 @@ ROWS: list[Row] = [
     _core3("klpolicy.optimal_kl"),
     _core3("klpolicy.optimal_policy"),
     _core3("klpolicy.soft_value"),
+    row(
+        "klpolicy.f_divergence",
+        p=(PROB, P),
+        q=(PROB, Q),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
+    _core3("klpolicy.f_optimal_policy", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    _core3("klpolicy.f_soft_value", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    row(
+        "klpolicy.f_frontier",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        betas=(COEF, [0.5, 1.0]),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
+    row(
+        "klpolicy.beta_for_divergence",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        target=(KL, 0.1),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+        rtol=(POS, 1e-13),
+    ),
+    row(
+        "klpolicy.preference.f_divergence_score",
+        logratio=(LOGP, [-0.5, 1.0]),
+        divergence=(CHOICE, "alpha_divergence"),
+        alpha=(_opt(FINITE), 1.5),
+        alpha_clamp=(_opt(POS), 80.0),
+    ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
     row(_seq("joint"), conditionals=(TREE, T2)),
@@ -1063,6 +1096,8 @@ RESULTS = {
     "klpolicy.preference.LossOption",
     "klpolicy.preference.LossComparison",
     "klpolicy.preference.OptimumSet",
+    "klpolicy.FDivergence",
+    "klpolicy.FFrontier",
 }
 
 
