@@ -973,7 +973,6 @@ ROWS.append(
 _E = "klpolicy.estimators."
 ROWS += [
     row(_E + "estimator_names", kl_only=(FLAG, False)),
-    row(_E + "divergence_names"),
     # `argument` is the caller's name for the estimator: here the test calls it `name`
     row(_E + "get_estimator", {"argument": "name"}, name=(CHOICE, "k3"), kl_only=(FLAG, False)),
 ]

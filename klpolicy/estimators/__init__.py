@@ -13,12 +13,12 @@ k3 = exp(logq - logp) - 1 - (logq - logp) (Schulman 2020).
 * :mod:`~klpolicy.estimators.gradients`: expected gradients of an estimator placed in
   the reward or in the loss, on- or off-policy (``sampler=``, ``ratio=``), the gradient
   flow and its fixed point.
-* :mod:`~klpolicy.estimators.fgradients`: the exact gradient of a divergence
-  (reverse and forward KL, chi-squared, the f-divergences) in the logits.
+* :mod:`~klpolicy.estimators.fgradients`: the exact gradient of a divergence of
+  :data:`klpolicy.DIVERGENCES` (reverse and forward KL, chi-squared, ...) in the logits.
 * :mod:`~klpolicy.estimators.targets`: where GRPO-style trainers converge.
 """
 
-from .fgradients import divergence_gradient, divergence_names, divergence_value
+from .fgradients import divergence_gradient
 from .gaussian import SCHULMAN_2020_TABLE, GaussianTable, gaussian_moments, schulman_table
 from .gradients import (
     RATIOS,
@@ -44,8 +44,6 @@ __all__ = [
     "abs_kl",
     "bias",
     "divergence_gradient",
-    "divergence_names",
-    "divergence_value",
     "estimator_names",
     "expected_gradient",
     "fixed_point",

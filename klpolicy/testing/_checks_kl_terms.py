@@ -20,6 +20,7 @@ rounding of the dtype the term computes in (never a verdict on rounding).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .. import estimators as _est
-from ..core import optimal_policy
+from ..core import DIVERGENCES, f_divergence, optimal_policy
 from ..core.internal import validation as V
 from ._resolution import EPS, as_dtype, output_dtype
 
@@ -256,7 +257,7 @@ def _candidates(draw, vocab: int, length: int, names: tuple[str, ...]):
                 gt[pr] += gj[s_idx]
                 gt[pr[:-1]] -= gj[s_idx] * cond[pr[:-1]]
             grads.append(gt.ravel())
-        value = float(_est.divergence_value(pj.ravel(), qj.ravel(), name))
+        value = float(f_divergence(pj.ravel(), qj.ravel(), name))
         out[name] = (np.concatenate(grads), value)
     if length > 1:  # per-token divergences, the prefix occupancy held fixed
         for name in names:
@@ -266,7 +267,7 @@ def _candidates(draw, vocab: int, length: int, names: tuple[str, ...]):
                 g = _est.divergence_gradient(
                     cur_l[t], np.exp(ref_l[t] - special_logsumexp(ref_l[t])), name
                 )
-                v = _est.divergence_value(
+                v = f_divergence(
                     np.exp(cur_l[t] - special_logsumexp(cur_l[t])),
                     np.exp(ref_l[t] - special_logsumexp(ref_l[t])),
                     name,
@@ -320,8 +321,15 @@ def _fit_mean(values: np.ndarray, cand_values: dict, tol: np.ndarray) -> str | N
                 continue
             coef, *_ = np.linalg.lstsq(a, values, rcond=None)
             res = np.max(np.abs(a @ coef - values) / tol)
-            if res <= 1.0 and np.all(np.abs(coef) > 1e-9) and (best is None or res < best[0]):
-                best = (res, combo, coef)
+            # simple fractions only (near the reference every divergence is chi2/2 to
+            # second order, so some real combination of two always comes close); the
+            # simplest first: unit coefficients, then the registry's order
+            nice = [_nice(abs(c)) for c in coef]
+            if not all(re.fullmatch(r"\d+(/\d+)?", x) for x in nice):
+                continue
+            rank = sum(x != "1" for x in nice)
+            if res <= 1.0 and np.all(np.abs(coef) > 1e-9) and (best is None or rank < best[0]):
+                best = (rank, combo, coef)
         if best is not None:
             parts = []
             for n, c in sorted(zip(best[1], best[2]), key=lambda nc: nc[1] < 0):
@@ -424,7 +432,7 @@ def kl_term_report(
     Notes
     -----
     The candidates are every divergence of
-    :func:`klpolicy.estimators.divergence_names`, of the joint law of the sequences,
+    :data:`klpolicy.DIVERGENCES` (but the alpha family), of the joint law of the sequences,
     and at ``level="sequence"`` also ``"token:NAME"``: the sum over positions of the
     divergence of the next-token law, each prefix weighted by its probability under
     the current policy held fixed (what per-token k2 or k3 in the loss follows, which
@@ -491,7 +499,7 @@ def _analyse_inner(
     if reward.shape != (vocab,) or (level == "sequence" and reward.ndim != 1):
         raise ValueError(f"`reward` must have shape ({vocab},); got shape {reward.shape}")
     rng = np.random.default_rng(seed)
-    names = _est.divergence_names()
+    names = _candidate_names()
     spread = 0.35
     pool = [_draw(rng, vocab, length, spread) for _ in range(draws)]
     cands = [_candidates(d, vocab, length, names) for d in pool]
@@ -572,9 +580,15 @@ def _torch():
     return torch
 
 
+def _candidate_names() -> tuple[str, ...]:
+    """Every divergence of the registry but the alpha family (its orders repeat the others:
+    2 is chi2/2, 1/2 four times Hellinger, -1 the reverse chi2/2)."""
+    return tuple(n for n in DIVERGENCES if n != "alpha")
+
+
 def _as_expect(expect: Any) -> str:
     """The divergence name inside ``expect`` ("-", "token:" stripped), or a ValueError."""
-    known = {*_est.divergence_names(), "zero"}
+    known = {*_candidate_names(), "zero"}
     base = expect.removeprefix("-").removeprefix(_TOKEN_PREFIX) if isinstance(expect, str) else ""
     if base not in known:
         raise ValueError(

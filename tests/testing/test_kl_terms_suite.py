@@ -47,6 +47,10 @@ def neg_k1_in_reward(lp, olp, rlp):
     return -(lp - rlp).detach() * lp
 
 
+def abs_term(lp, olp, rlp):  # E_pi[sign(l) grad log pi] = 2 grad TV(pi, ref)
+    return torch.abs(lp - rlp)
+
+
 def inverted_k3(lp, olp, rlp):
     ell = lp - rlp
     return torch.expm1(ell) - ell
@@ -63,6 +67,7 @@ def inverted_k3(lp, olp, rlp):
         (k1_in_reward, "reverse_kl", None, None),
         (neg_k1_in_reward, "-reverse_kl", None, None),
         (inverted_k3, "chi2", None, "chi2 - reverse_kl"),
+        (abs_term, "tv", None, None),
     ],
 )
 def test_verdicts(fn, on, off, mean):
