@@ -91,6 +91,15 @@ def test_float32_terms_are_judged_at_float32_resolution(dtype):
     assert r.residuals["on_policy"]["reverse_kl"] <= 1
 
 
+def test_bfloat16_is_no_verdict():
+    # bfloat16 rounding is larger than the differences between divergences: unresolved
+    r = kl_term_report(k3, dtype="bfloat16")
+    assert (r.on_policy, r.off_policy, r.mean, r.fixed_point) == (None, None, None, None)
+    assert "forward_kl" in r.unresolved["on_policy"] and "zero" in r.unresolved["on_policy"]
+    assert str(r).startswith("on-policy:  unresolved at bfloat16")
+    check_kl_term(k3, expect="forward_kl", dtype="bfloat16")  # consistent: no failure
+
+
 def test_forward_and_reverse_kl_are_far_apart():
     # the residual of the wrong KL is many tolerances away: rounding cannot swap them
     for fn, right, wrong in [(k3, "forward_kl", "reverse_kl"), (k2, "reverse_kl", "forward_kl")]:
