@@ -30,12 +30,20 @@ from . import (
 from .behaviour import calibration, diversity, retention
 from .best_of_n import best_of_n_kl, best_of_n_policy, overoptimization
 from .core import (
+    DIVERGENCES,
+    FDivergence,
+    FFrontier,
     Frontier,
+    beta_for_divergence,
     beta_for_kl,
     cross_entropy,
     effective_support,
     entropy,
     expected_reward,
+    f_divergence,
+    f_frontier,
+    f_optimal_policy,
+    f_soft_value,
     frontier,
     kl_divergence,
     max_kl,
@@ -55,12 +63,16 @@ del _module, _sys
 __version__ = "0.1.0"
 
 __all__ = [
+    "DIVERGENCES",
+    "FDivergence",
+    "FFrontier",
     "Frontier",
     "__version__",
     "behaviour",
     "best_of_n",
     "best_of_n_kl",
     "best_of_n_policy",
+    "beta_for_divergence",
     "beta_for_kl",
     "calibration",
     "control",
@@ -71,6 +83,10 @@ __all__ = [
     "entropy",
     "estimators",
     "expected_reward",
+    "f_divergence",
+    "f_frontier",
+    "f_optimal_policy",
+    "f_soft_value",
     "frontier",
     "kl_divergence",
     "max_kl",

@@ -356,6 +356,17 @@ def _support_bad(v):
     ]
 
 
+RATIO_CLIP = Kind(
+    "ratio clip (low, high)",
+    lambda v: [
+        ("reversed", (2.0, 0.5)),
+        ("negative", (-1.0, 2.0)),
+        ("nan", (np.nan, 1.0)),
+        ("one", (1.0,)),
+        ("str", "ab"),
+        ("number", 3),
+    ],
+)
 WEIGHTS = Kind("pair weights", _weights_bad)
 SUPPORT = Kind("boolean support", _support_bad)
 CALLABLE = Kind("callable", lambda v: [("None", None), ("str", "abc"), ("number", 3)])
@@ -435,6 +446,39 @@ ROWS: list[Row] = [
     _core3("klpolicy.optimal_kl"),
     _core3("klpolicy.optimal_policy"),
     _core3("klpolicy.soft_value"),
+    row(
+        "klpolicy.f_divergence",
+        p=(PROB, P),
+        q=(PROB, Q),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
+    _core3("klpolicy.f_optimal_policy", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    _core3("klpolicy.f_soft_value", divergence=(CHOICE, "alpha"), alpha=(_opt(FINITE), 0.5)),
+    row(
+        "klpolicy.f_frontier",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        betas=(COEF, [0.5, 1.0]),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+    ),
+    row(
+        "klpolicy.beta_for_divergence",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        target=(KL, 0.1),
+        divergence=(CHOICE, "alpha"),
+        alpha=(_opt(FINITE), 0.5),
+        rtol=(POS, 1e-13),
+    ),
+    row(
+        "klpolicy.preference.f_divergence_score",
+        logratio=(LOGP, [-0.5, 1.0]),
+        divergence=(CHOICE, "alpha_divergence"),
+        alpha=(_opt(FINITE), 1.5),
+        alpha_clamp=(_opt(POS), 80.0),
+    ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),
     row(_seq("joint"), conditionals=(TREE, T2)),
@@ -504,6 +548,9 @@ ROWS: list[Row] = [
             beta=(COEF, 1.0),
             estimator=(CHOICE, "k1"),
             placement=(CHOICE, "reward"),
+            sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+            ratio=(CHOICE, "detached"),
+            ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
         )
         for k in ("expected_gradient",)
     ],
@@ -1048,6 +1095,8 @@ RESULTS = {
     "klpolicy.preference.LossOption",
     "klpolicy.preference.LossComparison",
     "klpolicy.preference.OptimumSet",
+    "klpolicy.FDivergence",
+    "klpolicy.FFrontier",
 }
 
 
@@ -1153,3 +1202,25 @@ def test_bad_input_is_refused_by_name(r, arg, bad):
         )
     else:
         pytest.fail(f"{r.qualname}({arg}={bad!r}) accepted a bad input and returned {out!r:.200}")
+
+
+# --- KL terms as trainers write them (issue 25) ------------------------------------------------
+ROWS += [
+    row(
+        "klpolicy.estimators.fixed_point",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k3"),
+        placement=(CHOICE, "loss"),
+        sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+        ratio=(CHOICE, "differentiable"),
+        ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+    ),
+    row(
+        "klpolicy.estimators.divergence_gradient",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        ref=(PROB, P),
+        divergence=(CHOICE, "chi2"),
+    ),
+]

@@ -28,14 +28,30 @@ from .divergences import (
     kl_divergence,
     total_variation,
 )
+from .f_optima import (
+    FFrontier,
+    beta_for_divergence,
+    f_frontier,
+    f_optimal_policy,
+    f_soft_value,
+)
+from .fdivergences import DIVERGENCES, FDivergence, f_divergence
 
 __all__ = [
+    "DIVERGENCES",
+    "FDivergence",
+    "FFrontier",
     "Frontier",
+    "beta_for_divergence",
     "beta_for_kl",
     "cross_entropy",
     "effective_support",
     "entropy",
     "expected_reward",
+    "f_divergence",
+    "f_frontier",
+    "f_optimal_policy",
+    "f_soft_value",
     "frontier",
     "kl_divergence",
     "max_kl",

@@ -43,6 +43,9 @@ expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
 normalised_log_ratio(p, q)
     ``log(p_n/q_n)`` of rows taken as exactly normalised, exact for nearly equal rows.
+as_divergence(divergence, alpha, name="divergence") -> (FDivergence, alpha)
+    The row of :data:`klpolicy.DIVERGENCES` and the checked ``alpha`` (errors name the
+    arguments); ``f_divergence_last(name, p, q, alpha)``: D_f on validated float64 rows.
 monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Roots
     The one root finder for monotone inverses: safeguarded Newton with bisection,
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
@@ -65,6 +68,8 @@ from .divergences import _cross_entropy_last as cross_entropy_last
 from .divergences import _entropy_last as entropy_last
 from .divergences import _kl_last as kl_last
 from .divergences import _pair as pair
+from .fdivergences import _f_divergence_last as f_divergence_last
+from .fdivergences import as_divergence
 from .roots import Roots, monotone_root
 
 __all__ = [
@@ -74,9 +79,11 @@ __all__ = [
     "Roots",
     "Tilt",
     "array_api",
+    "as_divergence",
     "cross_entropy_last",
     "entropy_last",
     "expm1mx",
+    "f_divergence_last",
     "horner_x2",
     "kl_last",
     "kl_terms",

@@ -12,6 +12,9 @@ preferences with reward ``r`` its population optimum is ``pi* = ref exp(r / beta
   ``loss_type`` values) with its value, gradient, options and paper.
 * :mod:`~klpolicy.preference.family`: :func:`population_loss`, :func:`population_optimum`
   and :func:`optimum_set` for every row of the registry.
+* :mod:`~klpolicy.preference.fdpo`: f-DPO, TRL's f-divergence scores
+  (:func:`f_divergence_score`) behind ``population_loss(..., divergence=)`` and
+  ``population_optimum(..., divergence=)``.
 * :mod:`~klpolicy.preference.data`: sampling preference counts and fitting DPO to them.
 """
 
@@ -24,6 +27,7 @@ from .family import (
     population_loss,
     population_optimum,
 )
+from .fdpo import f_divergence_score
 from .losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 from .optima import (
     RewardDecomposition,
@@ -52,6 +56,7 @@ __all__ = [
     "dpo_loss_grad",
     "dpo_optimum",
     "empirical_dpo_loss",
+    "f_divergence_score",
     "fit_dpo",
     "fit_dpo_online",
     "implicit_reward",

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
+from .fdpo import _as_clamp, f_population_loss, f_population_optimum, resolve_divergence
 from .optima import dpo_optimum
 from .registry import LOSSES, get_loss
 from .solvers import (
@@ -72,6 +73,9 @@ def population_loss(
     *,
     loss: str = "sigmoid",
     mu: ArrayLike | None = None,
+    divergence: str = "reverse_kl",
+    alpha: float | None = None,
+    alpha_clamp: float | None = None,
     **options: float,
 ) -> float:
     r"""Expected loss of a tabular policy for any pair loss of :data:`LOSSES`.
@@ -107,6 +111,17 @@ def population_loss(
         A key of :data:`LOSSES` (default ``"sigmoid"``).
     mu : array_like, optional
         Pair law: ``None`` (``ref x ref``), a vector or an ``(n, n)`` joint law.
+    divergence : str, optional
+        f-DPO: the f-divergence whose score replaces each log-ratio (TRL's
+        ``f_divergence_type``: ``"reverse_kl"`` (default, DPO), ``"forward_kl"``,
+        ``"js_divergence"``, ``"alpha_divergence"``, or any key of
+        :data:`klpolicy.DIVERGENCES` but ``"tv"``); see
+        :func:`~klpolicy.preference.f_divergence_score`. TRL's sorting losses
+        (``aot``, ``aot_pair``/``aot_unpaired``) use the log-ratios whatever the
+        divergence, and so does this function.
+    alpha, alpha_clamp : float, optional
+        TRL's ``f_alpha_divergence_coef`` and its exponent clamp (80 in
+        float32/bfloat16, 11 in float16; ``None``: none), for the alpha divergence.
     **options
         The loss's options (see ``LOSSES[loss].options``), validated by name.
 
@@ -147,6 +162,15 @@ def population_loss(
     o = row.resolve_options(options)
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
+    if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
+        frow, a, _ = resolve_divergence(divergence, alpha)
+        clamp = _as_clamp(alpha_clamp, frow.name)
+        if not row.batch_dependent:  # TRL's sorting losses sort log-ratios, not scores
+            w = _win_weights(ref_a, preferences, mu)
+            g = _log_ratio(policy, ref_a, w)
+            return f_population_loss(
+                row, o, row._kernel[0], g, w, b, frow.name, a, clamp, row.margin_only
+            )
     if row.name == "sigmoid":
         w = _win_weights(ref_a, preferences, mu, o["label_smoothing"])
         return _dpo_value(_log_ratio(policy, ref_a, w), w, b)
@@ -158,7 +182,7 @@ def population_loss(
         def psi(d):
             return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
 
-        if row.name == "aot_pair":
+        if row.name in ("aot_pair", "aot_unpaired"):
             idx = np.arange(g.size)
             keep = (w.sum(1) + w.sum(0)) > 0
             return _quantile_coupling(
@@ -540,6 +564,9 @@ def population_optimum(
     *,
     loss: str = "sigmoid",
     mu: ArrayLike | None = None,
+    divergence: str = "reverse_kl",
+    alpha: float | None = None,
+    alpha_clamp: float | None = None,
     **options: float,
 ) -> NDArray[np.float64]:
     r"""The exact minimiser of :func:`population_loss` over tabular policies.
@@ -551,13 +578,16 @@ def population_optimum(
 
     Parameters
     ----------
-    ref, preferences, beta, loss, mu, **options
+    ref, preferences, beta, loss, mu, divergence, alpha, alpha_clamp, **options
         As in :func:`population_loss`.
 
     Returns
     -------
     ndarray
-        The policy, shape ``(n,)``; 0 where ``ref`` is 0.
+        The policy, shape ``(n,)``; 0 where ``ref`` is 0. With ``divergence`` (f-DPO)
+        and a margin loss: ``f_optimal_policy(ref, x*, c * beta, divergence=f)``, with
+        ``x* = beta log(pi_DPO/ref)`` the implied reward of the same loss under the
+        reverse KL and ``c = 2`` for JS, 1 otherwise (see Notes).
 
     Raises
     ------
@@ -617,6 +647,23 @@ def population_optimum(
     fixed point is a stationary point of the loss at its own ``delta``; pass that value
     to evaluate it.
 
+    *f-DPO* (``divergence``). A margin loss sees the policy through the score
+    differences :math:`S_i - S_j` only, and its minimising margins are those of the
+    reverse-KL case, :math:`\beta(S_i - S_j) = x^*_i - x^*_j`; with
+    :math:`S = c f'(t) + k` that is the stationarity condition of
+    :math:`\max \mathbb{E}_\pi[x^*] - c\beta D_f(\pi\|\pi_{ref})`. The optimum is therefore
+    :func:`klpolicy.f_optimal_policy` at ``c * beta`` for the implied reward, exactly where
+    that optimum is *interior*: every outcome of the support keeps mass (always for
+    ``forward_kl``, ``js``, ``hellinger``, ``chi2_kl``, ``reverse_chi2`` and alpha <= 1,
+    whose :math:`f'(0) = -\infty`; for ``chi2`` and alpha > 1 only while no implied reward
+    is more than :math:`c\beta(f'(t_{best}) - f'(0))` below the best), and, with
+    ``alpha_clamp`` = C, no log-ratio of the optimum lies beyond :math:`C/(a-1)` (where the
+    clamped score is flat). Otherwise a ValueError says which outcome and why. Under
+    Bradley-Terry preferences from ``r`` with ``sigmoid``, :math:`x^* = r`. ``chi_po`` is
+    ``sigmoid`` with the ``chi2_kl`` score. The per-outcome losses (``nca_pair``,
+    ``bco_pair``, ``sppo_hard``) are not functions of score differences: no f-DPO
+    optimum is computed for them.
+
     *Sorting losses.* ``aot_pair`` couples the chosen and rejected log-ratio laws by
     rank (their quantile functions); for a policy that orders outcomes so that the
     chosen law dominates, scaling :math:`g` up lowers the loss towards its value on
@@ -644,7 +691,29 @@ def population_optimum(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     name = row.name
-    if name in ("aot", "aot_pair"):
+    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    if f_dpo or name == "chi_po":
+        if name == "chi_po":
+            if f_dpo:
+                raise ValueError(
+                    "`divergence` is fixed by `loss` 'chi_po' (its link is the chi2_kl score); "
+                    f"got divergence={divergence!r}"
+                )
+            divergence, base = "chi2_kl", "sigmoid"
+        else:
+            resolve_divergence(divergence, alpha)  # the name and alpha, checked first
+            base = name
+        if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
+            raise ValueError(
+                f"`loss` {name!r} is not a function of score differences: its f-DPO population "
+                "optimum is not the f-regularised optimum, and population_optimum computes it "
+                "for the margin losses only (sigmoid, robust, hinge, ipo, exo_pair, discopop)"
+            )
+        # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
+        # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
+        pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
+        return f_population_optimum(pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp)
+    if name in ("aot", "aot_pair", "aot_unpaired"):
         raise ValueError(
             f"`loss` {name!r} sorts log-ratios across the batch: its population version is "
             "the quantile coupling evaluated by population_loss, piecewise in the ordering "

@@ -308,6 +308,24 @@ def _apo_down_grad(a, b, beta, o):
     return beta * _sig(u) * _sig(-u) + dx, -dx
 
 
+def _chipo_x(a, b, beta):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return beta * ((np.exp(a) + a) - (np.exp(b) + b))
+
+
+def _chipo_ell(a, b, beta, o):
+    return _sp(-_chipo_x(a, b, beta))
+
+
+def _chipo_grad(a, b, beta, o):
+    # d/da sp(-x) = -beta sigma(-x) (e^a + 1), with sigma(-x) e^a = exp(log sigma(-x) + a)
+    ls = special.log_expit(-_chipo_x(a, b, beta))
+    with np.errstate(over="ignore", under="ignore"):
+        da = -beta * (np.exp(ls + a) + np.exp(ls))
+        db = beta * (np.exp(ls + b) + np.exp(ls))
+    return da, db
+
+
 # ---------------------------------------------------------------------------
 # the public value / gradient wrappers (TRL's argument order)
 # ---------------------------------------------------------------------------
@@ -385,7 +403,7 @@ def _scatter(d_sorted: NDArray, order: NDArray) -> NDArray:
 
 
 def _make_sorted(row_name: str, pair_form: str):
-    """aot (sorts the policy and reference log-odds) and aot_pair (sorts a and b)."""
+    """aot (sorts the policy and reference log-odds) and aot_pair / aot_unpaired (sort a and b)."""
 
     def parts(pc, pr, rc, rr):
         if pair_form == "aot_pair":
@@ -569,6 +587,16 @@ _SPECS: list[tuple] = [
         "sorts along the batch axis 0",
     ),
     (
+        "aot_unpaired",
+        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
+        "aot_unpaired",
+        (_EPS_DPO,),
+        "Melnyk et al., 2024, arXiv:2406.05882 (AOT, unpaired)",
+        "TRL's current name for aot_pair (the same loss; aot_pair is kept as the old name); "
+        "sorts along the batch axis 0",
+    ),
+    (
         "apo_zero",
         r"1 - \sigma(\beta a) + \sigma(\beta b)",
         (_apo_zero_ell, _apo_zero_grad),
@@ -592,14 +620,24 @@ _SPECS: list[tuple] = [
         "Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
         "",
     ),
+    (
+        "chi_po",
+        r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
+        (_chipo_ell, _chipo_grad),
+        (),
+        "Huang et al., 2024, arXiv:2407.13399 (chi-PO), without the paper's clip of the "
+        "margin at 2 R_max",
+        "DPO's sigmoid loss on chi-PO's link t + log t (t = e^a): f-DPO with the chi2_kl "
+        "row of klpolicy.DIVERGENCES; not a TRL loss_type",
+    ),
 ]
 
 
 def _build() -> dict[str, PairLoss]:
     rows: dict[str, PairLoss] = {}
     for name, formula, kind, options, reference, notes in _SPECS:
-        if kind in ("aot", "aot_pair"):
-            value, gradient = _make_sorted(name, kind)
+        if kind in ("aot", "aot_pair", "aot_unpaired"):
+            value, gradient = _make_sorted(name, "aot" if kind == "aot" else "aot_pair")
             rows[name] = PairLoss(
                 name, formula, value, gradient, options, False, True, reference, notes
             )

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from ..preference import LOSSES
+from ..core import DIVERGENCES
+from ..preference import LOSSES, f_divergence_score
 from . import strategies as kst
 from ._runner import EPS, Falsified, call, check_options, first_alternative, fmt, run, worst
 
@@ -122,6 +123,9 @@ def check_pair_loss(
     rtol: float = 1e-6,
     atol: float = 1e-12,
     reduction: str = "none",
+    divergence: str = "reverse_kl",
+    alpha: float | None = None,
+    alpha_clamp: float | None = None,
     **options: float,
 ) -> None:
     r"""Check a pair loss ``fn(pc, pr, rc, rr, beta)`` against its row of :data:`LOSSES`.
@@ -152,6 +156,14 @@ def check_pair_loss(
         log-ratios.
     reduction : {"none", "mean", "sum"}, optional
         What ``fn`` returns: per-pair losses (default), or their mean or sum.
+    divergence, alpha, alpha_clamp : optional
+        f-DPO (TRL's ``f_divergence_type``, ``f_alpha_divergence_coef`` and the alpha
+        exponent clamp): the exact loss is the row's loss on the scores
+        :func:`klpolicy.preference.f_divergence_score` of the log-ratios (the sorting
+        losses keep the log-ratios, as TRL). Log-probabilities then go down to -60 only
+        (so that exact scores stay finite), and derivatives are not checked. An
+        implementation that clamps the alpha exponent at 80 (TRL in float32/bfloat16) or
+        11 (float16) while the check does not, or the reverse, is named as such.
     **options
         The loss's options (``label_smoothing``, ``epsilon``, ``tau``, ``delta``), with
         which ``fn`` is meant to agree (``fn`` itself is called without them).
@@ -199,6 +211,17 @@ def check_pair_loss(
     if not atol >= 0:
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
     check = f"check_pair_loss[{loss}]"
+    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    if f_dpo:
+        f_divergence_score(0.0, divergence, alpha=alpha, alpha_clamp=alpha_clamp)  # checks
+        if grad is not None:
+            raise ValueError("`grad` is not checked with a `divergence` (f-DPO); pass grad=None")
+        check = f"check_pair_loss[{loss}, {divergence}]"
+        key = {"js_divergence": "js", "alpha_divergence": "alpha"}.get(divergence, divergence)
+        _run_f_dpo(
+            fn, row, opts, key, alpha, alpha_clamp, reduction, rtol, atol, check, max_examples
+        )
+        return
 
     def reduce(x):
         x = np.asarray(x, dtype=np.float64)
@@ -314,3 +337,98 @@ def _check_derivative_by_differences(check, fn, row, opts, reduction):
                         f"differences) is {fd!r}; the exact derivative is {want[k, i]!r}.\n"
                         f"At: {args}, beta={beta!r}"
                     )
+
+
+def _f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta):
+    """The row's loss on TRL's f-divergence scores (the sorting rows keep the log-ratios)."""
+    if row.batch_dependent:
+        return row.value(pc, pr, rc, rr, beta, **opts)
+    sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)
+    sr = f_divergence_score(pr - rr, key, alpha=alpha, alpha_clamp=clamp)
+    return row.value(sc, sr, 0 * sc, 0 * sr, beta, **opts)
+
+
+def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, max_examples):
+    """check_pair_loss with a divergence: values only, the clamp named when it explains."""
+
+    def reduce(x):
+        x = np.asarray(x, dtype=np.float64)
+        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+
+    def score_slope(l):
+        t = np.exp(np.clip(l, -700, 700))
+        c = 2.0 if key == "js" else 1.0
+        with np.errstate(all="ignore"):
+            d = c * t * DIVERGENCES[key].fsecond(t, alpha=alpha)
+        if key == "alpha" and clamp is not None:
+            d = np.where((alpha - 1) * l > clamp, 0.0, d)
+        return np.where(np.isfinite(d), np.abs(d), 0.0)
+
+    def prop(case):
+        (pc, pr, rc, rr), beta = case
+        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
+        got = call(fn, inputs, pc, pr, rc, rr, beta)
+        shape = pc.shape if reduction == "none" else ()
+        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
+            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
+        got = got.reshape(shape)
+        with np.errstate(all="ignore"):
+            exact = reduce(_f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta))
+            sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)
+            sr = f_divergence_score(pr - rr, key, alpha=alpha, alpha_clamp=clamp)
+            g = np.stack(row.gradient(sc, sr, 0 * sc, 0 * sr, beta, **opts))
+            slack = (np.abs(g[0]) + np.abs(g[2])) * (
+                np.abs(sc) + score_slope(pc - rc) * (np.abs(pc) + np.abs(rc))
+            ) + (np.abs(g[1]) + np.abs(g[3])) * (
+                np.abs(sr) + score_slope(pr - rr) * (np.abs(pr) + np.abs(rr))
+            )
+            slack = np.where(np.isfinite(slack), slack, 0.0)
+        tol = rtol * np.abs(exact) + atol + reduce(16 * EPS * slack)
+        detail = f"expected {fmt(exact)}, got {fmt(got)}"
+        if np.isfinite(exact).all() and not np.isfinite(got).all():
+            raise Falsified("it returns inf/nan where the f-DPO loss is finite.", inputs, detail)
+        if worst(got, exact, tol) is None:
+            return
+
+        def alt(c):
+            return lambda: reduce(_f_value(row, opts, key, alpha, c, pc, pr, rc, rr, beta))
+
+        alts = []
+        if key == "alpha" and not row.batch_dependent:
+            if clamp is not None:
+                alts.append(
+                    (
+                        f"it does not clamp the alpha exponent at {clamp:g} (the check's "
+                        "alpha_clamp): it computes the exact score.",
+                        alt(None),
+                    )
+                )
+            for c, where in ((80.0, "float32/bfloat16"), (11.0, "float16")):
+                if c != clamp:
+                    alts.append(
+                        (
+                            f"it clamps the alpha exponent (alpha - 1) * log-ratio at {c:g} "
+                            f"(TRL's clamp in {where}): its score is constant above that; "
+                            f"pass alpha_clamp={c:g} to check the clamped loss.",
+                            alt(c),
+                        )
+                    )
+        alts.append(
+            (
+                "it ignores the divergence: it uses the log-ratios (reverse_kl) as scores.",
+                lambda: reduce(row.value(pc, pr, rc, rr, beta, **opts)),
+            )
+        )
+        raise Falsified(
+            lambda: (
+                first_alternative(got, alts, tol)
+                or f"it differs from the exact {row.name} loss on the {key} scores."
+            ),
+            inputs,
+            detail,
+        )
+
+    strategy = st.tuples(
+        kst.preference_pairs(min_logp=-60.0), kst.betas(min_beta=1e-3, max_beta=1e3)
+    )
+    run(check, fn, prop, strategy, max_examples, [])

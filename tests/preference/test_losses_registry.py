@@ -22,10 +22,12 @@ NAMES = [
     "sppo_hard",
     "aot",
     "aot_pair",
+    "aot_unpaired",
     "apo_zero",
     "apo_down",
     "discopop",
 ]
+NOT_TRL = ["chi_po"]  # rows that are not a TRL loss_type (checked in tests/preference/test_fdpo.py)
 
 
 def _trl(loss_type, pc, pr, rc, rr, beta, label_smoothing=0.0, delta=0.0, tau=0.05):
@@ -59,8 +61,8 @@ def _trl(loss_type, pc, pr, rc, rr, beta, label_smoothing=0.0, delta=0.0, tau=0.
     if loss_type == "nca_pair":
         cr, rjr = chosen_logratios * beta, rejected_logratios * beta
         return -F.logsigmoid(cr) - 0.5 * F.logsigmoid(-cr) - 0.5 * F.logsigmoid(-rjr)
-    if loss_type in ("aot_pair", "aot"):
-        if loss_type == "aot_pair":
+    if loss_type in ("aot_pair", "aot_unpaired", "aot"):
+        if loss_type in ("aot_pair", "aot_unpaired"):
             left, right = chosen_logratios, rejected_logratios
         else:
             left, right = pc - pr, rc - rr
@@ -88,6 +90,7 @@ OPTIONS = {
     "bco_pair": [{}, {"delta": 0.3}],
     "aot": [{}, {"label_smoothing": 0.1}],
     "aot_pair": [{}, {"label_smoothing": 0.1}],
+    "aot_unpaired": [{}, {"label_smoothing": 0.1}],
     "discopop": [{}, {"tau": 0.5}],
 }
 
@@ -99,11 +102,11 @@ def _trl_kwargs(name, opts):
 
 
 def test_registry_lists_trl_loss_types_with_references():
-    assert list(LOSSES) == NAMES
+    assert list(LOSSES) == NAMES + NOT_TRL
     for name, row in LOSSES.items():
         assert row.name == name
         assert "arXiv:" in row.reference
-        assert row.batch_dependent == (name in ("aot", "aot_pair"))
+        assert row.batch_dependent == (name in ("aot", "aot_pair", "aot_unpaired"))
     margin = {n for n, r in LOSSES.items() if r.margin_only}
     assert margin == {"sigmoid", "hinge", "ipo", "exo_pair", "robust", "discopop"}
     with pytest.raises(TypeError):

@@ -1,0 +1,616 @@
+r"""Exact optima of f-divergence-regularised policy problems.
+
+For a row ``f`` of :data:`klpolicy.DIVERGENCES`, a reference :math:`\pi_{ref}`, a reward
+:math:`r` and :math:`\beta > 0`,
+
+.. math::
+
+    \max_{\pi \ll \pi_{ref}} \; \mathbb{E}_\pi[r] - \beta\, D_f(\pi\|\pi_{ref})
+    \quad\text{is attained at}\quad
+    \pi^*(y) = \pi_{ref}(y)\, \big[(f')^{-1}\big((r(y) - \lambda)/\beta\big)\big]_+ ,
+
+with :math:`\lambda` the one number that makes :math:`\pi^*` sum to one (the KKT
+conditions of a concave problem on the simplex: :math:`r - \beta f'(\pi/\pi_{ref}) =
+\lambda` where :math:`\pi > 0`, :math:`\le \lambda` where :math:`\pi = 0`). For the
+reverse KL this is :func:`klpolicy.optimal_policy`. See
+``docs/derivations/f_divergences.md``.
+
+Numerical method
+----------------
+Per row, with :math:`d(y) = (r_{max} - r(y))/\beta \ge 0` (the best reward on the
+support), the density ratio of every outcome is a function of one number, solved by the
+package's safeguarded root finder (:func:`klpolicy.core.roots.monotone_root`), all rows at
+once. The number is chosen so that no ratio is computed by cancellation:
+
+* :math:`f'(\infty) < \infty` (forward KL, Hellinger, JS, reverse chi2, alpha < 1): the
+  distance :math:`e = f'(\infty) - s_{best}` of the best outcome's ``s = (r - lambda)/beta``
+  from the pole; each outcome has :math:`e + d(y)`, and the ratio is written in it
+  (``1/e``, ``1/e^2``, ``1/expm1(2e)``, ``e^{-1/2}``, ``((1-a) e)^{1/(a-1)}``);
+* :math:`f'(0) > -\infty` (chi2, alpha > 1, sparse optima): the height
+  :math:`u = s_{best} - f'(0)` above the clip; each outcome has :math:`u - d(y)`, and the
+  ratio is ``max(u - d, 0)/2`` or ``((a-1) max(u - d, 0))^{1/(a-1)}``;
+* otherwise (chi2_kl): :math:`s_{best}` itself, and :math:`W(e^{s})` through
+  ``scipy.special.wrightomega``.
+
+The total variation's optimum is a linear program, solved in closed form (mass moves
+to the best outcomes from every outcome whose reward is more than ``beta`` below the best).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from . import _validation as V
+from .closed_form import _LOG_HUGE, _LOG_TINY, _prepare, _restore, _setup, _tilt, beta_for_kl
+from .closed_form import optimal_policy as _kl_optimal_policy
+from .fdivergences import FDivergence, _f_divergence_last, as_divergence
+from .roots import monotone_root
+
+__all__ = ["FFrontier", "beta_for_divergence", "f_frontier", "f_optimal_policy", "f_soft_value"]
+
+_TOP = ("forward_kl", "hellinger", "js", "reverse_chi2")  # f'(inf) finite; alpha < 1 too
+
+
+def _is_kl(row: FDivergence, a) -> bool:
+    return row.name == "reverse_kl" or (row.name == "alpha" and a == 1.0)
+
+
+def _mode(row: FDivergence, a) -> str:
+    if row.name in _TOP or (row.name == "alpha" and a < 1.0):
+        return "top"
+    if row.name == "chi2" or (row.name == "alpha" and a > 1.0):
+        return "bottom"
+    return "free"
+
+
+def _ratio(row: FDivergence, a, mode: str, z: NDArray):
+    """(t, dt/dz) with z the mode's coordinate: e (top), u (bottom, clipped), s (free)."""
+    name = row.name
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        if mode == "top":
+            e = z
+            if name == "forward_kl" or (name == "alpha" and a == 0.0):
+                t = 1.0 / e
+                return t, -t * t
+            if name == "hellinger":
+                t = 1.0 / (e * e)
+                return t, -2.0 * t / e
+            if name == "js":
+                em = np.expm1(2.0 * e)
+                t = 1.0 / em
+                return t, -2.0 * (em + 1.0) * t * t
+            if name == "reverse_chi2":
+                t = 1.0 / np.sqrt(e)
+                return t, -0.5 * t / e
+            # alpha < 1: t = ((1 - a) e)^(1/(a-1))
+            t = np.exp(np.log((1.0 - a) * e) / (a - 1.0))
+            return t, t / ((a - 1.0) * e)
+        if mode == "bottom":
+            u = np.maximum(z, 0.0)
+            if name == "chi2":
+                return 0.5 * u, np.where(z > 0, 0.5, 0.0)
+            t = np.exp(np.log((a - 1.0) * u) / (a - 1.0))
+            return t, np.where(z > 0, t / ((a - 1.0) * u), 0.0)
+        # free: chi2_kl, t + log t = s
+        t = row.fprime_inv(z)
+        return t, np.where(t > 0, t / (t + 1.0), 0.0)
+
+
+def _coordinate(row: FDivergence, a, mode: str, t: NDArray) -> NDArray:
+    """The mode's coordinate at which an outcome has the ratio ``t`` (inverse of :func:`_ratio`)."""
+    name = row.name
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if mode == "top":
+            if name == "forward_kl" or (name == "alpha" and a == 0.0):
+                return 1.0 / t
+            if name == "hellinger":
+                return 1.0 / np.sqrt(t)
+            if name == "js":
+                return 0.5 * np.log1p(1.0 / t)
+            if name == "reverse_chi2":
+                return 1.0 / (t * t)
+            return np.exp((a - 1.0) * np.log(t)) / (1.0 - a)
+        if mode == "bottom":
+            if name == "chi2":
+                return 2.0 * t
+            return np.exp((a - 1.0) * np.log(t)) / (a - 1.0)
+        return t + np.log(t)
+
+
+def _bracket(row: FDivergence, a, mode: str) -> float:
+    """The coordinate at which the best outcome's ratio is 1: f'(inf) - f'(1), f'(1) - f'(0), f'(1)."""
+    fp1 = float(row.fprime(1.0, alpha=a))
+    if mode == "top":
+        return row.fprime_inf(alpha=a) - fp1
+    if mode == "bottom":
+        return fp1 - row.fprime_zero(alpha=a)
+    return fp1
+
+
+def _tv_rows(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
+    """The total-variation optimum (a linear program) for rows with 0 < beta < inf."""
+    support = ref > 0
+    top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
+    best = support & (reward == top)
+    gap = np.where(support, top - reward, 0.0)
+    drop = support & (gap > beta)  # moving their mass to the best gains gap - beta > 0
+    freed = np.sum(np.where(drop, ref, 0.0), axis=-1, keepdims=True)
+    on_best = np.sum(np.where(best, ref, 0.0), axis=-1, keepdims=True)
+    return np.where(drop, 0.0, ref) + np.where(best, ref * (freed / on_best), 0.0)
+
+
+def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
+    """pi* for validated float64 rows (rows, n) with 0 < beta < inf, probability axis last."""
+    support = ref > 0
+    total = ref.sum(axis=-1, keepdims=True)
+    q = ref / total
+    top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
+    low = np.min(np.where(support, reward, np.inf), axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):
+        d = np.where(support, (top - reward) / beta, np.inf)
+        spread = ((top - low) / beta)[:, 0]
+    if row.name == "tv":
+        return _tv_rows(q, reward, beta)
+    out = q.copy()
+    live = np.flatnonzero(spread > 0)  # constant rewards on the support: pi = ref
+    if live.size == 0:
+        return out
+    mode = _mode(row, a)
+    at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
+    # the best outcomes alone sum to one at ratio 1/q_best: the other end of the bracket
+    q_best = np.sum(np.where(support & (reward == top), q, 0.0), axis=-1)[live]
+    alone = _coordinate(row, a, mode, 1.0 / q_best)
+    sp = spread[live]
+    if mode == "top":  # e decreases to raise the sum; e > 0
+        lo = np.maximum(at_one - sp, alone * (1 - 1e-12))
+        hi = np.full(live.size, at_one)
+        increasing = False
+    else:
+        lo = np.full(live.size, at_one)
+        hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
+        increasing = True
+    qs, ds = q[live], d[live]
+
+    def h(z, rows):
+        sel = slice(None) if rows.size == live.size else rows
+        zz = z[:, None] - ds[sel] if mode != "top" else z[:, None] + ds[sel]
+        t, dt = _ratio(row, a, mode, zz)
+        with np.errstate(invalid="ignore", over="ignore"):
+            w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
+            dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
+            return w.sum(axis=-1) - 1.0, dw.sum(axis=-1)
+
+    root = monotone_root(h, lo, np.maximum(lo, hi), increasing=increasing)
+    if not root.converged.all():  # pragma: no cover - the bracket holds the root by construction
+        bad = int(np.flatnonzero(~root.converged)[0])
+        raise RuntimeError(
+            f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
+            f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
+        )
+    z = root.x[:, None] - ds if mode != "top" else root.x[:, None] + ds
+    t, _ = _ratio(row, a, mode, z)
+    pi = np.where(qs > 0, qs * t, 0.0)
+    out[live] = pi / pi.sum(axis=-1, keepdims=True)
+    return out
+
+
+def _greedy(ref: NDArray, reward: NDArray) -> NDArray:
+    support = ref > 0
+    top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
+    best = support & (reward == top)
+    w = np.where(best, ref, 0.0)
+    return w / w.sum(axis=-1, keepdims=True)
+
+
+def _optimum_last(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
+    """pi* along the last axis for validated arrays; beta has shape (..., 1), 0 and inf allowed."""
+    shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape)
+    n = shape[-1]
+    q = np.broadcast_to(ref, shape).reshape(-1, n).astype(np.float64)
+    r = np.broadcast_to(reward, shape).reshape(-1, n).astype(np.float64)
+    b = np.broadcast_to(beta, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
+    if _is_kl(row, a):
+        return _tilt(q, r, b, {"pi"}).pi.reshape(shape)
+    out = q / q.sum(axis=-1, keepdims=True)
+    zero, inner = b[:, 0] == 0, np.isfinite(b[:, 0]) & (b[:, 0] > 0)
+    if zero.any():
+        out[zero] = _greedy(q[zero], r[zero])
+    if inner.any():
+        out[inner] = _solve_rows(row, a, q[inner], r[inner], b[inner])
+    return out.reshape(shape)
+
+
+def _problem(ref, reward, beta, divergence, alpha, axis):
+    row, a = as_divergence(divergence, alpha)
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    return row, a, ref_a, rew_a, b, ax
+
+
+def f_optimal_policy(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    divergence: str,
+    alpha: float | None = None,
+    axis: int = -1,
+) -> NDArray[np.floating]:
+    r"""The maximiser of :math:`\mathbb{E}_\pi[r] - \beta\, D_f(\pi\|\pi_{ref})`.
+
+    .. math::
+
+        \pi^*(y) = \pi_{ref}(y)\, \Big[(f')^{-1}\Big(\frac{r(y) - \lambda}{\beta}\Big)\Big]_+,
+        \qquad \sum_y \pi^*(y) = 1
+
+    Parameters
+    ----------
+    ref, reward, beta, axis
+        As in :func:`klpolicy.optimal_policy`: probabilities along ``axis``,
+        finite rewards, ``beta >= 0`` (0: the greedy limit, ``inf``: the reference;
+        an array of shape ``(..., 1)`` gives one per row).
+    divergence : str
+        A key of :data:`klpolicy.DIVERGENCES`.
+    alpha : float, optional
+        The coefficient of the ``"alpha"`` row (required there, refused elsewhere).
+
+    Returns
+    -------
+    ndarray
+        :math:`\pi^*`, the broadcast shape of ``ref`` and ``reward``; float32 for
+        float32 input. ``"reverse_kl"`` (and ``"alpha"`` with ``alpha=1``) is
+        :func:`klpolicy.optimal_policy` itself.
+
+    Raises
+    ------
+    ValueError
+        For invalid ``ref``, ``reward`` or ``beta`` (as in :func:`klpolicy.optimal_policy`),
+        an unknown ``divergence``, or an ``alpha`` missing, not finite or given to
+        another row.
+
+    Notes
+    -----
+    The optimum is taken over policies on the reference's support (zeros of ``ref``
+    stay zero, as for the KL); rewards off the support are ignored. There it always
+    exists and is unique except for ``"tv"`` (a linear program), whose ties are
+    broken by keeping the reference's mass where moving it gains nothing. Where
+    :math:`f'(0)` is finite (``chi2``, ``alpha > 1``, ``tv``) the optimum is sparse:
+    outcomes whose reward is more than :math:`\beta\,(f'(1) - f'(0))`-ish below the
+    multiplier get no mass (exactly: :math:`r(y) \le \lambda + \beta f'(0)`). Where
+    :math:`f'(\infty)` is finite the density ratio of the best outcome is bounded
+    only through :math:`\lambda > r_{max} - \beta f'(\infty)`. ``chi2_kl`` (chi-PO)
+    has :math:`\pi/\pi_{ref} = W(e^{(r - \lambda)/\beta})`, linear in the reward for
+    large rewards where the KL's ratio is exponential. As ``beta -> 0`` every row
+    tends to the greedy policy (the best rewards, split in proportion to ``ref``,
+    since outcomes with equal rewards get equal ratios), returned at ``beta = 0``;
+    ``beta = inf`` returns ``ref``. The multiplier is solved per row by the
+    package's safeguarded root finder in a coordinate where no ratio is formed by
+    cancellation (see the module docstring); the result matches a 50-digit mpmath
+    maximisation to 1e-12 relative on random problems of up to 8 outcomes with
+    reference entries down to 1e-12.
+
+    References
+    ----------
+    .. [1] Wang et al., "Beyond Reverse KL: Generalizing Direct Preference
+       Optimization with Diverse Divergence Constraints", 2023, arXiv:2309.16240.
+    .. [2] Huang et al., "Correcting the Mythos of KL-Regularization: Direct
+       Alignment without Overoptimization via Chi-Squared Preference
+       Optimization", 2024, arXiv:2407.13399.
+
+    Examples
+    --------
+    >>> from klpolicy import f_optimal_policy
+    >>> f_optimal_policy([0.5, 0.5], [1.0, 0.0], 0.5, divergence="reverse_kl").round(4)
+    array([0.8808, 0.1192])
+    >>> f_optimal_policy([0.5, 0.5], [1.0, 0.0], 0.25, divergence="chi2")  # sparse
+    array([1., 0.])
+    >>> f_optimal_policy([0.5, 0.5], [1.0, 0.0], 0.5, divergence="chi2")
+    array([0.75, 0.25])
+    >>> f_optimal_policy([0.5, 0.5], [1.0, 0.0], 1.0, divergence="alpha", alpha=0.5).round(4)
+    array([0.719, 0.281])
+    """
+    row, a = as_divergence(divergence, alpha)
+    if _is_kl(row, a):
+        return _kl_optimal_policy(ref, reward, beta, axis=axis)
+    _, _, ref_a, rew_a, b, ax = _problem(ref, reward, beta, divergence, alpha, axis)
+    pi = _optimum_last(row, a, ref_a, rew_a, b)
+    return _restore(pi.astype(ref_a.dtype, copy=False), ax)
+
+
+def _value_last(row, a, ref, reward, beta, pi):
+    """E_pi r - beta D_f(pi||ref) per row (keepdims=False), with the limits."""
+    shape = pi.shape
+    q = np.broadcast_to(ref, shape).astype(np.float64)
+    r = np.broadcast_to(reward, shape).astype(np.float64)
+    b = np.broadcast_to(beta, shape[:-1] + (1,))[..., 0].astype(np.float64)
+    p = pi.astype(np.float64)
+    er = np.sum(np.where(q > 0, p * r, 0.0), axis=-1)
+    with np.errstate(invalid="ignore"):
+        div = _f_divergence_last(row.name, p, q, a)
+        pen = np.where((b == 0) | (div == 0), 0.0, b * div)
+    return er - pen, er, div
+
+
+def f_soft_value(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    divergence: str,
+    alpha: float | None = None,
+    axis: int = -1,
+) -> NDArray[np.floating] | np.floating:
+    r"""The optimal value :math:`\max_\pi \mathbb{E}_\pi[r] - \beta\, D_f(\pi\|\pi_{ref})`.
+
+    .. math::
+
+        V_\beta = \mathbb{E}_{\pi^*}[r] - \beta\, D_f(\pi^*\|\pi_{ref})
+                = \lambda + \beta\, \mathbb{E}_{\pi_{ref}}\big[f^*\big((r - \lambda)/\beta\big)\big]
+
+    Parameters
+    ----------
+    ref, reward, beta, divergence, alpha, axis
+        As in :func:`f_optimal_policy`.
+
+    Returns
+    -------
+    ndarray or float
+        One value per batch row; ``max r`` on the support at ``beta = 0``,
+        ``E_ref[r]`` at ``beta = inf``. ``"reverse_kl"`` equals
+        :func:`klpolicy.soft_value` (to rounding: computed from the optimum).
+
+    Raises
+    ------
+    ValueError
+        As in :func:`f_optimal_policy`.
+
+    Notes
+    -----
+    Computed as :math:`\mathbb{E}_{\pi^*}[r] - \beta D_f(\pi^*\|\pi_{ref})` from the
+    exact optimum and :func:`klpolicy.f_divergence` (the second form, the convex
+    dual, is what the tests check it against). :math:`dV/d\beta = -D_f(\pi^*_\beta\|\pi_{ref})`
+    (the envelope theorem).
+
+    References
+    ----------
+    .. [1] Wang et al., 2023, arXiv:2309.16240.
+
+    Examples
+    --------
+    >>> from klpolicy import f_soft_value
+    >>> float(f_soft_value([0.5, 0.5], [1.0, 0.0], 0.5, divergence="chi2"))  # 0.75 - 0.5 * 0.25
+    0.625
+    """
+    row, a = as_divergence(divergence, alpha)
+    _, _, ref_a, rew_a, b, _ = _problem(ref, reward, beta, divergence, alpha, axis)
+    pi = _optimum_last(row, a, ref_a, rew_a, b)
+    value, _, _ = _value_last(row, a, ref_a, rew_a, b, pi)
+    return value.astype(ref_a.dtype, copy=False)[()]
+
+
+class FFrontier(NamedTuple):
+    """The reward-divergence curve of the f-regularised optimum along a grid of ``beta``.
+
+    Each field has shape ``betas.shape + batch_shape``.
+    """
+
+    beta: NDArray
+    expected_reward: NDArray
+    divergence: NDArray
+    value: NDArray
+
+
+def f_frontier(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    betas: ArrayLike,
+    *,
+    divergence: str,
+    alpha: float | None = None,
+    axis: int = -1,
+) -> FFrontier:
+    r"""Expected reward, divergence and value of the f-regularised optimum along ``betas``.
+
+    .. math::
+
+        \beta \mapsto \big(D_f(\pi^*_\beta\|\pi_{ref}),\; \mathbb{E}_{\pi^*_\beta}[r]\big),
+        \qquad \frac{d\,\mathbb{E}_{\pi^*_\beta}[r]}{d\,D_f} = \beta
+
+    No policy with the same divergence has a larger expected reward: the curve is
+    the upper boundary of the reward-divergence plane.
+
+    Parameters
+    ----------
+    ref, reward, divergence, alpha, axis
+        As in :func:`f_optimal_policy`.
+    betas : array_like
+        Grid of coefficients (``>= 0``, ``inf`` allowed), any shape.
+
+    Returns
+    -------
+    FFrontier
+        ``(beta, expected_reward, divergence, value)``, each of shape
+        ``betas.shape + batch_shape``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`f_optimal_policy`.
+
+    References
+    ----------
+    .. [1] Gao, Schulman and Hilton, "Scaling Laws for Reward Model
+       Overoptimization", 2022, arXiv:2210.10760 (the KL frontier).
+
+    Examples
+    --------
+    >>> from klpolicy import f_frontier
+    >>> f = f_frontier([0.5, 0.5], [1.0, 0.0], [0.0, 0.25, 0.5, float("inf")], divergence="chi2")
+    >>> f.expected_reward
+    array([1.  , 1.  , 0.75, 0.5 ])
+    >>> f.divergence
+    array([1.  , 1.  , 0.25, 0.  ])
+    """
+    row, a = as_divergence(divergence, alpha)
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    grid = V.check_beta_values("betas", betas)
+    flat = grid.reshape(-1)
+    batch = ref_a.shape[:-1]
+    b = flat.reshape((-1,) + (1,) * len(batch) + (1,))
+    r_b = np.broadcast_to(ref_a, (flat.size,) + ref_a.shape)
+    w_b = np.broadcast_to(rew_a, (flat.size,) + rew_a.shape)
+    pi = _optimum_last(row, a, r_b, w_b, b)
+    value, er, div = _value_last(row, a, r_b, w_b, b, pi)
+    shape = grid.shape + batch
+    dt = ref_a.dtype
+    return FFrontier(
+        beta=np.broadcast_to(grid.reshape(grid.shape + (1,) * len(batch)), shape).astype(dt),
+        expected_reward=er.reshape(shape).astype(dt),
+        divergence=div.reshape(shape).astype(dt),
+        value=value.reshape(shape).astype(dt),
+    )
+
+
+def beta_for_divergence(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    target: ArrayLike,
+    *,
+    divergence: str,
+    alpha: float | None = None,
+    axis: int = -1,
+    rtol: float = 1e-13,
+) -> NDArray[np.floating] | np.floating:
+    r"""The coefficient at which the f-regularised optimum spends a divergence budget.
+
+    Solves :math:`D_f(\pi^*_\beta\|\pi_{ref}) = \mathrm{target}` for :math:`\beta`, every
+    batch row at once, with
+
+    .. math::
+
+        \frac{d D_f(\pi^*_\beta\|\pi_{ref})}{d \log\beta}
+          = -\sum_y \frac{\pi_{ref}(y)}{f''(t_y)} \big(s_y - \bar s\big)^2 \le 0,
+        \qquad s_y = f'(t_y),\ \bar s = \frac{\sum_y \pi_{ref}(y) s_y / f''(t_y)}
+                                             {\sum_y \pi_{ref}(y) / f''(t_y)}
+
+    (sums over the outcomes with :math:`t_y = \pi^*(y)/\pi_{ref}(y) > 0`).
+
+    Parameters
+    ----------
+    ref, reward, divergence, alpha, axis
+        As in :func:`f_optimal_policy`.
+    target : float or array_like
+        The divergence budget, ``>= 0``, broadcasting over the batch shape.
+    rtol : float, optional
+        Relative tolerance on the attained divergence.
+
+    Returns
+    -------
+    ndarray or float
+        ``beta`` per batch row; ``target = 0`` gives ``inf`` and a ``target``
+        equal to the greedy policy's divergence gives 0.
+        ``"reverse_kl"`` is :func:`klpolicy.beta_for_kl`.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`f_optimal_policy`; for a ``target`` above the greedy policy's
+        divergence (the largest reachable, stated in the message; infinite for
+        ``forward_kl``, ``reverse_chi2`` and ``alpha <= 0``, whose greedy policy
+        leaves the support); for ``"tv"``, whose optimum's divergence is a step function of
+        ``beta`` (no ``beta`` attains a budget between the steps); and for a budget
+        reached only beyond float64's range of ``beta``.
+
+    Notes
+    -----
+    The divergence of the optimum decreases in ``beta`` (by the formula above). The
+    solver works on ``log beta`` over the whole float64 range, with Newton steps
+    from that derivative and bisection whenever a step leaves the bracket
+    (:mod:`klpolicy.core.roots`).
+
+    References
+    ----------
+    .. [1] Ziegler et al., 2019, arXiv:1909.08593 (a target KL for beta).
+
+    Examples
+    --------
+    >>> from klpolicy import beta_for_divergence, f_optimal_policy, f_divergence
+    >>> b = beta_for_divergence([0.5, 0.5], [1.0, 0.0], 0.25, divergence="chi2")
+    >>> round(float(b), 12)
+    0.5
+    """
+    row, a = as_divergence(divergence, alpha)
+    rtol = V.as_scalar("rtol", rtol, "(0, 1)")
+    if _is_kl(row, a):
+        return beta_for_kl(ref, reward, target, axis=axis, rtol=rtol)
+    if row.name == "tv":
+        raise ValueError(
+            "`divergence` 'tv' has no beta_for_divergence: the optimum's total variation "
+            "is a step function of beta (it jumps where beta crosses a reward gap), so "
+            "most budgets are attained by no beta"
+        )
+    ref_a, rew_a = _prepare(ref, reward, axis)
+    tgt = V.as_kl_budget("target", target)
+    batch = ref_a.shape[:-1]
+    try:
+        batch = np.broadcast_shapes(batch, tgt.shape)
+    except ValueError:
+        raise ValueError(
+            f"`target` of shape {tgt.shape} does not broadcast against the batch shape {batch}"
+        ) from None
+    n = ref_a.shape[-1]
+    q = np.broadcast_to(ref_a, batch + (n,)).reshape(-1, n).astype(np.float64)
+    r = np.broadcast_to(rew_a, batch + (n,)).reshape(-1, n).astype(np.float64)
+    t_flat = np.broadcast_to(tgt, batch).reshape(-1).astype(np.float64)
+    greedy = _greedy(q, r)
+    dmax = _f_divergence_last(row.name, greedy, q, a)
+    over = t_flat > dmax * (1 + 4 * np.finfo(np.float64).eps)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        where = f" for row {i}" if batch else ""
+        raise ValueError(
+            f"`target` = {t_flat[i]:g} is above the largest {row.name} divergence "
+            f"reachable{where}: {dmax[i]:.6g} nats (the greedy limit beta -> 0)"
+        )
+    at_zero = t_flat == 0
+    at_max = (t_flat >= dmax) & ~at_zero
+    act = np.flatnonzero(~(at_zero | at_max))
+    out = np.where(at_zero, np.inf, 0.0)
+    if act.size:
+        log_t = np.log(t_flat[act])
+
+        def g(s, rows):
+            sel = act[rows]
+            b = np.exp(s)[:, None]
+            pi = _optimum_last(row, a, q[sel], r[sel], b)
+            div = _f_divergence_last(row.name, pi, q[sel], a)
+            tt = np.where(q[sel] > 0, pi / np.where(q[sel] > 0, q[sel], 1.0), 0.0)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                on = tt > 0
+                w = np.where(on, q[sel] / row.fsecond(np.where(on, tt, 1.0), alpha=a), 0.0)
+                sy = np.where(on, row.fprime(np.where(on, tt, 1.0), alpha=a), 0.0)
+                sbar = np.sum(w * sy, -1, keepdims=True) / np.sum(w, -1, keepdims=True)
+                slope = -np.sum(w * (sy - sbar) ** 2, -1) / div
+                return np.log(div) - log_t[rows], slope
+
+        # a start from the large-beta expansion D ~ f''(1) Var_ref(r) / (2 beta^2)
+        qn = q[act] / q[act].sum(-1, keepdims=True)
+        mu = np.sum(qn * r[act], -1, keepdims=True)
+        var = np.sum(qn * (r[act] - mu) ** 2, -1)
+        f2 = float(row.fsecond(1.0, alpha=a))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s0 = 0.5 * np.log(var / (2.0 * f2 * t_flat[act]))
+        s0 = np.where(np.isfinite(s0), s0, 0.0)
+        root = monotone_root(
+            g, _LOG_TINY, _LOG_HUGE, np.clip(s0, _LOG_TINY, _LOG_HUGE), increasing=False, ftol=rtol
+        )
+        if not root.converged.all():
+            i = int(np.flatnonzero(~root.converged)[0])
+            raise ValueError(
+                f"`target` = {t_flat[act[i]]:g} for row {int(act[i])} is reached only at a beta "
+                "outside float64's range; scale `reward`"
+            )
+        out[act] = np.exp(root.x)
+    return out.reshape(batch)[()]
