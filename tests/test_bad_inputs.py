@@ -37,6 +37,7 @@ MODULES = [
     "klpolicy.calibration",
     "klpolicy.retention",
     "klpolicy.trust_region",
+    "klpolicy.sampling",
 ]
 try:
     import matplotlib
@@ -1012,6 +1013,22 @@ ROWS += [
     row(_T + "optimal_kl", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_T + "optimal_policy", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+]
+
+# --- sampling (issue 29) ------------------------------------------------------------------
+TEMPERATURE = Kind("temperature >= 0", lambda v: [(k, x) for k, x in _nonneg_bad(v) if k != "inf"])
+LONE_LOGITS = LOGITS  # a lone array: "mismatched" is skipped by _cases
+_S = "klpolicy.sampling."
+SAMPLER_SETTINGS = dict(
+    temperature=(TEMPERATURE, 0.9),
+    top_k=(_opt(COUNT), 2),
+    top_p=(_opt(UNIT), 0.9),
+    min_p=(_opt(UNIT), 0.05),
+    order=(CHOICE, "transformers"),
+    min_tokens_to_keep=(COUNT, 1),
+)
+ROWS += [
+    row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
 ]
 
 #: Public callables that take no user input to check: result containers (named tuples
