@@ -1027,8 +1027,16 @@ SAMPLER_SETTINGS = dict(
     order=(CHOICE, "transformers"),
     min_tokens_to_keep=(COUNT, 1),
 )
+INDEX = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
 ROWS += [
     row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
+    row(
+        _S + "sampler_tree",
+        conditionals=(TREE, T2),
+        eos_token=(_opt(INDEX), 0),
+        min_length=(INDEX, 1),
+        **SAMPLER_SETTINGS,
+    ),
 ]
 
 #: Public callables that take no user input to check: result containers (named tuples
@@ -1038,6 +1046,7 @@ RESULTS = {
     "klpolicy.sequences.Ceiling",
     "klpolicy.sequences.SoftBellman",
     "klpolicy.sequences.TokenKLProfile",
+    "klpolicy.sampling.SamplerTree",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.GaussianTable",
     "klpolicy.control.SimulationTrace",

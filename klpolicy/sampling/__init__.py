@@ -7,12 +7,17 @@ tokens with the policy's own log-probabilities. The samples then come from a law
 
 * :mod:`~klpolicy.sampling.laws`: the exact law ``s`` of a batch of logit rows, in
   Hugging Face transformers' or vLLM's processing order.
+* :mod:`~klpolicy.sampling.trees`: the sampler's law on a token tree and its KL to the
+  policy both ways (``inf`` where truncation removes support).
 """
 
 from .laws import ORDERS, VLLM_GREEDY_BELOW, sampler_law
+from .trees import SamplerTree, sampler_tree
 
 __all__ = [
     "ORDERS",
     "VLLM_GREEDY_BELOW",
+    "SamplerTree",
     "sampler_law",
+    "sampler_tree",
 ]
