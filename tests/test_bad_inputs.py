@@ -1037,6 +1037,30 @@ ROWS += [
         min_length=(INDEX, 1),
         **SAMPLER_SETTINGS,
     ),
+    row(
+        _S + "logged_kl_moments",
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        sampler_conditionals=(TREE, T2B),
+        estimator=(CHOICE, "k3"),
+    ),
+    row(
+        _S + "corrected_kl_moments",
+        policy=(PROB, P),
+        ref=(PROB, Q),
+        sampler=(PROB, Q),
+        estimator=(CHOICE, "k1"),
+        correction=(CHOICE, "tis"),
+        threshold=(POS_INF, 2.0),
+    ),
+    row(
+        _S + "corrected_gradient_moments",
+        policy=(PROB, P),
+        reward=(REWARD, R),
+        sampler=(PROB, Q),
+        correction=(CHOICE, "mis"),
+        threshold=(POS_INF, 2.0),
+    ),
 ]
 
 #: Public callables that take no user input to check: result containers (named tuples
@@ -1047,6 +1071,8 @@ RESULTS = {
     "klpolicy.sequences.SoftBellman",
     "klpolicy.sequences.TokenKLProfile",
     "klpolicy.sampling.SamplerTree",
+    "klpolicy.sampling.CorrectedMoments",
+    "klpolicy.sampling.CorrectedGradient",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.GaussianTable",
     "klpolicy.control.SimulationTrace",

@@ -9,15 +9,32 @@ tokens with the policy's own log-probabilities. The samples then come from a law
   Hugging Face transformers' or vLLM's processing order.
 * :mod:`~klpolicy.sampling.trees`: the sampler's law on a token tree and its KL to the
   policy both ways (``inf`` where truncation removes support).
+* :mod:`~klpolicy.sampling.estimates`: the KL a trainer logs from the sampler's draws,
+  and importance corrections (full ratio, truncated, masked) with exact bias and variance
+  of the KL estimate and of the policy gradient.
 """
 
+from .estimates import (
+    CORRECTIONS,
+    CorrectedGradient,
+    CorrectedMoments,
+    corrected_gradient_moments,
+    corrected_kl_moments,
+    logged_kl_moments,
+)
 from .laws import ORDERS, VLLM_GREEDY_BELOW, sampler_law
 from .trees import SamplerTree, sampler_tree
 
 __all__ = [
+    "CORRECTIONS",
     "ORDERS",
     "VLLM_GREEDY_BELOW",
+    "CorrectedGradient",
+    "CorrectedMoments",
     "SamplerTree",
+    "corrected_gradient_moments",
+    "corrected_kl_moments",
+    "logged_kl_moments",
     "sampler_law",
     "sampler_tree",
 ]
