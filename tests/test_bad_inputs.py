@@ -1061,6 +1061,15 @@ ROWS += [
         correction=(CHOICE, "mis"),
         threshold=(POS_INF, 2.0),
     ),
+    row(
+        _S + "sampler_mismatch",
+        sampler_logprobs=(LOGP, [[-0.5, -1.0]]),
+        trainer_logprobs=(LOGP, [[-0.7, -0.2]]),
+        estimator=(CHOICE, "k3"),
+        ratio_threshold=(FACTOR, 2.0),
+        strict=(FLAG, True),
+        **SAMPLER_SETTINGS,
+    ),
 ]
 
 #: Public callables that take no user input to check: result containers (named tuples
@@ -1071,6 +1080,7 @@ RESULTS = {
     "klpolicy.sequences.SoftBellman",
     "klpolicy.sequences.TokenKLProfile",
     "klpolicy.sampling.SamplerTree",
+    "klpolicy.sampling.SamplerMismatch",
     "klpolicy.sampling.CorrectedMoments",
     "klpolicy.sampling.CorrectedGradient",
     "klpolicy.estimators.Flow",

@@ -12,8 +12,12 @@ tokens with the policy's own log-probabilities. The samples then come from a law
 * :mod:`~klpolicy.sampling.estimates`: the KL a trainer logs from the sampler's draws,
   and importance corrections (full ratio, truncated, masked) with exact bias and variance
   of the KL estimate and of the policy gradient.
+* :mod:`~klpolicy.sampling.diagnostics`: the sampler/trainer mismatch estimated from
+  logged per-token log-probs (KL(s||pi) with standard errors, extreme ratios, the
+  trainer's mass outside the sampler's support).
 """
 
+from .diagnostics import SamplerMismatch, sampler_mismatch
 from .estimates import (
     CORRECTIONS,
     CorrectedGradient,
@@ -31,10 +35,12 @@ __all__ = [
     "VLLM_GREEDY_BELOW",
     "CorrectedGradient",
     "CorrectedMoments",
+    "SamplerMismatch",
     "SamplerTree",
     "corrected_gradient_moments",
     "corrected_kl_moments",
     "logged_kl_moments",
     "sampler_law",
+    "sampler_mismatch",
     "sampler_tree",
 ]
