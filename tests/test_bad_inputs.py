@@ -357,6 +357,17 @@ def _support_bad(v):
     ]
 
 
+RATIO_CLIP = Kind(
+    "ratio clip (low, high)",
+    lambda v: [
+        ("reversed", (2.0, 0.5)),
+        ("negative", (-1.0, 2.0)),
+        ("nan", (np.nan, 1.0)),
+        ("one", (1.0,)),
+        ("str", "ab"),
+        ("number", 3),
+    ],
+)
 WEIGHTS = Kind("pair weights", _weights_bad)
 SUPPORT = Kind("boolean support", _support_bad)
 CALLABLE = Kind("callable", lambda v: [("None", None), ("str", "abc"), ("number", 3)])
@@ -505,6 +516,9 @@ ROWS: list[Row] = [
             beta=(COEF, 1.0),
             estimator=(CHOICE, "k1"),
             placement=(CHOICE, "reward"),
+            sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+            ratio=(CHOICE, "detached"),
+            ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
         )
         for k in ("expected_gradient",)
     ],
@@ -927,6 +941,7 @@ ROWS.append(
 _E = "klpolicy.estimators."
 ROWS += [
     row(_E + "estimator_names", kl_only=(FLAG, False)),
+    row(_E + "divergence_names"),
     # `argument` is the caller's name for the estimator: here the test calls it `name`
     row(_E + "get_estimator", {"argument": "name"}, name=(CHOICE, "k3"), kl_only=(FLAG, False)),
 ]
@@ -1215,3 +1230,25 @@ def test_bad_input_is_refused_by_name(r, arg, bad):
         )
     else:
         pytest.fail(f"{r.qualname}({arg}={bad!r}) accepted a bad input and returned {out!r:.200}")
+
+
+# --- KL terms as trainers write them (issue 25) ------------------------------------------------
+ROWS += [
+    row(
+        "klpolicy.estimators.fixed_point",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k3"),
+        placement=(CHOICE, "loss"),
+        sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+        ratio=(CHOICE, "differentiable"),
+        ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+    ),
+    row(
+        "klpolicy.estimators.divergence_gradient",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        ref=(PROB, P),
+        divergence=(CHOICE, "chi2"),
+    ),
+]

@@ -11,22 +11,37 @@ The options are the suite's keyword arguments, with dashes:
 ``--reduction masked_mean``, ``--clamp -10 10``, ``--kind adaptive``,
 ``--supports-zero-q`` / ``--no-supports-zero-q``; ``check_kl_estimator``'s
 ``estimator`` is ``--estimator k3``, ``check_pair_loss``'s ``loss`` is ``--loss ipo`` and
-its loss options are ``--option label_smoothing=0.1``. ``klpolicy check SUITE -h`` lists
+its loss options are ``--loss-option label_smoothing=0.1``. ``klpolicy check SUITE -h`` lists
 them.
+
+``--option NAME=VALUE`` (repeatable, every suite) passes a keyword argument to
+the checked function (a class: to its constructor) on every call: verl's
+``kl_penalty(logprob, ref_logprob, kl_penalty)`` is checked with
+``--option kl_penalty=low_var_kl``. VALUE is read as a Python literal where it
+is one (``0.1``, ``True``, ``None``, ``'k3'``, ``(1, 2)``) and as a string
+otherwise. A function whose signature cannot take the suite's arguments plus
+these options is a usage error (exit 2), found before anything runs.
+``check_pair_loss``'s loss options (the exact loss's ``label_smoothing``,
+``epsilon``, ``tau``, ``delta``) are ``--loss-option NAME=NUMBER``.
 
 Examples
 --------
 ``klpolicy check kl-estimator mypkg.losses:k3 --estimator k3``,
 ``klpolicy check kl-controller trl.trainer.utils:AdaptiveKLController``,
-``klpolicy check kl-estimator mypkg.grpo:kl_term --estimator k3 --reduction seq_mean``.
+``klpolicy check kl-estimator mypkg.grpo:kl_term --estimator k3 --reduction seq_mean``,
+``klpolicy check kl-estimator verl.trainer.ppo.core_algos:kl_penalty --estimator k3
+--clamp -10 10 --option kl_penalty=low_var_kl``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -43,8 +58,25 @@ SUITES = {
     "optimal-policy": "check_optimal_policy",
     "soft-value": "check_soft_value",
 }
-# the pair-loss suite of issue 19, when it is installed
+# what each suite passes to the checked function, positionally (for the signature check)
+_ARGUMENTS = {
+    "kl-divergence": ("p", "q"),
+    "kl-estimator": ("logp", "logq"),
+    "dpo-loss": ("pc", "pr", "rc", "rr", "beta"),
+    "pair-loss": ("pc", "pr", "rc", "rr", "beta"),
+    "optimal-policy": ("ref", "reward", "beta"),
+    "soft-value": ("ref", "reward", "beta"),
+}
+_CONTROLLER_ARGUMENTS = {
+    "fixed": ("kl_coef",),
+    "adaptive": ("init_kl_coef", "target", "horizon"),
+    "deadzone": ("init_kl_coef", "target"),
+}
+# the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
+# the KL-term suite (needs torch): prints the report, exit 1 when it follows another divergence
+_OPTIONAL["kl-term"] = ("klpolicy.testing._checks_kl_terms", "cli_kl_term")
+_ARGUMENTS["kl-term"] = ("logp", "old_logp", "ref_logp")
 
 
 class _Error(Exception):
@@ -127,27 +159,95 @@ def _suite_parser(suite: str, check: Any) -> argparse.ArgumentParser:
                 p.add_argument(flag, default=None, metavar="module:function", type=_load)
             else:
                 _option(p, name, param)
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:  # a suite's extra options
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:  # the exact loss's options
             p.add_argument(
-                "--option",
+                "--loss-option",
                 dest="_extra",
                 action="append",
                 default=[],
-                metavar="KEY=VALUE",
-                type=_key_value,
-                help="a number passed on as KEY=VALUE (e.g. label_smoothing=0.1)",
+                metavar="NAME=NUMBER",
+                type=_loss_option,
+                help="an option of the exact loss, e.g. label_smoothing=0.1 (repeatable)",
             )
+    p.add_argument(
+        "--option",
+        dest="_fn_options",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=_fn_option,
+        help="a keyword argument passed to the checked function (a class: its constructor) "
+        "on every call, e.g. kl_penalty=low_var_kl; VALUE is a Python literal where it "
+        "parses (0.1, True, None, 'k3'), a string otherwise (repeatable)",
+    )
     return p
 
 
-def _key_value(text: str) -> tuple[str, float]:
+def _name_value(text: str, what: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return key, value
+
+
+def _loss_option(text: str) -> tuple[str, float]:
+    key, value = _name_value(text, "NAME=NUMBER")
     try:
-        if not sep or not key.isidentifier():
-            raise ValueError
         return key, float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected KEY=NUMBER, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
+
+
+def _fn_option(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE``: VALUE as a Python literal where it parses, else the string itself."""
+    key, value = _name_value(text, "NAME=VALUE")
+    try:
+        return key, ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return key, value
+
+
+def _with_options(fn: Any, suite: str, options: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """``fn`` with ``options`` bound as keywords; a signature that cannot take the call is _Error.
+
+    The suite calls ``fn`` with its positional arguments (``_ARGUMENTS``); binding those
+    names plus ``options`` to ``fn``'s signature finds a missing or unknown argument
+    before anything runs, instead of a TypeError reported as a failed property.
+    """
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        sig = None
+    names = _ARGUMENTS.get(suite)
+    if suite == "kl-controller":
+        from ._checks_control import _infer_kind
+
+        try:
+            kind = kwargs.get("kind") or _infer_kind(functools.partial(fn, **options))
+        except ValueError:
+            kind = None
+        names = _CONTROLLER_ARGUMENTS.get(kind)
+    elif suite == "kl-estimator" and kwargs.get("reduction", "none").startswith(("masked", "seq")):
+        names = ("logp", "logq", "mask")
+    if sig is not None and names is not None:
+        try:
+            sig.bind(*names, **options)
+        except TypeError as exc:
+            shown = ", ".join(names)
+            missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
+            hint = f"; pass it with --option {missing[1]}=VALUE" if missing else ""
+            raise _Error(
+                f"{name}{sig} cannot be called as {name}({shown}) by the {suite} suite"
+                + (f" with --option {', '.join(options)}" if options else "")
+                + f": {exc}{hint}"
+            ) from None
+    if not options:
+        return fn
+    bound = functools.partial(fn, **options)
+    bound.__name__ = name  # type: ignore[attr-defined]  # for the verdicts
+    return bound
 
 
 def run_check(argv: Sequence[str] | None = None) -> int:
@@ -181,6 +281,7 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         args = vars(_suite_parser(suite, check).parse_args(argv[1:]))
         fn = _load(args.pop("target"))
         extra = dict(args.pop("_extra", []))
+        fn_options = dict(args.pop("_fn_options"))
         kwargs = {k: v for k, v in args.items() if v is not None}
         kwargs.update(extra)
         if "clamp" in kwargs:
@@ -191,6 +292,7 @@ def run_check(argv: Sequence[str] | None = None) -> int:
             if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and n in kwargs
         ]
         name = getattr(fn, "__name__", type(fn).__name__)
+        fn = _with_options(fn, suite, fn_options, kwargs)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -203,6 +305,10 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         for w in caught:
             if w.category.__module__.startswith("klpolicy"):
                 print(f"{w.category.__name__}: {w.message}")
+        if getattr(check, "prints_report", False):  # kl-term: the report is the answer
+            if kwargs.get("expect") is not None:
+                print(f"{check.__name__}({name}): follows {kwargs['expect']}")
+            return 0
         examples = kwargs.get("max_examples", 100)
         print(f"{check.__name__}({name}): passed ({examples} examples)")
         return 0
