@@ -8,11 +8,12 @@ of either engine.
 The two orders (read at a commit; the formulas below are this module's own)
 --------------------------------------------------------------------------------
 ``"transformers"`` (default): Hugging Face transformers
-``generation/utils.py::_get_logits_processor`` appends the warpers in the order
-temperature, top-k, top-p, min-p (huggingface/transformers, the order as in the
-copy with id 7849166277 of the search index; the warpers in
+``GenerationMixin._get_logits_processor`` (``src/transformers/generation/utils.py``
+at commit ``000034a44ef887621d9b36001a5eb7c46e64cb3f``) appends, when sampling, the
+warpers in the order temperature, top-k, top-p, min-p, after the processors such as
+``MinLengthLogitsProcessor``; the warpers are in
 ``src/transformers/generation/logits_process.py`` at commit
-``00857b6cf63a4fa05cbd9bdc8a4fd78b6168c5af``):
+``00857b6cf63a4fa05cbd9bdc8a4fd78b6168c5af``:
 
 * ``TemperatureLogitsWarper``: ``scores / temperature`` (``temperature > 0``;
   greedy decoding is ``do_sample=False``, an ``argmax``).
