@@ -79,6 +79,8 @@ ORDERS = ("transformers", "vllm")
 #: vLLM samples greedily (``argmax``) below this temperature (``_SAMPLING_EPS``).
 VLLM_GREEDY_BELOW = 1e-5
 _MAX_TOP_K = 2**62
+#: rows at least this long are searched one by one (binary search); shorter ones compared whole
+_SEARCH_FROM = 4096
 
 
 class Settings(NamedTuple):
@@ -145,6 +147,30 @@ def _weights(x: NDArray, top: NDArray, temperature: float) -> NDArray:
         return np.exp((x - top) / temperature)
 
 
+def _count_at_most(rows: NDArray, bound: float | NDArray) -> NDArray[np.int64]:
+    """How many entries of each sorted row are ``<= bound`` (a binary search per long row)."""
+    if rows.shape[-1] < _SEARCH_FROM:
+        return np.sum(rows <= np.asarray(bound)[..., None], axis=-1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape[:-1]).reshape(-1)
+    out = np.fromiter(
+        (np.searchsorted(r, x, side="right") for r, x in zip(flat, b)), np.int64, len(b)
+    )
+    return out.reshape(rows.shape[:-1])
+
+
+def _count_below(rows: NDArray, bound: NDArray) -> NDArray[np.int64]:
+    """How many entries of each sorted row are ``< bound`` (a binary search per long row)."""
+    if rows.shape[-1] < _SEARCH_FROM:
+        return np.sum(rows < np.asarray(bound)[..., None], axis=-1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    b = np.broadcast_to(bound, rows.shape[:-1]).reshape(-1)
+    out = np.fromiter(
+        (np.searchsorted(r, x, side="left") for r, x in zip(flat, b)), np.int64, len(b)
+    )
+    return out.reshape(rows.shape[:-1])
+
+
 def removed_prefix(srt: NDArray, e: NDArray, s: Settings) -> NDArray[np.int64]:
     """How many tokens, in ascending sorted order, the engine removes (one row per row).
 
@@ -161,19 +187,17 @@ def removed_prefix(srt: NDArray, e: NDArray, s: Settings) -> NDArray[np.int64]:
 
     def top_k(cut):
         k = min(max(s.top_k, keep), size)
-        kth = srt[..., size - k]
-        return np.maximum(cut, np.sum(srt < kth[..., None], axis=-1))
+        return np.maximum(cut, _count_below(srt, srt[..., size - k]))
 
     def top_p(cut):
-        pos = np.arange(size)
-        w = np.where(pos >= cut[..., None], e, 0.0)
+        w = np.where(np.arange(size) >= cut[..., None], e, 0.0) if np.any(cut) else e
         csum = np.cumsum(w, axis=-1)
         csum /= csum[..., -1:]
-        drop = np.minimum(np.sum(csum <= 1.0 - s.top_p, axis=-1), size - keep)
+        drop = np.minimum(_count_at_most(csum, 1.0 - s.top_p), size - keep)
         return np.maximum(cut, drop)
 
     def min_p(cut):
-        drop = np.minimum(np.sum(e < s.min_p, axis=-1), size - keep)
+        drop = np.minimum(_count_below(e, np.full(e.shape[:-1], s.min_p)), size - keep)
         return np.maximum(cut, drop)
 
     steps = {"top_k": top_k, "top_p": top_p, "min_p": min_p}
@@ -209,7 +233,11 @@ def law_last(arr: NDArray, s: Settings) -> NDArray[np.float64]:
     cut = removed_prefix(srt, e, s)
     t = np.take_along_axis(srt, cut[..., None], axis=-1)
     # tokens tied with the smallest kept value t and removed: the lowest indices
-    tied_out = cut - np.sum(srt < t, axis=-1)
+    before = np.take_along_axis(srt, np.maximum(cut - 1, 0)[..., None], axis=-1)[..., 0]
+    split = (cut > 0) & (before == t[..., 0])
+    tied_out = np.zeros(cut.shape, dtype=np.int64)
+    if np.any(split):
+        tied_out = np.where(split, cut - _count_below(srt, t[..., 0]), 0)
     kept = arr >= t
     if np.any(tied_out > 0):
         tie = arr == t
