@@ -247,3 +247,26 @@ def test_logged_kl_moments_refuses_mismatched_trees():
     with pytest.raises(ValueError, match="estimator"):
         logged_kl_moments(t2, t2, t2, estimator="k9")
     assert math.isinf(logged_kl_moments(t2, [[1.0, 0.0], [[0.5, 0.5], [0.5, 0.5]]], t2)[0])
+
+
+def test_corrected_kl_moments_permutation_float32_and_batches():
+    rng = np.random.default_rng(4)
+    pi = rng.dirichlet(np.ones(5), size=3)
+    ref = rng.dirichlet(np.ones(5), size=3)
+    s = sampler_law(np.log(pi), temperature=0.7, top_k=4)
+    kw = {"estimator": "k3", "correction": "tis", "threshold": 1.5}
+    got = corrected_kl_moments(pi, ref, s, **kw)
+    assert got.mean.shape == (3,)
+    for i in range(3):
+        row = corrected_kl_moments(pi[i], ref[i], s[i], **kw)
+        assert float(row.variance) == pytest.approx(float(got.variance[i]), rel=1e-14)
+    perm = rng.permutation(5)
+    got_p = corrected_kl_moments(pi[:, perm], ref[:, perm], s[:, perm], **kw)
+    np.testing.assert_allclose(got_p.mean, got.mean, rtol=1e-13)
+    np.testing.assert_allclose(got_p.bias, got.bias, rtol=1e-12, atol=1e-15)
+    g32 = corrected_kl_moments(*(a.astype(np.float32) for a in (pi, ref, s)), **kw)
+    assert g32.mean.dtype == np.float32
+    np.testing.assert_allclose(g32.mean, got.mean, rtol=1e-5)
+    # along another axis
+    got_ax = corrected_kl_moments(pi.T, ref.T, s.T, axis=0, **kw)
+    np.testing.assert_allclose(got_ax.mean, got.mean, rtol=1e-15)
