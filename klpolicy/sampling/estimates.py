@@ -140,7 +140,8 @@ def logged_kl_moments(
     References
     ----------
     .. [1] Schulman, "Approximating KL Divergence", 2020 (k1, k2, k3).
-    .. [2] TRL issue #925, "Negative KL divergence", 2023 (top-k and ``min_length``).
+    .. [2] TRL, ``docs/source/how_to_train.md`` and issues #235, #925, #1002, 2023
+       (negative logged KL under top-k and ``min_length``).
 
     Examples
     --------

@@ -130,8 +130,8 @@ def sampler_tree(
     ----------
     .. [1] Holtzman et al., "The Curious Case of Neural Text Degeneration", 2020,
        arXiv:1904.09751.
-    .. [2] von Werra et al., TRL issue #925, "Negative KL divergence" (top-k and
-       ``min_length`` in PPO's rollouts), 2023.
+    .. [2] TRL, ``docs/source/how_to_train.md`` and issue #1002, 2023 (top-k and
+       ``min_length`` in PPO's rollouts as causes of a negative KL).
 
     Examples
     --------
