@@ -92,7 +92,9 @@ def sampler_mismatch(
         Shape ``(batch, T)``: :math:`\log s(a_t)` of the drawn tokens under the law
         they were drawn from (vLLM's ``processed_logprobs``; its default
         ``raw_logprobs`` are the *untransformed* model's, which is not ``s`` at
-        ``temperature != 1`` or with truncation). Finite at every unmasked token.
+        ``temperature != 1`` or with truncation; TRL switched to processed log-probs
+        for this, trl#4163, and prime-rl#697 found vLLM 0.10.0's processed log-probs
+        still without the temperature). Finite at every unmasked token.
     trainer_logprobs : array_like
         Shape ``(batch, T)``: :math:`\log \pi(a_t)`, the trainer's log-probs of the
         same tokens; ``-inf`` allowed (the trainer rules the token out).
