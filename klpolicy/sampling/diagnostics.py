@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import validation as V
-from ..estimators import ESTIMATORS
+from ..estimators import ESTIMATORS, get_estimator
 from .laws import as_logits, law_last, settings
 
 __all__ = ["SamplerMismatch", "sampler_mismatch"]
@@ -100,11 +100,12 @@ def sampler_mismatch(
         same tokens; ``-inf`` allowed (the trainer rules the token out).
     mask : array_like of bool or 0/1, optional
         Shape ``(batch, T)``; 0 marks padding.
-    estimator : {"k1", "k3"}
+    estimator : {"k1", "k2", "k3"}
         Per-token estimate of :math:`\mathrm{KL}(s\|\pi)`: k1 (default) is
         unbiased; k3 is non-negative and of lower variance, unbiased only where the
         sampler covers the trainer's support (no truncation), else short by the
-        truncated mass.
+        truncated mass; k2 is biased (its mean is half the second moment of the
+        log-ratio).
     ratio_threshold : float, optional
         A token is *extreme* when :math:`\rho > C` or :math:`\rho < 1/C`
         (``C > 1``; default 2).
@@ -195,7 +196,7 @@ def sampler_mismatch(
     lp = V.as_log_probs(
         "trainer_logprobs", lp_raw, keep=keep, allow_neg_inf=True, at_most_zero=True
     )
-    estimator = V.as_choice("estimator", estimator, ("k1", "k3"))
+    estimator = get_estimator(estimator, kl_only=True).name
     C = V.as_scalar("ratio_threshold", ratio_threshold, "(1, inf)")
     strict = V.as_bool("strict", strict)
     s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep)
