@@ -37,6 +37,7 @@ MODULES = [
     "klpolicy.calibration",
     "klpolicy.retention",
     "klpolicy.trust_region",
+    "klpolicy.sampling",
 ]
 try:
     import matplotlib
@@ -1061,6 +1062,63 @@ ROWS += [
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
 ]
 
+# --- sampling (issue 29) ------------------------------------------------------------------
+TEMPERATURE = Kind("temperature >= 0", lambda v: [(k, x) for k, x in _nonneg_bad(v) if k != "inf"])
+LONE_LOGITS = LOGITS  # a lone array: "mismatched" is skipped by _cases
+_S = "klpolicy.sampling."
+SAMPLER_SETTINGS = dict(
+    temperature=(TEMPERATURE, 0.9),
+    top_k=(_opt(COUNT), 2),
+    top_p=(_opt(UNIT), 0.9),
+    min_p=(_opt(UNIT), 0.05),
+    order=(CHOICE, "transformers"),
+    min_tokens_to_keep=(COUNT, 1),
+)
+INDEX = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
+ROWS += [
+    row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
+    row(
+        _S + "sampler_tree",
+        conditionals=(TREE, T2),
+        eos_token=(_opt(INDEX), 0),
+        min_length=(INDEX, 1),
+        **SAMPLER_SETTINGS,
+    ),
+    row(
+        _S + "logged_kl_moments",
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        sampler_conditionals=(TREE, T2B),
+        estimator=(CHOICE, "k3"),
+    ),
+    row(
+        _S + "corrected_kl_moments",
+        policy=(PROB, P),
+        ref=(PROB, Q),
+        sampler=(PROB, Q),
+        estimator=(CHOICE, "k1"),
+        correction=(CHOICE, "tis"),
+        threshold=(POS_INF, 2.0),
+    ),
+    row(
+        _S + "corrected_gradient_moments",
+        policy=(PROB, P),
+        reward=(REWARD, R),
+        sampler=(PROB, Q),
+        correction=(CHOICE, "mis"),
+        threshold=(POS_INF, 2.0),
+    ),
+    row(
+        _S + "sampler_mismatch",
+        sampler_logprobs=(LOGP, [[-0.5, -1.0]]),
+        trainer_logprobs=(LOGP, [[-0.7, -0.2]]),
+        estimator=(CHOICE, "k3"),
+        ratio_threshold=(FACTOR, 2.0),
+        strict=(FLAG, True),
+        **SAMPLER_SETTINGS,
+    ),
+]
+
 #: Public callables that take no user input to check: result containers (named tuples
 #: and dataclasses that klpolicy builds and returns) and the like. Each says why.
 RESULTS = {
@@ -1068,6 +1126,10 @@ RESULTS = {
     "klpolicy.sequences.Ceiling",
     "klpolicy.sequences.SoftBellman",
     "klpolicy.sequences.TokenKLProfile",
+    "klpolicy.sampling.SamplerTree",
+    "klpolicy.sampling.SamplerMismatch",
+    "klpolicy.sampling.CorrectedMoments",
+    "klpolicy.sampling.CorrectedGradient",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.GaussianTable",
     "klpolicy.control.SimulationTrace",
