@@ -75,6 +75,95 @@ def test_the_soft_return_is_constant_at_the_optimum(make):
     assert f"keeps {k2_loss:.4f}" in PAGE.read_text(encoding="utf-8")
 
 
-def test_the_x_sampling_rows_are_marked_for_the_kl_terms_work():
-    rows = _block("x-sampling rows")
-    assert rows[0].startswith("| estimator | placement | sampled from")
+@pytest.fixture(scope="module")
+def sampling(make):
+    return make.sampling_table()
+
+
+def test_the_sampling_tables_are_the_librarys(make, sampling):
+    assert _block("sampling-table") == sampling
+    assert _block("settings-table") == make.settings_table()
+
+
+def _row(table, estimator, placement, sampling):
+    label = {
+        "on": "on-policy",
+        "none": "off-policy, no ratio",
+        "detached": "off-policy, detached ratio",
+        "differentiable": "off-policy, differentiable ratio",
+    }[sampling]
+    name = f"`{estimator}`" if estimator.endswith("+") else f"$k_{estimator[1]}$"
+    (row,) = [r for r in table if r.startswith(f"| {name} | {placement} | {label} |")]
+    return row.split(" | ")
+
+
+def test_the_sampling_table_says_what_the_formulas_say(sampling):
+    # k3 in the loss, samples from mu weighted by a detached w = pi/mu:
+    # E_mu[w (1 - ref/pi)(e_y - pi)] = pi - ref, the forward KL's gradient off-policy too
+    assert "forward KL" in _row(sampling, "k3", "loss", "detached")[3]
+    # with a differentiable ratio the score term pi (k3 - E k3) joins: grad E_pi[k3] = grad KL
+    assert "reverse KL" in _row(sampling, "k3", "loss", "differentiable")[3]
+    assert "pi^*_{\\beta}" in _row(sampling, "k3", "loss", "differentiable")[5]
+    # k1 in the loss: E_mu[w grad log pi] = E_pi[grad log pi] = 0; without w: E_mu[e_y - pi] != 0
+    assert "nothing" in _row(sampling, "k1", "loss", "detached")[3]
+    assert "no divergence" in _row(sampling, "k1", "loss", "none")[3]
+    # verl's k3+ has k2's gradient; a differentiable ratio adds k3's value: neither divergence
+    assert "reverse KL" in _row(sampling, "k3+", "loss", "on")[3]
+    assert "no divergence" in _row(sampling, "k3+", "loss", "differentiable")[3]
+    # k1 in the reward with no ratio and a fixed sampler: the penalised reward is constant on
+    # mu's support only at pi* (tutorial 15, section 4)
+    assert _row(sampling, "k1", "reward", "none")[4] == "biased"
+    assert _row(sampling, "k1", "reward", "none")[6].startswith("$\\pi^*_{\\beta}$")
+
+
+def test_the_point_names_are_fitted_not_assumed(make):
+    from klpolicy.estimators import gradients
+
+    beta = make.BETA
+    assert make.describe_point(kp.optimal_policy(make.REF, make.REWARD, 2 * beta)) == (
+        "$\\pi^*_{2\\beta}$"
+    )
+    assert make.describe_point(kp.optimal_policy(make.REF, make.REWARD, beta / 2)) == (
+        "$\\pi^*_{\\beta/2}$"
+    )
+    point = gradients.fixed_point(make.REF, make.REWARD, 3 * beta, estimator="k3", placement="loss")
+    assert make.describe_point(point) == "the forward-KL point at $3\\beta$"
+    assert make.describe_point(np.array([0.1, 0.2, 0.3, 0.4])).startswith("another point")
+
+
+def test_an_unstable_stationary_point_is_not_where_training_lands(make):
+    # k1 in the loss, no ratio, fixed sampler mu: g = pi (r - m) - beta (mu - pi) vanishes at
+    # pi_j = beta mu_j / (beta + r_j - m) (m from sum pi = 1), but the term pushes pi away
+    # from mu there: a repelling point
+    from scipy.optimize import brentq
+
+    mu, r, b = np.exp(make.MU), make.REWARD, make.BETA
+    m = brentq(lambda m: np.sum(b * mu / (b + r - m)) - 1, -50, b + r.min() - 1e-12)
+    point = b * mu / (b + r - m)
+    kw = dict(estimator="k1", placement="loss", sampler=make.MU, ratio="none")
+    g = kp.estimators.expected_gradient(np.log(point), make.REF, r, b, **kw)
+    assert np.max(np.abs(g)) < 1e-12
+    assert not make._stable(point, kw)
+    assert make._stable(kp.optimal_policy(make.REF, r, b), dict(kw, ratio="detached"))
+
+
+def test_the_logged_k1_is_kl_to_ref_minus_kl_to_pi(make):
+    # recipe: mpmath at 30 digits; s_T is pi^(1/T) normalised, the logged k1 mean is
+    # sum_y s(y) log(pi(y)/ref(y)); the page's T = 1.5 row
+    import mpmath as mp
+
+    mp.mp.dps = 30
+    ref = [mp.mpf(x) for x in ("0.4", "0.3", "0.2", "0.1")]
+    r = [mp.mpf(x) for x in ("0", "0.5", "1", "2")]
+    w = [q * mp.e ** (x / mp.mpf("0.5")) for q, x in zip(ref, r)]
+    pi = [x / mp.fsum(w) for x in w]
+    ws = [p ** (1 / mp.mpf("1.5")) for p in pi]
+    s = [x / mp.fsum(ws) for x in ws]
+    mean = mp.fsum(si * mp.log(p / q) for si, p, q in zip(s, pi, ref))
+    (row,) = [x for x in _block("settings-table") if x.startswith("| $T = 1.5$ |")]
+    cells = row.split(" | ")
+    assert float(cells[3]) == pytest.approx(float(mean), abs=5e-5)
+    assert float(cells[1]) - float(cells[2]) == pytest.approx(float(mean), abs=1.5e-4)
+    # hot sampling logs a negative KL, although the policy's KL to the reference is 1.04 nats
+    (hot,) = [x for x in _block("settings-table") if x.startswith("| $T = 10$ |")]
+    assert float(hot.split(" | ")[3]) < 0 < float(hot.split(" | ")[5].rstrip(" |"))
