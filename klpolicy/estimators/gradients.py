@@ -672,7 +672,7 @@ def fixed_point(
     ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
     if kind == "greedy":
         return _restore(optimal_policy(ref_a, rew_a, np.zeros_like(b)), ax)
-    if kind == "reverse":
+    if kind == "forward_kl":
         return _restore(_forward_kl_optimum(ref_a, rew_a, b).astype(ref_a.dtype), ax)
     if (b > 0).any():  # kind == "none"
         raise ValueError(

@@ -33,6 +33,7 @@ References
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -82,10 +83,13 @@ class Estimator:
     fixed_point : dict
         Where on-policy gradient training converges with the estimator placed in the
         ``"reward"`` or the ``"loss"``: ``"optimum"`` (the closed form
-        :math:`\pi^*_\beta`), ``"greedy"`` (:math:`\pi^*_0`), ``"reverse"`` (the
-        maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi_{ref}\|\pi)`),
+        :math:`\pi^*_\beta`), ``"greedy"`` (:math:`\pi^*_0`), ``"forward_kl"`` (the
+        maximiser of :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi_{ref}\|\pi)`, the
+        forward KL under the convention of ``docs/derivations/closed_form.md``),
         ``"none"`` (training does not converge to an interior policy) or
         ``"undefined"`` (the derivative jumps, there is no fixed point to compute).
+        The forward-KL kind was named ``"reverse"`` before; a row built with that
+        value gets ``"forward_kl"`` and a :class:`DeprecationWarning`.
     estimates_kl : bool
         Whether :math:`\mathbb{E}_p[k]` estimates :math:`\mathrm{KL}(p\|q)` at all.
     unbiased : bool
@@ -113,6 +117,22 @@ class Estimator:
     unbiased: bool
     reference: str
     straight_through: str | None = None
+
+    def __post_init__(self) -> None:
+        if any(kind in _RENAMED_KINDS for kind in self.fixed_point.values()):
+            warnings.warn(
+                "the fixed-point kind 'reverse' is now 'forward_kl' (the maximiser of "
+                "E_pi[r] - beta KL(ref||pi) is the forward-KL point); 'reverse' will be refused "
+                "in a future release",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+            renamed = {p: _RENAMED_KINDS.get(k, k) for p, k in self.fixed_point.items()}
+            object.__setattr__(self, "fixed_point", MappingProxyType(renamed))
+
+
+#: Fixed-point kinds renamed: old value -> new value (the old one warns, then is mapped).
+_RENAMED_KINDS = MappingProxyType({"reverse": "forward_kl"})
 
 
 # exp(x) - 1 - x - x^2/2 = sum_{k>=3} x^k / k!: k2's exact bias, without cancellation near 0
@@ -203,7 +223,7 @@ def _rows() -> dict[str, Estimator]:
             weighted_derivative=lambda pi, ref, ell: np.where(pi > 0, pi - ref, 0),
             exact_bias=lambda pn, qn, ell, q_out: 0.0 - q_out,  # E_p[q/p] - 1 = q(p > 0) - 1
             gaussian_moments=lambda mu: (0.5 * mu * mu, expm1mx(mu * mu)),
-            fixed_point=MappingProxyType({"reward": "none", "loss": "reverse"}),
+            fixed_point=MappingProxyType({"reward": "none", "loss": "forward_kl"}),
             estimates_kl=True,
             unbiased=True,
             reference=schulman,

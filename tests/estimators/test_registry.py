@@ -123,3 +123,25 @@ def test_no_module_but_the_registry_lists_the_estimators():
         "estimator names listed outside klpolicy/estimators/registry.py (take them from "
         f"klpolicy.estimators.estimator_names()): {offenders}"
     )
+
+
+def test_the_k3_loss_fixed_point_kind_is_named_for_the_forward_kl():
+    # k3 in the loss lands on argmax E_pi[r] - beta KL(ref||pi): the forward KL under the
+    # convention of docs/derivations/closed_form.md (the penalty KL(pi||ref) is the reverse one)
+    kinds = {(n, p): E.ESTIMATORS[n].fixed_point[p] for n in E.ESTIMATORS for p in E.PLACEMENTS}
+    assert kinds[("k3", "loss")] == "forward_kl"
+    assert "reverse" not in kinds.values()
+    assert set(kinds.values()) <= {"optimum", "greedy", "forward_kl", "none", "undefined"}
+    # the point it names solves the forward-KL stationarity condition pi (r - m) = beta (pi - ref)
+    ref, r, beta = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.0, 0.5, 1.0, 2.0]), 0.5
+    pi = E.fixed_point(ref, r, beta, estimator="k3", placement="loss")
+    np.testing.assert_allclose(pi * (r - pi @ r), beta * (pi - ref), atol=1e-14)
+
+
+def test_a_row_built_with_the_old_kind_name_warns_and_is_renamed():
+    row = dataclasses.replace(E.ESTIMATORS["k3"], name="k3_old")  # no warning: new kind
+    with pytest.warns(DeprecationWarning, match="'reverse' is now 'forward_kl'"):
+        old = dataclasses.replace(row, fixed_point={"reward": "none", "loss": "reverse"})
+    assert dict(old.fixed_point) == {"reward": "none", "loss": "forward_kl"}
+    with pytest.raises(TypeError):
+        old.fixed_point["loss"] = "reverse"  # read-only, as the registry's rows
