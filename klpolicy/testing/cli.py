@@ -115,11 +115,6 @@ _HELP = {
     "factor": "the dead-zone rule's factor (default %(default)s)",
     "grad": "a function returning the gradients, checked on every example",
     "min_entry": "the smallest probability drawn (default: the suite's, per dtype)",
-    "divergence": "f-DPO: the divergence of the scores, a row of klpolicy.DIVERGENCES (TRL's "
-    "f_divergence_type; default %(default)s)",
-    "alpha": "f-DPO: the order of the alpha divergence (TRL's f_alpha_divergence_coef)",
-    "alpha_clamp": "f-DPO: the clamp of the alpha exponent the function applies (80 for TRL "
-    "in float32/bfloat16, 11 in float16; default none)",
 }
 # the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
@@ -198,7 +193,7 @@ def _option(
             choices=["first", "all"],
             help="first: the first failing property (default); all: every one, numbered",
         )
-    elif name in ("atol", "min_entry", "alpha", "alpha_clamp"):
+    elif name in ("atol", "min_entry"):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     else:
         choices = _choices(name, suite)
@@ -238,10 +233,6 @@ def _choices(name: str, suite: str = "") -> list[str] | None:
         from ._checks_control import _KINDS
 
         return list(_KINDS)
-    if name == "divergence":
-        from ..core import DIVERGENCES
-
-        return list(DIVERGENCES)
     return None
 
 

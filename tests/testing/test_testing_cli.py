@@ -297,18 +297,3 @@ def test_option_reaches_a_controller_constructor(capsys):
     assert capsys.readouterr().out == "check_kl_controller(TakesAScale): passed (10 examples)\n"
     assert main([*argv, "--option", "scale=2.0"]) == 1
     assert "its initial .value is" in capsys.readouterr().out
-
-
-def test_the_f_dpo_options_parse_to_what_check_pair_loss_takes():
-    pytest.importorskip("klpolicy.testing._checks_losses")
-    from klpolicy.testing import cli
-    from klpolicy.testing._checks_losses import check_pair_loss
-
-    parser = cli._suite_parser("pair-loss", check_pair_loss)
-    args = parser.parse_args(
-        ["m:f", "--divergence", "alpha", "--alpha", "0.5", "--alpha-clamp", "80"]
-    )
-    assert (args.divergence, args.alpha, args.alpha_clamp) == ("alpha", 0.5, 80.0)
-    assert parser.parse_args(["m:f"]).divergence == "reverse_kl"
-    with pytest.raises(cli._Error, match="invalid choice: 'kl'"):
-        parser.parse_args(["m:f", "--divergence", "kl"])
