@@ -67,9 +67,15 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
         )
     for name in ("label_smoothing", "epsilon", "tau", "delta"):
         if name in opts and opts[name] != 0:
+            why = "(uses the default)"
+            if row.name == "sigmoid" and name == "label_smoothing":
+                why = (
+                    "(as TRL's current DPOTrainer does for sigmoid; TRL 0.1x applied it as "
+                    "cDPO: check a current trainer with label_smoothing=0)"
+                )
             alts.append(
                 (
-                    f"it ignores the option {name}={opts[name]!r} (uses the default).",
+                    f"it ignores the option {name}={opts[name]!r} {why}.",
                     lambda name=name: v(pc, pr, rc, rr, beta, **{name: _default(row, name)}),
                 )
             )
