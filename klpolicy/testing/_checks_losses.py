@@ -88,6 +88,22 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
     return alts
 
 
+def _reduce(x, reduction: str):
+    """fn's reduction applied to exact per-pair values."""
+    x = np.asarray(x, dtype=np.float64)
+    return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+
+
+def _call_shaped(fn, reduction, pc, pr, rc, rr, beta):
+    """Call fn on one case; its output reshaped, or Falsified when its shape is wrong."""
+    inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
+    got = call(fn, inputs, pc, pr, rc, rr, beta)
+    shape = pc.shape if reduction == "none" else ()
+    if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
+        raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
+    return inputs, got.reshape(shape)
+
+
 def _default(row, name):
     return next(o.default for o in row.options if o.name == name)
 
@@ -202,8 +218,7 @@ def check_pair_loss(
         return
 
     def reduce(x):
-        x = np.asarray(x, dtype=np.float64)
-        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+        return _reduce(x, reduction)
 
     def slack(pc, pr, rc, rr, beta):
         g = row.gradient(pc, pr, rc, rr, beta, **opts)
@@ -214,12 +229,7 @@ def check_pair_loss(
 
     def prop(case):
         (pc, pr, rc, rr), beta = case
-        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
-        got = call(fn, inputs, pc, pr, rc, rr, beta)
-        shape = pc.shape if reduction == "none" else ()
-        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
-            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
-        got = got.reshape(shape)
+        inputs, got = _call_shaped(fn, reduction, pc, pr, rc, rr, beta)
         with np.errstate(all="ignore"):
             exact = reduce(row.value(pc, pr, rc, rr, beta, **opts))
         detail = f"expected {fmt(exact)}, got {fmt(got)}"
@@ -331,8 +341,7 @@ def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, m
     """check_pair_loss with a divergence: values only, the clamp named when it explains."""
 
     def reduce(x):
-        x = np.asarray(x, dtype=np.float64)
-        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+        return _reduce(x, reduction)
 
     def score_slope(l):
         t = np.exp(np.clip(l, -700, 700))
@@ -345,12 +354,7 @@ def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, m
 
     def prop(case):
         (pc, pr, rc, rr), beta = case
-        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
-        got = call(fn, inputs, pc, pr, rc, rr, beta)
-        shape = pc.shape if reduction == "none" else ()
-        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
-            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
-        got = got.reshape(shape)
+        inputs, got = _call_shaped(fn, reduction, pc, pr, rc, rr, beta)
         with np.errstate(all="ignore"):
             exact = reduce(_f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta))
             sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)

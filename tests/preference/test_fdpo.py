@@ -250,6 +250,7 @@ def test_bad_input_names_the_argument(kwargs, message):
         population_optimum(ref, prefs, 1.0, **kwargs)
 
 
+@pytest.mark.slow  # hypothesis runs and shrinks four suites: about 10 s
 def test_check_pair_loss_names_the_clamp():
     from klpolicy.testing import check_pair_loss
 
