@@ -4,7 +4,7 @@ The problem ``max_pi E_pi[r] - beta KL(pi || pi_ref)`` has the closed-form
 maximiser ``pi* = pi_ref exp(r / beta) / Z``. The top-level namespace
 re-exports the core (:mod:`klpolicy.core`); one subpackage per area holds the
 rest: ``sequences``, ``estimators``, ``control``, ``best_of_n`` (with
-``overoptimization``), ``preference``, ``behaviour`` (``diversity``,
+``overoptimization``), ``preference``, ``sampling``, ``behaviour`` (``diversity``,
 ``calibration``, ``retention``), the module ``trust_region``, and the leaves
 ``plotting``, ``testing``, ``torch`` and ``app`` (the command line). See
 ``docs/architecture.md`` for the parts and the arrows allowed between them.
@@ -24,6 +24,7 @@ from . import (
     core,
     estimators,
     preference,
+    sampling,
     sequences,
     trust_region,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "overoptimization",
     "preference",
     "retention",
+    "sampling",
     "sequences",
     "soft_value",
     "total_variation",

@@ -37,6 +37,7 @@ MODULES = [
     "klpolicy.calibration",
     "klpolicy.retention",
     "klpolicy.trust_region",
+    "klpolicy.sampling",
 ]
 try:
     import matplotlib
@@ -356,6 +357,17 @@ def _support_bad(v):
     ]
 
 
+RATIO_CLIP = Kind(
+    "ratio clip (low, high)",
+    lambda v: [
+        ("reversed", (2.0, 0.5)),
+        ("negative", (-1.0, 2.0)),
+        ("nan", (np.nan, 1.0)),
+        ("one", (1.0,)),
+        ("str", "ab"),
+        ("number", 3),
+    ],
+)
 WEIGHTS = Kind("pair weights", _weights_bad)
 SUPPORT = Kind("boolean support", _support_bad)
 CALLABLE = Kind("callable", lambda v: [("None", None), ("str", "abc"), ("number", 3)])
@@ -537,6 +549,9 @@ ROWS: list[Row] = [
             beta=(COEF, 1.0),
             estimator=(CHOICE, "k1"),
             placement=(CHOICE, "reward"),
+            sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+            ratio=(CHOICE, "detached"),
+            ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
         )
         for k in ("expected_gradient",)
     ],
@@ -1047,6 +1062,63 @@ ROWS += [
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
 ]
 
+# --- sampling (issue 29) ------------------------------------------------------------------
+TEMPERATURE = Kind("temperature >= 0", lambda v: [(k, x) for k, x in _nonneg_bad(v) if k != "inf"])
+LONE_LOGITS = LOGITS  # a lone array: "mismatched" is skipped by _cases
+_S = "klpolicy.sampling."
+SAMPLER_SETTINGS = dict(
+    temperature=(TEMPERATURE, 0.9),
+    top_k=(_opt(COUNT), 2),
+    top_p=(_opt(UNIT), 0.9),
+    min_p=(_opt(UNIT), 0.05),
+    order=(CHOICE, "transformers"),
+    min_tokens_to_keep=(COUNT, 1),
+)
+INDEX = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
+ROWS += [
+    row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
+    row(
+        _S + "sampler_tree",
+        conditionals=(TREE, T2),
+        eos_token=(_opt(INDEX), 0),
+        min_length=(INDEX, 1),
+        **SAMPLER_SETTINGS,
+    ),
+    row(
+        _S + "logged_kl_moments",
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        sampler_conditionals=(TREE, T2B),
+        estimator=(CHOICE, "k3"),
+    ),
+    row(
+        _S + "corrected_kl_moments",
+        policy=(PROB, P),
+        ref=(PROB, Q),
+        sampler=(PROB, Q),
+        estimator=(CHOICE, "k1"),
+        correction=(CHOICE, "tis"),
+        threshold=(POS_INF, 2.0),
+    ),
+    row(
+        _S + "corrected_gradient_moments",
+        policy=(PROB, P),
+        reward=(REWARD, R),
+        sampler=(PROB, Q),
+        correction=(CHOICE, "mis"),
+        threshold=(POS_INF, 2.0),
+    ),
+    row(
+        _S + "sampler_mismatch",
+        sampler_logprobs=(LOGP, [[-0.5, -1.0]]),
+        trainer_logprobs=(LOGP, [[-0.7, -0.2]]),
+        estimator=(CHOICE, "k3"),
+        ratio_threshold=(FACTOR, 2.0),
+        strict=(FLAG, True),
+        **SAMPLER_SETTINGS,
+    ),
+]
+
 #: Public callables that take no user input to check: result containers (named tuples
 #: and dataclasses that klpolicy builds and returns) and the like. Each says why.
 RESULTS = {
@@ -1054,6 +1126,10 @@ RESULTS = {
     "klpolicy.sequences.Ceiling",
     "klpolicy.sequences.SoftBellman",
     "klpolicy.sequences.TokenKLProfile",
+    "klpolicy.sampling.SamplerTree",
+    "klpolicy.sampling.SamplerMismatch",
+    "klpolicy.sampling.CorrectedMoments",
+    "klpolicy.sampling.CorrectedGradient",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.GaussianTable",
     "klpolicy.control.SimulationTrace",
@@ -1188,3 +1264,25 @@ def test_bad_input_is_refused_by_name(r, arg, bad):
         )
     else:
         pytest.fail(f"{r.qualname}({arg}={bad!r}) accepted a bad input and returned {out!r:.200}")
+
+
+# --- KL terms as trainers write them (issue 25) ------------------------------------------------
+ROWS += [
+    row(
+        "klpolicy.estimators.fixed_point",
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k3"),
+        placement=(CHOICE, "loss"),
+        sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+        ratio=(CHOICE, "differentiable"),
+        ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+    ),
+    row(
+        "klpolicy.estimators.divergence_gradient",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        ref=(PROB, P),
+        divergence=(CHOICE, "chi2"),
+    ),
+]

@@ -11,12 +11,23 @@ k3 = exp(logq - logp) - 1 - (logq - logp) (Schulman 2020).
 * :mod:`~klpolicy.estimators.offpolicy`: moments and bias under another sampling law.
 * :mod:`~klpolicy.estimators.gaussian`: moments for Gaussian log-ratios, Schulman's table.
 * :mod:`~klpolicy.estimators.gradients`: expected gradients of an estimator placed in
-  the reward or in the loss, the gradient flow and its fixed point.
+  the reward or in the loss, on- or off-policy (``sampler=``, ``ratio=``), the gradient
+  flow and its fixed point.
+* :mod:`~klpolicy.estimators.fgradients`: the exact gradient of a divergence of
+  :data:`klpolicy.DIVERGENCES` (reverse and forward KL, chi-squared, ...) in the logits.
 * :mod:`~klpolicy.estimators.targets`: where GRPO-style trainers converge.
 """
 
+from .fgradients import divergence_gradient
 from .gaussian import SCHULMAN_2020_TABLE, GaussianTable, gaussian_moments, schulman_table
-from .gradients import Flow, expected_gradient, fixed_point, gradient_flow, objective_gradient
+from .gradients import (
+    RATIOS,
+    Flow,
+    expected_gradient,
+    fixed_point,
+    gradient_flow,
+    objective_gradient,
+)
 from .offpolicy import off_policy_bias, off_policy_moments
 from .registry import ESTIMATORS, PLACEMENTS, Estimator, estimator_names, get_estimator
 from .samples import abs_kl, bias, full_kl, k1, k2, k3, moments, sample_estimates
@@ -25,12 +36,14 @@ from .targets import grpo_expected_update, grpo_fixed_point, token_k3_fixed_poin
 __all__ = [
     "ESTIMATORS",
     "PLACEMENTS",
+    "RATIOS",
     "SCHULMAN_2020_TABLE",
     "Estimator",
     "Flow",
     "GaussianTable",
     "abs_kl",
     "bias",
+    "divergence_gradient",
     "estimator_names",
     "expected_gradient",
     "fixed_point",

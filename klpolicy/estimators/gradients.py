@@ -34,6 +34,54 @@ from .registry import ESTIMATORS, PLACEMENTS, estimator_names, get_estimator
 
 __all__ = ["Flow", "expected_gradient", "fixed_point", "gradient_flow", "objective_gradient"]
 
+#: How a trainer weights the KL term when samples come from another policy: not at all,
+#: by pi/pi_old with no gradient through the weight, or by pi/pi_old differentiated.
+RATIOS = ("none", "detached", "differentiable")
+
+
+def _as_ratio_clip(x) -> tuple[float, float] | None:
+    """``None`` or a pair ``(low, high)`` with ``0 <= low <= high <= inf``."""
+    if x is None:
+        return None
+    words = "a pair (low, high) with 0 <= low <= high"
+    try:
+        lo, hi = x
+        lo, hi = float(lo), float(hi)
+    except (TypeError, ValueError):
+        raise ValueError(f"`ratio_clip` must be {words}; got {V.describe(x)}") from None
+    if isinstance(x, (str, bytes)) or not (0 <= lo <= hi):  # also NaN
+        raise ValueError(f"`ratio_clip` must be {words}; got {V.describe(x)}")
+    return lo, hi
+
+
+def _sampler_logits(sampler, th: NDArray, axis: int) -> NDArray:
+    """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's."""
+    ph = V.as_log_probs("sampler", sampler, allow_neg_inf=True)
+    ph = np.moveaxis(ph, V.normalise_axis(axis, ph.ndim, "sampler"), -1)
+    if ph.shape[-1:] != th.shape[-1:]:
+        raise ValueError(
+            f"`sampler` must have {th.shape[-1]} entries along the axis, as `logits`; "
+            f"got shape {ph.shape}"
+        )
+    try:
+        ph = np.broadcast_to(ph, th.shape)
+    except ValueError:
+        raise ValueError(
+            f"`sampler` of shape {ph.shape} does not broadcast with `logits` of shape {th.shape}"
+        ) from None
+    dead = np.all(ph == -np.inf, axis=-1)
+    if dead.any():
+        idx = tuple(int(i) for i in np.argwhere(dead)[0]) if dead.ndim else ()
+        raise ValueError(f"`sampler` must have a finite entry in every row; row {idx} is all -inf")
+    off = (ph > -np.inf) & (th == -np.inf)
+    if off.any():
+        idx = tuple(int(i) for i in np.argwhere(off)[0])
+        raise ValueError(
+            f"`sampler` draws index {idx} where `logits` are -inf: the policy's "
+            "log-probability, and every KL estimate, is infinite on that sample"
+        )
+    return ph.astype(th.dtype)
+
 
 def _prepare(logits, ref, reward, beta, axis):
     """Validated (theta, ref, reward, beta, axis_neg) with the probability axis last."""
@@ -91,6 +139,47 @@ def _grad(th, ref, rew, b, name, placement):
         return g - b * (pk - pi * np.sum(pk, axis=-1, keepdims=True))
 
 
+def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
+    """:func:`_grad` with samples from softmax(ph) (None: the policy) and a ratio weight.
+
+    Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, centred.
+    """
+    row = ESTIMATORS[name]
+    pi, logpi = _policy(th)
+    mu, logmu = (pi, logpi) if ph is None else _policy(ph)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ell = np.where(pi > 0, logpi - np.log(ref), 0)
+        w = (
+            np.where(mu > 0, np.exp(np.where(mu > 0, logpi - logmu, 0)), 0)
+            if ph is not None
+            else 1.0
+        )
+        w = np.broadcast_to(w, pi.shape)
+        lo, hi = clip if clip is not None else (0.0, np.inf)
+        inside = (w >= lo) & (w <= hi)  # torch.clamp passes the gradient on [lo, hi]
+        wc = np.clip(w, lo, hi)
+        mu_wc = np.where(inside, pi, mu * wc)  # mu * clip(w): exactly pi where unclipped
+        pk = row.weighted_value(pi, ref, ell)  # pi * k, finite for rare actions
+        if placement == "reward":
+            k = np.where(pi > 0, row.value(ell), 0)
+            big_r = rew - b * k
+            m = np.sum(np.where(mu > 0, mu * big_r, 0), axis=-1, keepdims=True)
+            scale = {"none": mu, "detached": mu_wc, "differentiable": np.where(inside, pi, 0)}
+            ma = np.where(mu > 0, scale[ratio] * (big_r - m), 0)
+            return ma - pi * np.sum(ma, axis=-1, keepdims=True)
+        if ratio == "none":
+            ma = row.weighted_derivative(pi, ref, ell) if ph is None else mu * row.derivative(ell)
+        else:  # mu * clip(w) * k'
+            ma = np.where(
+                inside, row.weighted_derivative(pi, ref, ell), mu_wc * row.derivative(ell)
+            )
+            if ratio == "differentiable":  # + k * d clip(w): mu * w * k = pi * k inside
+                ma = ma + np.where(inside, pk, 0)
+        ma = np.where(mu > 0, ma, 0)
+        g = _centre(pi, rew)
+        return g - b * (ma - pi * np.sum(ma, axis=-1, keepdims=True))
+
+
 def expected_gradient(
     logits: ArrayLike,
     ref: ArrayLike,
@@ -99,9 +188,12 @@ def expected_gradient(
     *,
     estimator: str,
     placement: str,
+    sampler: ArrayLike | None = None,
+    ratio: str = "none",
+    ratio_clip: tuple[float, float] | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
-    r"""Exact expected on-policy gradient when the KL term is a per-sample estimator.
+    r"""Exact expected gradient when the KL term is a per-sample estimator, on- or off-policy.
 
     .. math::
 
@@ -112,7 +204,23 @@ def expected_gradient(
 
     with :math:`\pi = \mathrm{softmax}(\theta)`, :math:`\ell = \log\pi - \log\pi_{ref}`
     and :math:`k' = \partial k/\partial\log\pi`: 1 for k1, :math:`\ell` for k2,
-    :math:`1 - \pi_{ref}/\pi` for k3, :math:`\mathrm{sign}\,\ell` for abs.
+    :math:`1 - \pi_{ref}/\pi` for k3, :math:`\mathrm{sign}\,\ell` for abs (and
+    :math:`\ell`, k2's, for the straight-through rows ``k1+``, ``k3+``, ``abs+``).
+    Off-policy, samples come from :math:`\mu = \mathrm{softmax}(\phi)` (``sampler``)
+    and the term is weighted by :math:`c(y)`, a function of :math:`w = \pi(y)/\mu(y)`:
+
+    .. math::
+
+        \text{loss:}\quad g = \pi(r - \mathbb{E}_\pi r)
+            - \beta\,\mathbb{E}_{y\sim\mu}\big[\nabla_\theta\, c(y)\,k(\ell_y)\big];
+        \qquad
+        \text{reward:}\quad g = \mathbb{E}_{y\sim\mu}\big[s(y)\,(R_y - \mathbb{E}_\mu R)
+            \,\nabla_\theta\log\pi(y)\big]
+
+    with :math:`c = 1` (``ratio="none"``), :math:`c = \mathrm{sg}(\bar w)` (``"detached"``)
+    or :math:`c = \bar w` (``"differentiable"``), :math:`\bar w = \mathrm{clip}(w, low, high)`
+    (``ratio_clip``; its gradient is zero where it clips, as ``torch.clamp``'s), and in the
+    reward :math:`s = 1`, :math:`\bar w`, or :math:`w\,1[low \le w \le high]`.
 
     Parameters
     ----------
@@ -126,14 +234,28 @@ def expected_gradient(
     beta : float or array_like
         Finite KL coefficient ``>= 0`` (one per batch row, as in
         :func:`klpolicy.optimal_policy`).
-    estimator : {"k1", "k2", "k3", "abs"}
-        The per-sample KL estimate.
+    estimator : {"k1", "k2", "k3", "abs", "k1+", "k3+", "abs+"}
+        The per-sample KL estimate (:data:`~klpolicy.estimators.ESTIMATORS`); the
+        straight-through rows take the value of the named estimate and the gradient of
+        k2, as verl's ``kl_penalty="k3+"``.
     placement : {"reward", "loss"}
         ``"reward"``: the estimate is subtracted from the reward and enters
         through the score function, as in InstructGPT-style PPO and TRL's
         PPO trainer. ``"loss"``: ``beta * k`` is added to the loss and
         differentiated through :math:`\log\pi(y)` with the sample fixed, as in
         GRPO.
+    sampler : array_like, optional
+        Logits of the policy that drew the samples (:math:`\pi_{old}`, a rollout engine's
+        policy); default the current policy (``logits``). Where ``logits`` are ``-inf``
+        the sampler must be too.
+    ratio : {"none", "detached", "differentiable"}
+        How the term is weighted by :math:`w = \pi/\pi_{old}`: not at all (TRL's GRPO
+        KL term), by :math:`w` with no gradient through it, or by :math:`w`
+        differentiated (DeepSeek-V3.2's corrected k3). In the ``"reward"`` placement the
+        weight multiplies the whole advantage, as PPO's ratio does.
+    ratio_clip : (float, float), optional
+        ``(low, high)``: the weight is :math:`\mathrm{clip}(w, low, high)` (truncated
+        importance sampling, TIS, with ``low = 0``; PPO-style clipping otherwise).
     axis : int, optional
         The probability axis.
 
@@ -148,12 +270,25 @@ def expected_gradient(
     Raises
     ------
     ValueError
-        For an unknown ``estimator`` or ``placement``; ``logits`` that give
-        probability where ``ref`` is zero, or a row of all ``-inf``; invalid
-        ``ref``, ``reward`` or ``beta`` (including ``beta = inf``).
+        For an unknown ``estimator``, ``placement`` or ``ratio``; a ``ratio_clip``
+        that is not ``(low, high)`` with ``0 <= low <= high``; ``logits`` that give
+        probability where ``ref`` is zero, or a row of all ``-inf``; a ``sampler``
+        that draws where ``logits`` are ``-inf``; invalid ``ref``, ``reward`` or
+        ``beta`` (including ``beta = inf``).
 
     Notes
     -----
+    Off the sampler's support an outcome is never drawn and contributes nothing. With
+    ``ratio="detached"`` or ``"differentiable"`` and no clipping, :math:`\mu w = \pi`
+    and the gradient is the on-policy one of the same ratio mode whatever the sampler.
+    ``"differentiable"`` adds the score-function term :math:`\pi(k - \mathbb{E}_\pi k)`
+    to the loss placement's, so the term's expected gradient is
+    :math:`\nabla_\theta\mathbb{E}_\pi[k]`: for k1 and k3 the gradient of
+    :math:`\mathrm{KL}(\pi\|\pi_{ref})` (DeepSeek-V3.2, arXiv:2512.02556), for ``k1+``
+    and ``k3+`` twice it. In the ``"reward"`` placement the baseline is
+    :math:`\mathbb{E}_\mu R` (a group mean in the large-group limit); it matters only
+    where the weights do not average out (``"none"`` off-policy, or clipped).
+
     The true gradient of :math:`\mathbb{E}_\pi[r] - \beta\mathrm{KL}(\pi\|\pi_{ref})`
     (:func:`objective_gradient`) is reproduced exactly by k1 in the reward and
     by k2 in the loss, since :math:`\mathbb{E}_\pi[\ell\,\nabla\log\pi] = \nabla\mathrm{KL}`.
@@ -179,11 +314,23 @@ def expected_gradient(
     array([ 0.11, -0.11])
     >>> objective_gradient(th, ref, r, 0.5).round(4)
     array([ 0.121, -0.121])
+
+    Off-policy, k3 weighted by a differentiable ratio follows the true gradient:
+
+    >>> old = np.log([0.5, 0.5])
+    >>> expected_gradient(th, ref, r, 0.5, estimator="k3", placement="loss",
+    ...                   sampler=old, ratio="differentiable").round(4)
+    array([ 0.121, -0.121])
     """
-    name = get_estimator(estimator).name
+    name = get_estimator(estimator, straight_through=True).name
     place = V.as_choice("placement", placement, PLACEMENTS)
+    how = V.as_choice("ratio", ratio, RATIOS)
+    clip = _as_ratio_clip(ratio_clip)
     th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
-    return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
+    ph = None if sampler is None else _sampler_logits(sampler, th, axis)
+    if ph is None and how == "none":
+        return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
+    return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip), ax)
 
 
 def objective_gradient(
@@ -377,9 +524,12 @@ def fixed_point(
     *,
     estimator: str,
     placement: str,
+    sampler: ArrayLike | None = None,
+    ratio: str = "none",
+    ratio_clip: tuple[float, float] | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
-    r"""The policy that on-policy gradient training converges to for an estimator and placement.
+    r"""The policy that gradient training converges to for an estimator, placement and ratio.
 
     .. math::
 
@@ -404,9 +554,16 @@ def fixed_point(
         KL coefficient ``>= 0``. ``0`` gives the greedy policy for every
         placement; ``inf`` gives the reference, except for k1 in the loss
         (greedy at every ``beta``) and k2 or k3 in the reward (refused).
-    estimator : {"k1", "k2", "k3"}
+    estimator : {"k1", "k2", "k3", "k1+", "k3+", "abs+"}
         The per-sample KL estimate (``"abs"`` is refused, see Raises).
     placement : {"reward", "loss"}
+        As in :func:`expected_gradient`.
+    sampler : array_like, optional
+        Logits of a *fixed* sampling policy (a behaviour policy that does not follow
+        training). Default: the samples come from the policy being trained, as in any
+        trainer whose rollouts are refreshed (several updates per batch included: at a
+        fixed point the old policy equals the current one).
+    ratio, ratio_clip
         As in :func:`expected_gradient`.
     axis : int, optional
         The probability axis.
@@ -415,7 +572,7 @@ def fixed_point(
     -------
     ndarray
         The limiting policy, with the broadcast shape of ``ref`` and ``reward``.
-        :func:`expected_gradient` vanishes there.
+        :func:`expected_gradient` (with the same arguments) vanishes there.
 
     Raises
     ------
@@ -424,10 +581,24 @@ def fixed_point(
         the stationarity condition is set-valued and plain gradient training
         chatters instead of converging); for k2 or k3 in the reward with
         ``beta > 0`` (no interior fixed point is reached, see Notes; simulate
-        with :func:`gradient_flow`); for invalid inputs.
+        with :func:`gradient_flow`); where the expected gradient has no zero
+        (``ratio_clip`` that excludes 1 with a differentiable ratio on-policy: the
+        gradient is zero everywhere; a fixed ``sampler`` with ``ratio="none"``, whose
+        reward gradient does not depend on the policy); for invalid inputs.
 
     Notes
     -----
+    *Ratios.* On-policy :math:`w = 1`: ``"none"`` and ``"detached"`` have the fixed
+    point of the table (a detached clipped weight :math:`\mathrm{clip}(1)` only
+    rescales ``beta`` in the loss); ``"differentiable"`` in the loss follows
+    :math:`\nabla\mathbb{E}_\pi[k]`, so k1 and k3 converge to :math:`\pi^*_\beta`
+    and ``k1+`` (k2's gradient plus k1's score term) to :math:`\pi^*_{2\beta}`. Other combinations (k2 with a
+    differentiable ratio, a fixed ``sampler`` with a clipped or missing ratio) are
+    solved numerically: Powell's hybrid method (``scipy.optimize.root``) on the logits
+    of the reference's support, started at :math:`\pi^*_\beta`, accepted when the
+    expected gradient there is below 1e-12 and no probability of the support below
+    1e-12 (otherwise training collapses the support and a ValueError says so).
+
     *k3 in the loss* (GRPO). The expected gradient is
     :math:`\pi_j (r_j - m) - \beta(\pi_j - \pi_{ref}(j))`; setting it to zero
     gives the formula above, with :math:`\beta + m - r_j > 0`. Writing
@@ -471,9 +642,23 @@ def fixed_point(
     >>> fixed_point(ref, r, 0.5, estimator="k1", placement="loss")
     array([1., 0.])
     """
-    name = get_estimator(estimator).name
+    name = get_estimator(estimator, straight_through=True).name
     place = V.as_choice("placement", placement, PLACEMENTS)
-    kind = ESTIMATORS[name].fixed_point[place]
+    how = V.as_choice("ratio", ratio, RATIOS)
+    clip = _as_ratio_clip(ratio_clip)
+    kind, scale = _kind(name, place, how, clip, sampler is not None)
+    if kind == "numeric":
+        return _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis)
+    if kind == "flat":
+        raise ValueError(
+            f"`ratio_clip` {clip!r} excludes 1: on-policy the differentiable ratio's "
+            "gradient is zero, every policy is stationary"
+        )
+    if scale != 1.0:
+        ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+        beta = _restore(
+            np.broadcast_to(b * scale, (*np.broadcast_shapes(ref_a.shape, rew_a.shape)[:-1], 1)), ax
+        )
     if kind == "undefined":
         usable = [n for n in estimator_names() if ESTIMATORS[n].fixed_point[place] != "undefined"]
         raise ValueError(
@@ -497,3 +682,76 @@ def fixed_point(
             "simulate it with klpolicy.estimators.gradient_flow"
         )
     return _restore(optimal_policy(ref_a, rew_a, b), ax)
+
+
+def _kind(name: str, place: str, how: str, clip, fixed_sampler: bool) -> tuple[str, float]:
+    """The registry kind of fixed point for a ratio mode, with its beta scale, or "numeric"."""
+    row = ESTIMATORS[name]
+    lo, hi = clip if clip is not None else (0.0, np.inf)
+    if fixed_sampler:
+        # unclipped detached/differentiable weights give mu w = pi: the on-policy gradient
+        if how == "none" or clip is not None:
+            return "numeric", 1.0
+    inside = lo <= 1.0 <= hi
+    c1 = float(np.clip(1.0, lo, hi))
+    if how == "none" or (how == "detached" and place == "reward"):
+        return row.fixed_point[place], 1.0
+    if how == "detached":  # loss: the term is scaled by clip(1)
+        return row.fixed_point[place], c1
+    if not inside:
+        return "flat", 1.0
+    if place == "reward":
+        return row.fixed_point[place], 1.0
+    # differentiable, loss: pathwise k' plus the score-function term of k's value
+    if row.straight_through is None:
+        if row.unbiased:  # E_pi k = KL(pi || ref): k1, k3
+            return "optimum", 1.0
+        return ("undefined", 1.0) if row.fixed_point["loss"] == "undefined" else ("numeric", 1.0)
+    if row.straight_through == "k2" and name == "k1+":
+        # k2's gradient (grad KL) plus k1's score term (grad KL, k1's pathwise part is 0)
+        return "optimum", 2.0
+    return "numeric", 1.0
+
+
+def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis):
+    """The zero of :func:`expected_gradient`, row by row, by Powell's hybrid method."""
+    from scipy import optimize  # lazy: `import klpolicy` must not load scipy.optimize
+
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    if np.isinf(b).any():
+        raise ValueError("`beta` must be finite for this fixed point; got inf")
+    shape = np.broadcast_shapes(ref_a.shape, rew_a.shape, b.shape[:-1] + (1,))
+    q2 = np.broadcast_to(ref_a, shape).reshape(-1, shape[-1]).astype(np.float64)
+    r2 = np.broadcast_to(rew_a, shape).reshape(-1, shape[-1]).astype(np.float64)
+    b2 = np.broadcast_to(b, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
+    ph2 = None
+    if sampler is not None:
+        with np.errstate(divide="ignore"):
+            th0 = np.broadcast_to(np.log(ref_a), shape)
+        ph2 = _sampler_logits(sampler, th0, axis).reshape(-1, shape[-1])
+    out = np.zeros_like(q2)
+    for i in range(q2.shape[0]):
+        sup = q2[i] > 0
+        q, r = q2[i][sup] / q2[i][sup].sum(), r2[i][sup]
+        bb = b2[i : i + 1]
+        phs = None if ph2 is None else ph2[i][sup][None, :]
+
+        def field(head, q=q, r=r, bb=bb, phs=phs):
+            th = np.append(head, 0.0)[None, :]
+            return _grad_ratio(th, q[None], r[None], bb, name, place, phs, how, clip)[0, :-1]
+
+        start = np.log(optimal_policy(q, r, float(bb[0, 0])))
+        start = start[:-1] - start[-1]
+        sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-15})
+        resid = np.max(np.abs(field(sol.x))) if sol.x.size else 0.0
+        th = np.append(sol.x, 0.0)
+        p = np.exp(th - th.max())
+        p /= p.sum()
+        if not (np.all(np.isfinite(sol.x)) and resid < 1e-12 and p.min() > 1e-12):
+            raise ValueError(
+                f"{name!r} in the {place} with ratio={how!r} has no interior fixed point "
+                f"here (the expected gradient stays at {resid:.3g} or more, or a probability "
+                "goes to zero); simulate training with klpolicy.estimators.gradient_flow"
+            )
+        out[i, sup] = p
+    return _restore(out.reshape(shape).astype(ref_a.dtype), ax)

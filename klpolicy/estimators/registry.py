@@ -93,6 +93,11 @@ class Estimator:
         contains ``p``'s.
     reference : str
         Where it comes from.
+    straight_through : str or None
+        For a straight-through row, the name of the row whose *gradient* it uses
+        (``"k2"``): the value is ``value``, the derivative is that row's
+        (``derivative`` and ``weighted_derivative`` are already that row's). ``None``
+        for an ordinary estimator, whose derivative is the derivative of its value.
     """
 
     name: str
@@ -107,6 +112,7 @@ class Estimator:
     estimates_kl: bool
     unbiased: bool
     reference: str
+    straight_through: str | None = None
 
 
 # exp(x) - 1 - x - x^2/2 = sum_{k>=3} x^k / k!: k2's exact bias, without cancellation near 0
@@ -217,20 +223,68 @@ def _rows() -> dict[str, Estimator]:
             reference='TRL and verl, kl_penalty="abs" (not an estimator of KL)',
         ),
     ]
+    rows += _straight_through_rows({row.name: row for row in rows})
     return {row.name: row for row in rows}
+
+
+# verl (kl_penalty / kl_penalty_forward in verl/trainer/ppo/core_algos.py) and OpenRLHF's
+# straight-through PR return k2 - k2.detach() + estimate.detach(): the value of the named
+# estimate and the gradient of k2 (Liu et al. 2025, arXiv:2505.17508)
+_VERL = (
+    "verl, kl_penalty(..., '{name}') in verl/trainer/ppo/core_algos.py "
+    "(verl-project/verl@5b98636684f9e4881697a4ad46ddf5bf6f8f5fdc): value of "
+    "{base}, gradient of k2 (straight-through)"
+)
+_OPENRLHF = (
+    "; OpenRLHF PR #1101 (compute_approx_kl in openrlhf/models/utils.py): the same "
+    "straight-through k2 for kl_estimator {base}"
+)
+
+
+def _straight_through_rows(base_rows: dict[str, Estimator]) -> list[Estimator]:
+    """``k1+``, ``k3+``, ``abs+``: the value of k1, k3 or abs, the gradient of k2."""
+    k2 = base_rows["k2"]
+    out = []
+    for base in ("k1", "k3", "abs"):
+        row = base_rows[base]
+        loss_kind = k2.fixed_point["loss"]  # the gradient is k2's
+        out.append(
+            Estimator(
+                name=base + "+",
+                formula=f"{row.formula} (value); gradient of {k2.formula}",
+                value=row.value,
+                derivative=k2.derivative,
+                weighted_value=row.weighted_value,
+                weighted_derivative=k2.weighted_derivative,
+                exact_bias=row.exact_bias,
+                gaussian_moments=row.gaussian_moments,
+                fixed_point=MappingProxyType(
+                    {"reward": row.fixed_point["reward"], "loss": loss_kind}
+                ),
+                estimates_kl=row.estimates_kl,
+                unbiased=row.unbiased,
+                reference=_VERL.format(name=base + "+", base=base)
+                + (_OPENRLHF.format(base=base) if base != "abs" else ""),
+                straight_through="k2",
+            )
+        )
+    return out
 
 
 #: The registry: estimator name -> :class:`Estimator` (read-only).
 ESTIMATORS: Mapping[str, Estimator] = MappingProxyType(_rows())
 
 
-def estimator_names(*, kl_only: bool = False) -> tuple[str, ...]:
+def estimator_names(*, kl_only: bool = False, straight_through: bool = False) -> tuple[str, ...]:
     """The registered estimator names, in registry order.
 
     Parameters
     ----------
     kl_only : bool
         Only those whose mean estimates the KL (drops ``"abs"``).
+    straight_through : bool
+        Also the straight-through rows (``"k1+"``, ``"k3+"``, ``"abs+"``: a value and
+        another row's gradient), which only the gradient functions take.
 
     Examples
     --------
@@ -239,12 +293,25 @@ def estimator_names(*, kl_only: bool = False) -> tuple[str, ...]:
     ('k1', 'k2', 'k3', 'abs')
     >>> estimator_names(kl_only=True)
     ('k1', 'k2', 'k3')
+    >>> estimator_names(straight_through=True)
+    ('k1', 'k2', 'k3', 'abs', 'k1+', 'k3+', 'abs+')
     """
     kl_only = V.as_bool("kl_only", kl_only)
-    return tuple(n for n, row in ESTIMATORS.items() if row.estimates_kl or not kl_only)
+    straight_through = V.as_bool("straight_through", straight_through)
+    return tuple(
+        n
+        for n, row in ESTIMATORS.items()
+        if (row.estimates_kl or not kl_only) and (straight_through or row.straight_through is None)
+    )
 
 
-def get_estimator(name: object, *, argument: str = "estimator", kl_only: bool = False) -> Estimator:
+def get_estimator(
+    name: object,
+    *,
+    argument: str = "estimator",
+    kl_only: bool = False,
+    straight_through: bool = False,
+) -> Estimator:
     """The registry row of ``name``; a ``ValueError`` naming ``argument`` if there is none.
 
     Parameters
@@ -255,6 +322,8 @@ def get_estimator(name: object, *, argument: str = "estimator", kl_only: bool = 
         The caller's argument name, for the error message.
     kl_only : bool
         Refuse estimators that do not estimate the KL (``"abs"``).
+    straight_through : bool
+        Accept the straight-through rows (``"k3+"``, ...).
 
     Raises
     ------
@@ -271,5 +340,5 @@ def get_estimator(name: object, *, argument: str = "estimator", kl_only: bool = 
     ...
     ValueError: `estimator` must be one of 'k1', 'k2', 'k3', 'abs'; got 'k4'
     """
-    choices = estimator_names(kl_only=kl_only)
+    choices = estimator_names(kl_only=kl_only, straight_through=straight_through)
     return ESTIMATORS[V.as_choice(argument, name, choices)]

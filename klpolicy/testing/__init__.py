@@ -33,6 +33,8 @@ _CHECKS = (
 
 
 _LOSS_CHECKS = ("check_pair_loss",)
+# the KL-term suite needs torch, not hypothesis
+_TERM_CHECKS = ("KLTermReport", "check_kl_term", "kl_term_report")
 
 
 def _load(module: str):
@@ -50,6 +52,8 @@ def _load(module: str):
 
 def __getattr__(name: str) -> Any:
     # lazy, so that importing klpolicy.testing.pytest_plugin does not import hypothesis
+    if name in _TERM_CHECKS:
+        return getattr(importlib.import_module("._checks_kl_terms", __name__), name)
     if name in _LOSS_CHECKS:
         return getattr(_load("._checks_losses"), name)
     if name in _CHECKS:
@@ -60,17 +64,20 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_CHECKS, *_LOSS_CHECKS, "strategies", "checks"])
+    return sorted([*globals(), *_CHECKS, *_LOSS_CHECKS, *_TERM_CHECKS, "strategies", "checks"])
 
 
 __all__ = [
     "ClampBiasWarning",
+    "KLTermReport",
     "check_dpo_loss",
     "check_kl_controller",
     "check_kl_divergence",
     "check_kl_estimator",
+    "check_kl_term",
     "check_optimal_policy",
     "check_pair_loss",
     "check_soft_value",
+    "kl_term_report",
     "strategies",
 ]

@@ -123,6 +123,9 @@ _HELP = {
 }
 # the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
+# the KL-term suite (needs torch): prints the report, exit 1 when it follows another divergence
+_OPTIONAL["kl-term"] = ("klpolicy.testing._checks_kl_terms", "cli_kl_term")
+_ARGUMENTS["kl-term"] = ("logp", "old_logp", "ref_logp")
 
 
 class _Error(Exception):
@@ -432,6 +435,10 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         for w in caught:
             if w.category.__module__.startswith("klpolicy"):
                 print(f"{w.category.__name__}: {w.message}")
+        if getattr(check, "prints_report", False):  # kl-term: the report is the answer
+            if kwargs.get("expect") is not None:
+                print(f"{check.__name__}({name}): follows {kwargs['expect']}")
+            return 0
         examples = kwargs.get("max_examples", 100)
         print(f"{check.__name__}({name}): passed ({examples} examples)")
         return 0

@@ -1,0 +1,362 @@
+r"""The exact law an inference engine samples from: temperature, top-k, top-p and min-p.
+
+RLHF rollouts are drawn by an engine (Hugging Face ``generate``, vLLM) that
+transforms the policy's logits before it samples. This module gives the
+transformed law :math:`s` exactly, for a batch of rows, in the processing order
+of either engine.
+
+The two orders (read at a commit; the formulas below are this module's own)
+--------------------------------------------------------------------------------
+``"transformers"`` (default): Hugging Face transformers
+``GenerationMixin._get_logits_processor`` (``src/transformers/generation/utils.py``
+at commit ``000034a44ef887621d9b36001a5eb7c46e64cb3f``) appends, when sampling, the
+warpers in the order temperature, top-k, top-p, min-p, after the processors such as
+``MinLengthLogitsProcessor``; the warpers are in
+``src/transformers/generation/logits_process.py`` at commit
+``00857b6cf63a4fa05cbd9bdc8a4fd78b6168c5af``:
+
+* ``TemperatureLogitsWarper``: ``scores / temperature`` (``temperature > 0``;
+  greedy decoding is ``do_sample=False``, an ``argmax``).
+* ``TopKLogitsWarper``: ``k = max(top_k, min_tokens_to_keep)``; a token is
+  removed when its score is *below* the ``k``-th largest, so every token tied with
+  the ``k``-th is kept (more than ``k`` tokens can survive).
+* ``TopPLogitsWarper``: sort ascending, ``cumsum(softmax)``; remove where the
+  cumulative sum is ``<= 1 - top_p``; never the last ``min_tokens_to_keep``. The
+  kept set is the smallest top set of mass ``>= top_p``; tokens tied at the
+  boundary are split by their place in the sort.
+* ``MinPLogitsWarper``: remove ``p_i < min_p * max_j p_j`` of the current
+  (tempered, truncated) law, keeping the ``min_tokens_to_keep`` most probable.
+
+``"vllm"``: vLLM v1 ``vllm/v1/sample/sampler.py`` (vllm-project/vllm at commit
+``3e342658b2e9c85a30a54d19e64e5ad77b8a26a6``): greedy ``argmax`` when
+``temperature < 1e-5``; else temperature, then the argmax-invariant logits
+processors, min-p among them (``MinPLogitsProcessor.apply`` in
+``vllm/v1/sample/logits_processor/builtin.py`` at
+``bf17660a2493b9cec475b6ba790a390afd317e8b``: ``p < min_p * max p``), then
+``apply_top_k_top_p`` (``vllm/v1/sample/ops/topk_topp_sampler.py`` at
+``3babc05a035b42bb9d0ae51b83e102c85e3e5626``): top-k removes logits below the
+``k``-th largest (ties kept), top-p removes where the ascending cumulative sum
+is ``<= 1 - p`` and always keeps the last (``min_tokens_to_keep`` is 1 and
+cannot be set).
+
+Where they differ
+-----------------
+* **min-p's place.** Both engines apply min-p to the *tempered* law and compare
+  with the most probable token, so min-p alone gives the same set. transformers
+  applies it after top-p, vLLM before top-k/top-p; top-p then measures its mass
+  on a different (renormalised) law, and the kept sets differ: vLLM's top-p runs
+  on the min-p-truncated law and keeps fewer tokens.
+* **min_tokens_to_keep.** Only transformers has it (2 in beam sampling); vLLM
+  keeps at least one token.
+* **Greedy.** transformers samples at every ``temperature > 0``; vLLM switches to
+  ``argmax`` below ``1e-5``. Both ``argmax`` pick the *first* maximal index.
+* **Ties.** Top-k keeps every tied token in both. At the top-p boundary, tied
+  tokens are split by the ascending sort; this module orders ties by index (what
+  a stable sort does: the lower index is removed first). ``torch.sort`` does not
+  promise that order when ``stable=False``, so on an engine the split of an exact
+  tie may differ; the law is exact for every token not tied at the boundary.
+* **Numerics.** Engines compute in float32 (vLLM casts the logits to float32);
+  this module computes in float64, so a token within float32 rounding of a
+  boundary may fall on the other side.
+
+All of it is re-exported by :mod:`klpolicy.sampling`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from ..core.internal import validation as V
+
+__all__ = ["ORDERS", "VLLM_GREEDY_BELOW", "sampler_law"]
+
+#: The processing orders :func:`sampler_law` knows.
+ORDERS = ("transformers", "vllm")
+#: vLLM samples greedily (``argmax``) below this temperature (``_SAMPLING_EPS``).
+VLLM_GREEDY_BELOW = 1e-5
+_MAX_TOP_K = 2**62
+#: rows at least this long are searched one by one (binary search); shorter ones compared whole
+_SEARCH_FROM = 4096
+
+
+class Settings(NamedTuple):
+    """Validated sampling settings (internal to :mod:`klpolicy.sampling`)."""
+
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    min_p: float | None
+    order: str
+    min_tokens_to_keep: int
+
+    @property
+    def greedy(self) -> bool:
+        t = self.temperature
+        return t == 0.0 or (self.order == "vllm" and t < VLLM_GREEDY_BELOW)
+
+
+def settings(
+    temperature: Any = 1.0,
+    top_k: Any = None,
+    top_p: Any = None,
+    min_p: Any = None,
+    order: Any = "transformers",
+    min_tokens_to_keep: Any = 1,
+) -> Settings:
+    """Validate the sampling settings once (shared by every function of the part)."""
+    order = V.as_choice("order", order, ORDERS)
+    t = V.as_scalar("temperature", temperature, "[0, inf]", what="0 is greedy decoding")
+    k = None if top_k is None else V.as_count("top_k", top_k, lo=1, hi=_MAX_TOP_K)
+    p = None if top_p is None else V.as_scalar("top_p", top_p, "(0, 1]")
+    mp = None if min_p is None else V.as_scalar("min_p", min_p, "[0, 1]")
+    keep = V.as_count("min_tokens_to_keep", min_tokens_to_keep, lo=1, hi=_MAX_TOP_K)
+    if order == "vllm" and keep != 1:
+        raise ValueError(
+            f"`min_tokens_to_keep` must be 1 with order='vllm' (vLLM has no such setting); "
+            f"got {keep}"
+        )
+    return Settings(t, k, p, mp, order, keep)
+
+
+def as_logits(name: str, logits: ArrayLike, axis: Any = -1) -> tuple[NDArray, int]:
+    """Logits (finite or ``-inf``), probability axis moved last; every row keeps a token."""
+    arr = V.as_log_probs(name, logits, allow_neg_inf=True)
+    if arr.ndim == 0:
+        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
+    ax = V.normalise_axis(axis, arr.ndim, name)
+    arr = np.moveaxis(arr, ax, -1)
+    dead = np.all(arr == -np.inf, axis=-1)
+    if np.any(dead):
+        idx = tuple(int(i) for i in np.argwhere(dead)[0]) if dead.ndim else ()
+        raise ValueError(
+            f"`{name}` must have a finite entry in every row (a row of -inf has no token to "
+            f"sample); row {idx} is all -inf"
+        )
+    return arr, ax
+
+
+def _weights(x: NDArray, top: NDArray, temperature: float) -> NDArray:
+    """``exp((x - max) / T)``: the law up to its normaliser (0 at ``-inf``; T = inf: 1)."""
+    if temperature == math.inf:
+        return np.where(x == -np.inf, 0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        return np.exp((x - top) / temperature)
+
+
+def _count_at_most(rows: NDArray, bound: float | NDArray) -> NDArray[np.int64]:
+    """How many entries of each sorted row are ``<= bound`` (a binary search per long row)."""
+    if rows.shape[-1] < _SEARCH_FROM:
+        return np.sum(rows <= np.asarray(bound)[..., None], axis=-1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    b = np.broadcast_to(np.asarray(bound, dtype=np.float64), rows.shape[:-1]).reshape(-1)
+    out = np.fromiter(
+        (np.searchsorted(r, x, side="right") for r, x in zip(flat, b)), np.int64, len(b)
+    )
+    return out.reshape(rows.shape[:-1])
+
+
+def _count_below(rows: NDArray, bound: NDArray) -> NDArray[np.int64]:
+    """How many entries of each sorted row are ``< bound`` (a binary search per long row)."""
+    if rows.shape[-1] < _SEARCH_FROM:
+        return np.sum(rows < np.asarray(bound)[..., None], axis=-1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    b = np.broadcast_to(bound, rows.shape[:-1]).reshape(-1)
+    out = np.fromiter(
+        (np.searchsorted(r, x, side="left") for r, x in zip(flat, b)), np.int64, len(b)
+    )
+    return out.reshape(rows.shape[:-1])
+
+
+def removed_prefix(srt: NDArray, e: NDArray, s: Settings) -> NDArray[np.int64]:
+    """How many tokens, in ascending sorted order, the engine removes (one row per row).
+
+    ``srt`` are the sorted logits, ``e`` their weights ``exp((srt - max)/T)``. Every
+    filter removes a prefix of the sorted order: top-k below the ``k``-th value,
+    top-p where the ascending cumulative mass is ``<= 1 - top_p``, min-p where the
+    weight (``p / max p``) is below ``min_p``; the kept set is what lies past the
+    longest prefix. ``min_tokens_to_keep`` caps the prefixes of top-p and min-p (and
+    raises ``k``), as transformers does.
+    """
+    size = srt.shape[-1]
+    cut = np.zeros(srt.shape[:-1], dtype=np.int64)
+    keep = s.min_tokens_to_keep
+
+    def top_k(cut):
+        k = min(max(s.top_k, keep), size)
+        return np.maximum(cut, _count_below(srt, srt[..., size - k]))
+
+    def top_p(cut):
+        w = np.where(np.arange(size) >= cut[..., None], e, 0.0) if np.any(cut) else e
+        csum = np.cumsum(w, axis=-1)
+        csum /= csum[..., -1:]
+        drop = np.minimum(_count_at_most(csum, 1.0 - s.top_p), size - keep)
+        return np.maximum(cut, drop)
+
+    def min_p(cut):
+        drop = np.minimum(_count_below(e, np.full(e.shape[:-1], s.min_p)), size - keep)
+        return np.maximum(cut, drop)
+
+    steps = {"top_k": top_k, "top_p": top_p, "min_p": min_p}
+    names = (
+        ("top_k", "top_p", "min_p") if s.order == "transformers" else ("min_p", "top_k", "top_p")
+    )
+    for name in names:
+        value = getattr(s, name)
+        if value is None or (name == "top_p" and value == 1.0) or (name == "min_p" and value == 0):
+            continue
+        cut = steps[name](cut)
+    return cut
+
+
+def law_last(arr: NDArray, s: Settings) -> NDArray[np.float64]:
+    """The sampler's law of validated float64 logits, probability axis last."""
+    if s.greedy:
+        out = np.zeros(arr.shape, dtype=np.float64)
+        np.put_along_axis(out, np.argmax(arr, axis=-1)[..., None], 1.0, axis=-1)
+        return out
+    top = np.max(arr, axis=-1, keepdims=True)
+    filters = (
+        s.top_k is not None
+        or (s.top_p is not None and s.top_p < 1.0)
+        or (s.min_p is not None and s.min_p > 0)
+    )
+    if not filters:
+        w = _weights(arr, top, s.temperature)
+        return w / np.sum(w, axis=-1, keepdims=True)
+    srt = np.sort(arr, axis=-1)  # the one sort per row; its order is the logits' order
+    needs_mass = s.top_p is not None or s.min_p is not None
+    e = _weights(srt, top, s.temperature) if needs_mass else srt
+    cut = removed_prefix(srt, e, s)
+    t = np.take_along_axis(srt, cut[..., None], axis=-1)
+    # tokens tied with the smallest kept value t and removed: the lowest indices
+    before = np.take_along_axis(srt, np.maximum(cut - 1, 0)[..., None], axis=-1)[..., 0]
+    split = (cut > 0) & (before == t[..., 0])
+    tied_out = np.zeros(cut.shape, dtype=np.int64)
+    if np.any(split):
+        tied_out = np.where(split, cut - _count_below(srt, t[..., 0]), 0)
+    kept = arr >= t
+    if np.any(tied_out > 0):
+        tie = arr == t
+        rank = np.cumsum(tie, axis=-1)
+        kept &= ~(tie & (rank <= tied_out[..., None]))
+    # the law on the kept tokens only (usually few: one exp per kept token)
+    w = np.zeros(arr.shape, dtype=np.float64)
+    tops = np.broadcast_to(top, arr.shape)[kept]
+    w[kept] = _weights(arr[kept], tops, s.temperature)
+    return w / np.sum(w, axis=-1, keepdims=True)
+
+
+def sampler_law(
+    logits: ArrayLike,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+    order: str = "transformers",
+    min_tokens_to_keep: int = 1,
+    axis: int = -1,
+) -> NDArray[np.floating]:
+    r"""The exact distribution an inference engine samples the next token from.
+
+    .. math::
+
+        s(x) = \frac{\mathbb{1}[x \in K]\, e^{\ell_x / T}}{\sum_{y \in K} e^{\ell_y / T}},
+        \qquad K = K_{\text{top-k}} \cap K_{\text{top-p}} \cap K_{\text{min-p}}
+
+    where each kept set is computed on the law left by the filters before it, in
+    the engine's order (transformers: temperature, top-k, top-p, min-p; vLLM:
+    temperature, min-p, top-k, top-p). Top-k keeps the tokens whose logit is at
+    least the ``k``-th largest; top-p the smallest top set of mass ``>= top_p``;
+    min-p the tokens with :math:`p_x \ge \text{min\_p} \cdot \max_y p_y`.
+
+    Parameters
+    ----------
+    logits : array_like
+        Logits along ``axis`` (any shift; ``-inf`` marks a token that cannot be
+        drawn, e.g. ``log`` of a zero probability). Other axes are batch rows.
+    temperature : float, optional
+        ``T >= 0``; ``0`` is greedy decoding (all mass on the first maximal logit,
+        as ``argmax`` picks it; filters are then ignored, as the engines do).
+        With ``order="vllm"`` every ``T < 1e-5`` is greedy. ``inf`` is the limit
+        ``T -> inf``: uniform over the kept set, which is chosen by the order of
+        the logits as at any finite ``T``.
+    top_k : int, optional
+        Keep the ``top_k`` largest logits (ties with the ``top_k``-th all kept).
+        ``None`` (default) keeps all.
+    top_p : float, optional
+        Nucleus mass in ``(0, 1]``; ``None`` or ``1`` keeps all.
+    min_p : float, optional
+        In ``[0, 1]``; ``None`` or ``0`` keeps all.
+    order : {"transformers", "vllm"}
+        Whose processing order (see the module notes for what differs).
+    min_tokens_to_keep : int, optional
+        transformers' ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
+        sampling). Must be 1 with ``order="vllm"``.
+    axis : int, optional
+        The vocabulary axis.
+
+    Returns
+    -------
+    ndarray
+        The law ``s``, same shape as ``logits``; rows sum to one, tokens at
+        ``-inf`` and removed tokens are exactly zero. float32 in, float32 out.
+
+    Raises
+    ------
+    ValueError
+        For logits with NaN or ``+inf`` or a row of only ``-inf``; ``temperature``
+        negative or NaN; ``top_k < 1``; ``top_p`` outside ``(0, 1]``; ``min_p``
+        outside ``[0, 1]``; an unknown ``order``; ``min_tokens_to_keep < 1`` (or
+        not 1 with vLLM's order).
+
+    Notes
+    -----
+    One sort per row: every filter removes a prefix of the ascending order of the
+    logits (temperature ``T > 0`` does not change that order), so the sorted
+    logits and one cumulative sum decide the kept set; the law is then read off
+    in the original order. Tokens tied at the top-p boundary are split by index
+    (lower index removed first), as a stable sort orders them. Computed in
+    float64 from the logits shifted by their row maximum.
+
+    As ``T -> 0+`` the law tends to the uniform law on the maximal logits, which
+    is the greedy law when the maximum is unique; engines' greedy ``argmax``
+    takes the first maximal index, and so does ``temperature=0`` here.
+
+    References
+    ----------
+    .. [1] Holtzman et al., "The Curious Case of Neural Text Degeneration", 2020,
+       arXiv:1904.09751 (top-p).
+    .. [2] Fan et al., "Hierarchical Neural Story Generation", 2018,
+       arXiv:1805.04833 (top-k).
+    .. [3] Nguyen et al., "Turning Up the Heat: Min-p Sampling for Creative and
+       Coherent LLM Outputs", 2024, arXiv:2407.01082.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy.sampling import sampler_law
+    >>> logits = np.log([0.5, 0.3, 0.15, 0.05])
+    >>> sampler_law(logits, top_k=2).round(4)
+    array([0.625, 0.375, 0.   , 0.   ])
+    >>> sampler_law(logits, top_p=0.75).round(4)
+    array([0.625, 0.375, 0.   , 0.   ])
+    >>> sampler_law(logits, temperature=0)
+    array([1., 0., 0., 0.])
+
+    min-p after top-p (transformers) or before it (vLLM):
+
+    >>> logits = np.log([0.48, 0.22, 0.2, 0.1])
+    >>> sampler_law(logits, top_p=0.5, min_p=0.25).round(4)
+    array([0.6857, 0.3143, 0.    , 0.    ])
+    >>> sampler_law(logits, top_p=0.5, min_p=0.25, order="vllm")
+    array([1., 0., 0., 0.])
+    """
+    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep)
+    arr, ax = as_logits("logits", logits, axis)
+    out = law_last(arr.astype(np.float64, copy=False), s)
+    return np.moveaxis(out.astype(arr.dtype, copy=False), -1, ax)
