@@ -27,12 +27,14 @@ from .. import core as _cf
 from ..core.internal import validation as V
 
 __all__ = [
+    "MAX_SERIES",
     "OKABE_ITO",
     "beta_sweep",
     "controller_trace",
     "estimator_histograms",
     "fixed_points",
     "frontier",
+    "highlighted_actions",
     "kl_budget",
     "lecture_style",
     "token_kl",
@@ -134,6 +136,137 @@ def _style(i: int) -> dict[str, Any]:
     return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)]}
 
 
+#: At most this many actions are drawn one by one in a figure of one series per action;
+#: with more, the figure draws a few and summarises the rest (one colour per series).
+MAX_SERIES = 6
+#: Probability entries computed at once when a figure sweeps beta over many actions.
+_BLOCK = 1 << 21
+
+
+def _one_problem(ref: ArrayLike, reward: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """``ref`` and ``reward`` as one 1-D problem (float64), or a ValueError naming the argument."""
+    for name, x in (("ref", ref), ("reward", reward)):
+        shape = np.shape(x)
+        if len(shape) != 1:
+            raise ValueError(
+                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
+            )
+    ref_a = np.asarray(_cf.optimal_policy(ref, reward, np.inf), dtype=float)  # validates both
+    return ref_a, np.asarray(reward, dtype=float)
+
+
+def _labels(labels: Sequence[str] | None, size: int) -> list[str] | None:
+    if labels is None:
+        return None
+    if not all(isinstance(s, str) for s in labels):
+        raise ValueError(f"`labels` must be a sequence of strings; got {V.describe(labels)}")
+    labels = list(labels)
+    if len(labels) != size:
+        raise ValueError(
+            f"`labels` must hold one label per action ({size}); got {len(labels)} labels"
+        )
+    return labels
+
+
+def highlighted_actions(ref: ArrayLike, reward: ArrayLike, top: int | None = None) -> np.ndarray:
+    """The actions a figure draws one by one: the best, the reference's most likely, the next best.
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem.
+    top : int, optional
+        How many actions (1 to :data:`MAX_SERIES`); by default all of them when
+        ``V <= MAX_SERIES``, else 4.
+
+    Returns
+    -------
+    ndarray of int
+        Indices in decreasing order of reward: the action of highest reward inside the
+        reference's support (ties: the likelier under the reference), the reference's
+        most likely action, then the next highest rewards inside the support.
+
+    Raises
+    ------
+    ValueError
+        For an invalid problem or ``top`` outside 1 to :data:`MAX_SERIES`.
+
+    Examples
+    --------
+    >>> from klpolicy.plotting import highlighted_actions
+    >>> highlighted_actions([0.1, 0.6, 0.1, 0.1, 0.1], [0.0, 0.1, 0.9, 0.3, 0.2], top=3).tolist()
+    [2, 3, 1]
+    """
+    ref_a, rew_a = _one_problem(ref, reward)
+    size = ref_a.size
+    if top is None:
+        top = size if size <= MAX_SERIES else 4
+    top = V.as_count("top", top, lo=1, hi=MAX_SERIES)
+    support = np.flatnonzero(ref_a > 0)
+    # highest reward first, the likelier under ref on ties (a stable order)
+    order = support[np.lexsort((-ref_a[support], -rew_a[support]))]
+    chosen = [int(order[0])]
+    mode = int(np.argmax(ref_a))
+    if top > 1 and mode != chosen[0]:
+        chosen.append(mode)
+    for i in order[1:]:
+        if len(chosen) >= min(top, size):
+            break
+        if int(i) not in chosen:
+            chosen.append(int(i))
+    if len(chosen) < min(top, size):  # actions off the support come last
+        chosen += [i for i in range(size) if i not in chosen][: min(top, size) - len(chosen)]
+    return np.array(sorted(chosen, key=lambda i: (-rew_a[i], -ref_a[i], i)), dtype=np.intp)
+
+
+def _sweep_summary(ref_a, rew_a, grid, idx):
+    """pi*_beta on ``grid`` for the actions ``idx``, and the others' total, min and max.
+
+    Computed in blocks of betas, so memory stays near ``_BLOCK`` entries at any V.
+    """
+    n, size = grid.size, ref_a.size
+    sel = np.empty((n, idx.size))
+    rest = np.ones(size, dtype=bool)
+    rest[idx] = False
+    n_rest = int(rest.sum())
+    total = np.empty(n)
+    lo = np.empty(n)
+    hi = np.empty(n)
+    step = max(1, _BLOCK // size)
+    for s in range(0, n, step):
+        pi = np.asarray(_cf.optimal_policy(ref_a, rew_a, grid[s : s + step, None]), dtype=float)
+        sel[s : s + step] = pi[:, idx]
+        if n_rest:
+            others = pi[:, rest] if n_rest < size else pi
+            total[s : s + step] = others.sum(axis=1)
+            lo[s : s + step] = others.min(axis=1)
+            hi[s : s + step] = others.max(axis=1)
+    return sel, (total, lo, hi) if n_rest else None
+
+
+def _declutter(ax, texts, pad: float = 2.0, up: bool = True) -> None:
+    """Move the offset-point annotations ``texts`` up (or down) until no two overlap."""
+    if len(texts) < 2:
+        return
+    fig = ax.figure
+    try:
+        renderer = fig.canvas.get_renderer()
+    except AttributeError:  # a backend without a renderer to measure with
+        return
+    placed = []
+    for t in texts:
+        for _ in range(12):
+            box = t.get_window_extent(renderer).expanded(1.0, 1.0)
+            clash = next((b for b in placed if box.overlaps(b)), None)
+            if clash is None:
+                break
+            x, y = t.get_position() if t.get_anncoords() == "offset points" else (0, 0)
+            gap = (clash.y1 - box.y0) if up else (box.y1 - clash.y0)
+            shift = gap * 72.0 / fig.dpi + pad
+            t.set_position((x, y + shift if up else y - shift))
+        placed.append(t.get_window_extent(renderer))
+
+
 @_lecture
 def beta_sweep(
     ref: ArrayLike = (0.5, 0.5),
@@ -142,23 +275,36 @@ def beta_sweep(
     betas: ArrayLike | None = None,
     labels: Sequence[str] | None = None,
     mark: Sequence[float] = (0.5, 2.0),
+    top: int | None = None,
     ax=None,
 ):
     r"""Probability of each action under :math:`\pi^*_\beta` against :math:`\beta` (log axis).
 
     .. math:: \pi^*_\beta(y) = \pi_{ref}(y) e^{r(y)/\beta} / Z_\beta
 
+    Up to :data:`MAX_SERIES` actions get a curve each; with more, the figure draws
+    the best action, the reference's most likely one and the next best rewards
+    (:func:`highlighted_actions`), and summarises the others by their total
+    probability and the band between their smallest and largest single
+    probability. Any number of actions draws in about the same time (1e5 actions
+    in seconds: ``benchmarks/plot_bench.py``).
+
     Parameters
     ----------
     ref, reward : array_like, shape (V,)
         One problem; the defaults are the worked example (0.5/0.5, rewards 1/0).
     betas : array_like, optional
-        The grid (default ``geomspace(1e-2, 1e2, 400)``).
+        The grid (default ``geomspace(1e-2, 1e2, 400)``; 100 to 400 betas past
+        25,000 actions, so the cost stays near 10^7 probabilities).
     labels : sequence of str, optional
-        One label per action (default ``"y=i, r=..."``).
+        One label per action (default ``"y=i (r=...)"``); only the highlighted
+        actions' labels are shown.
     mark : sequence of float, optional
-        Betas to mark with a dot and the probability of action 0 (the worked
-        example's 0.88 at 0.5 and 0.62 at 2 by default).
+        Betas to mark with a dot and the probability of the best action (the
+        worked example's 0.88 at 0.5 and 0.62 at 2 by default).
+    top : int, optional
+        How many actions to draw one by one (1 to :data:`MAX_SERIES`; default all
+        when ``V <= MAX_SERIES``, else 4).
     ax : matplotlib Axes, optional
 
     Returns
@@ -168,12 +314,15 @@ def beta_sweep(
     Raises
     ------
     ValueError
-        For invalid ``ref``, ``reward`` or ``betas`` (as :func:`klpolicy.optimal_policy`).
+        For invalid ``ref``, ``reward`` or ``betas`` (as :func:`klpolicy.optimal_policy`),
+        a 2-D ``ref`` or ``reward``, ``labels`` of the wrong length or a bad ``top``.
 
     Notes
     -----
     The left end shows the greedy limit (all mass on the best reward in the
-    support), the right end the reference: beta is a temperature.
+    support), the right end the reference: beta is a temperature. The
+    probabilities are computed in blocks of betas, so memory stays bounded at any
+    number of actions.
 
     References
     ----------
@@ -187,24 +336,57 @@ def beta_sweep(
     >>> ax = beta_sweep()
     >>> ax.get_xscale()
     'log'
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> ax = beta_sweep(rng.dirichlet(np.ones(1000)), rng.standard_normal(1000))
+    >>> len(ax.get_legend().get_texts())  # 4 actions, the others' total and their band
+    6
     """
+    ref_a, rew_a = _one_problem(ref, reward)
+    # the default grid thins to 100 betas (25 a decade) for many actions: the cost is V * betas
+    n_default = int(np.clip(10_000_000 // ref_a.size, 100, 400))
     grid = (
-        np.geomspace(1e-2, 1e2, 400)
+        np.geomspace(1e-2, 1e2, n_default)
         if betas is None
         else V.check_beta_values("betas", betas).reshape(-1)
     )
-    pi = _cf.optimal_policy(ref, reward, grid[:, None])
-    r = np.asarray(reward, dtype=float)
+    names = _labels(labels, ref_a.size)
+    mark = [float(b) for b in V.check_beta_values("mark", mark).reshape(-1)] if len(mark) else []
+    idx = highlighted_actions(ref_a, rew_a, top)
+    best, mode = int(idx[0]), int(np.argmax(ref_a))
+    unique_mode = np.count_nonzero(ref_a == ref_a[mode]) == 1
+    sel, rest = _sweep_summary(ref_a, rew_a, grid, idx)
     ax = _axes(ax)
-    for i in range(pi.shape[1]):
-        lab = labels[i] if labels is not None else f"$y={i}$, $r={r[i]:g}$"
-        ax.plot(grid, pi[:, i], label=lab, **_style(i))
-    for j, b in enumerate(mark):
-        p0 = float(_cf.optimal_policy(ref, reward, b)[0])
-        ax.plot([b], [p0], marker=_MARKERS[j % 7], color="black", linestyle="none", zorder=5)
-        ax.annotate(
-            rf"{p0:.2f} at $\beta$={b:g}", (b, p0), textcoords="offset points", xytext=(8, 6)
-        )
+    for j, i in enumerate(idx):
+        if names is not None:
+            lab = names[i]
+        else:
+            roles = [f"$r={rew_a[i]:.3g}$"] + (["best"] if i == best else [])
+            if i == mode and unique_mode:
+                roles.append(r"mode of $\pi_{\mathrm{ref}}$")
+            lab = f"$y={i}$ ({', '.join(roles)})"
+        ax.plot(grid, sel[:, j], label=lab, **_style(j))
+    if rest is not None:
+        total, lo, hi = rest
+        n_rest = ref_a.size - idx.size
+        what = "1 other" if n_rest == 1 else f"{n_rest:,} others"
+        if n_rest > 1:
+            ax.fill_between(
+                grid, lo, hi, color="0.55", alpha=0.35, linewidth=0,
+                label=f"{what}: range of each",
+            )  # fmt: skip
+        ax.plot(grid, total, color="0.35", linestyle=(0, (1, 1)), label=f"{what}: total")
+    texts = []
+    for j, b in enumerate(sorted(mark)):
+        pb = float(_cf.optimal_policy(ref_a, rew_a, b)[best])
+        ax.plot([b], [pb], marker=_MARKERS[j % 7], color="black", linestyle="none", zorder=5)
+        who = "" if best == 0 else f" ($y={best}$)"
+        texts.append(
+            ax.annotate(
+                rf"{pb:.2f} at $\beta$={b:g}{who}", (b, pb), textcoords="offset points",
+                xytext=(8, 6), zorder=6,
+            )
+        )  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlim(grid[0], grid[-1])
     # the two limits, at the two ends of the axis
@@ -229,11 +411,13 @@ def beta_sweep(
         va="top",
         bbox=box,
     )
-    ax.set_xlabel(r"$\beta$ (KL coefficient, log scale)")
-    ax.set_ylabel(r"$\pi^*_\beta(y)$")
+    ax.set_xlabel(r"$\beta$ (KL coefficient, reward units per nat; log scale)")
+    ax.set_ylabel(r"$\pi^*_\beta(y)$ (probability)")
     ax.set_ylim(-0.02, 1.25)
     ax.set_title(r"$\beta$ as a temperature")
-    ax.legend(loc="center left")
+    # below the axes: inside, a legend covers some curve at some beta
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    _declutter(ax, texts)
     return ax
 
 

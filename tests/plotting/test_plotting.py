@@ -56,7 +56,10 @@ def test_beta_sweep_marks_the_worked_example():
         "greedy\n" r"($\beta \to 0$)",  # the two limits, at the two ends of the axis
         "reference\n" r"($\beta \to \infty$)",
     ]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["$y=0$, $r=1$", "$y=1$, $r=0$"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "$y=0$ ($r=1$, best)",
+        "$y=1$ ($r=0$)",
+    ]
 
 
 def test_beta_sweep_custom_problem_labels_and_marks():
@@ -68,8 +71,9 @@ def test_beta_sweep_custom_problem_labels_and_marks():
         ax.lines[2].get_ydata(),
         klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], [[0.1], [1], [10]])[:, 2],
     )
+    # the mark follows the best action (y=2), not action 0
     assert float(ax.lines[3].get_ydata()[0]) == pytest.approx(
-        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], 1.0)[0], rel=1e-15
+        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], 1.0)[2], rel=1e-15
     )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
 
