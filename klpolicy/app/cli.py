@@ -256,7 +256,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if args.output is None:
             return 0
     try:
-        save_figure(
+        written = save_figure(
             lambda ax: args.draw(args, ax),
             args.output,
             dpi=args.dpi,
@@ -265,9 +265,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise ValueError(f"cannot write `-o` {args.output!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # the library names `path`/`format`; the user typed -o/--format
+        msg = str(exc).replace("`path`", "`-o`").replace("`format`", "`--format`")
+        msg = msg.replace("`dpi`", "`--dpi`")
+        raise ValueError(msg) from None
     finally:
         plt.close("all")
-    print(args.output)
+    print(written)
     return 0
 
 
@@ -297,6 +301,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise _ArgumentError(message)
 
+    def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
+        # an @file holds arguments separated by spaces, commas or newlines; # starts a comment
+        return [a for a in re.split(r"[\s,]+", arg_line.split("#", 1)[0]) if a]
+
 
 _SOLVE_EXAMPLES = """examples:
   klpolicy solve --ref 0.5 0.5 --reward 1 0 --beta 0.5
@@ -310,10 +318,21 @@ _SOLVE_EXAMPLES = """examples:
 """
 
 
+_FILE_ARGS = """long inputs:
+  any argument @FILE is replaced by the numbers (or arguments) in FILE, separated by
+  spaces, commas or newlines (# starts a comment): the shell refuses argument lists
+  past about 1 MB, a file has no limit.
+  klpolicy solve --ref @ref.txt --reward @reward.txt --beta 0.5
+  klpolicy plot beta-sweep --ref @ref.txt --reward @reward.txt -o sweep.png
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="klpolicy",
         description="Exact KL-regularised policies: pi* = ref * exp(r / beta) / Z.",
+        epilog=_FILE_ARGS,
+        fromfile_prefix_chars="@",
     )
     p.add_argument("--version", action="version", version=f"klpolicy {__version__}")
     sub = p.add_subparsers(dest="command", title="commands")
@@ -348,18 +367,25 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_plot_parser(sub) -> None:
-    pl = sub.add_parser("plot", help="draw one figure into a file (needs matplotlib)")
+    pl = sub.add_parser(
+        "plot", help="draw one figure into a file (needs matplotlib)", epilog=_FILE_ARGS
+    )
     figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
 
     def fig(name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True):
         f = figs.add_parser(name, help=help)
         f.add_argument(
-            "-o", "--output", required=output_required, metavar="FILE", help="image file"
+            "-o",
+            "--output",
+            required=output_required,
+            metavar="FILE",
+            help="image file; its suffix (.png, .svg, .pdf) sets the format",
         )
         f.add_argument(
             "--format",
             choices=("png", "svg", "pdf"),
-            help="file format for slides (default: from the suffix of FILE)",
+            help="file format for slides, for a FILE without a suffix (default: from the "
+            "suffix of FILE; a suffix naming another format is refused)",
         )
         f.add_argument("--title", help="replace the figure's title")
         f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")

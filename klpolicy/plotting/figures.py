@@ -143,14 +143,19 @@ MAX_SERIES = 6
 _BLOCK = 1 << 21
 
 
+def _one_d(name: str, x: ArrayLike) -> None:
+    """Refuse anything but one 1-D array, naming ``name`` (a figure shows one problem)."""
+    shape = np.shape(x)
+    if len(shape) != 1:
+        raise ValueError(
+            f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
+        )
+
+
 def _one_problem(ref: ArrayLike, reward: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``ref`` and ``reward`` as one 1-D problem (float64), or a ValueError naming the argument."""
-    for name, x in (("ref", ref), ("reward", reward)):
-        shape = np.shape(x)
-        if len(shape) != 1:
-            raise ValueError(
-                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
-            )
+    _one_d("ref", ref)
+    _one_d("reward", reward)
     ref_a = np.asarray(_cf.optimal_policy(ref, reward, np.inf), dtype=float)  # validates both
     return ref_a, np.asarray(reward, dtype=float)
 
@@ -476,6 +481,7 @@ def frontier(
     >>> ax.get_xlabel()
     '$\\mathrm{KL}(\\pi\\,\\|\\,\\pi_{\\mathrm{ref}})$ (nats)'
     """
+    ref, reward = _one_problem(ref, reward)
     if betas is None:
         kmax = float(_cf.max_kl(ref, reward))
         grid = np.asarray(_cf.beta_for_kl(ref, reward, np.linspace(0.0, kmax, 301)), dtype=float)
@@ -826,8 +832,12 @@ def estimator_histograms(
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     bins = V.as_positive_int("bins", bins, hi=10**6)
     gen = np.random.default_rng(rng)
+    _one_d("p", p)
+    _one_d("q", q)
     p_a = V.as_probabilities("p", p)
     q_a = V.as_probabilities("q", q)
+    if p_a.shape != q_a.shape:
+        raise ValueError(f"`q` must have the shape of `p`; got {q_a.shape} and {p_a.shape}")
     x = gen.choice(p_a.size, size=n, p=p_a / p_a.sum())
     with np.errstate(divide="ignore"):
         logp, logq = np.log(p_a[x]), np.log(q_a[x])

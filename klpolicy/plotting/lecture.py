@@ -24,6 +24,7 @@ from numpy.typing import ArrayLike
 from .. import core as _cf
 from ..core.internal import validation as V
 from .figures import _COLOURS, _labels, _one_problem, highlighted_actions, lecture_style
+from .save import as_dpi
 
 __all__ = ["animate_beta_sweep", "explore"]
 
@@ -66,8 +67,8 @@ class _Bars:
             self.idx = highlighted_actions(ref, reward, 4)
         if names is None:
             names = [f"$r={reward[i]:.3g}$" for i in self.idx]
-            if size > MAX_BARS:
-                names = [f"$y={i}$\n{n}" for i, n in zip(self.idx, names)]
+            if size > MAX_BARS:  # compact: "#index" over "r=value"
+                names = [f"#{i}\n$r$={reward[i]:.3g}" for i in self.idx]
         else:
             names = [names[i] for i in self.idx]
         if size > MAX_BARS:
@@ -89,7 +90,7 @@ class _Bars:
         ax.set_ylim(0, 1.45)
         ax.set_yticks(np.linspace(0, 1, 6))
         ax.set_ylabel("probability")
-        ax.set_xlabel("response" if size <= MAX_BARS else "response (the rest summed)")
+        ax.set_xlabel("response" if size <= MAX_BARS else "response # (the rest summed)")
         ax.legend(loc="upper left")
         self.readout = None
         if readout:
@@ -192,7 +193,7 @@ def animate_beta_sweep(
 
     frames = V.as_count("frames", frames, lo=3, hi=10_000)
     fps = V.as_positive_scalar("fps", fps)
-    dpi = V.as_positive_scalar("dpi", dpi)
+    dpi = as_dpi(dpi)
     hold = V.as_scalar("hold", hold, "[0, 60]", what="seconds")
     if path is not None and not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"`path` must be a file path (str or os.PathLike); got {V.describe(path)}")
@@ -286,8 +287,11 @@ def explore(
     With ``ipywidgets`` installed (``pip install 'klpolicy[widgets]'``) this returns a
     widget: a log-scale slider for :math:`\beta` from :math:`10^{-3}` to :math:`10^3`
     (in units of the reward's spread), the bars of :math:`\pi^*_\beta` beside the
-    reference, and a readout of the KL and the expected reward. Without it, a static
-    figure of the bars at five betas from the reference to the greedy policy.
+    reference, and a readout of the KL and the expected reward. Without it, a
+    ``UserWarning`` says so and a static figure shows the bars at six betas from the
+    reference to the greedy policy, evenly spaced in KL, in 2 x 3 panels that fill a
+    16:9 slide (12.8 x 7.2 inches). Past 12 responses the bars are the highlighted
+    ones (:func:`~klpolicy.plotting.highlighted_actions`) and the others' total.
 
     Parameters
     ----------
@@ -323,6 +327,15 @@ def explore(
     try:
         import ipywidgets as widgets
     except ImportError:
+        import warnings
+
+        warnings.warn(
+            "klpolicy.plotting.explore: ipywidgets is not installed, so this is a static "
+            "figure of six betas, not a slider; install it with "
+            "`pip install 'klpolicy[widgets]'`",
+            UserWarning,
+            stacklevel=2,
+        )
         return _static_explore(ref_a, rew_a, labels)
 
     spread = float(np.sqrt(np.dot(ref_a, (rew_a - np.dot(ref_a, rew_a)) ** 2))) or 1.0
@@ -364,18 +377,30 @@ def explore(
 
 
 def _static_explore(ref_a, rew_a, labels):
-    betas = _sweep_betas(ref_a, rew_a, 5)
+    """Six betas from the reference to greedy, 2 x 3 panels on a 16:9 slide (12.8 x 7.2 in)."""
+    betas = _sweep_betas(ref_a, rew_a, 6)
     with matplotlib.rc_context(lecture_style()):
         fig, axes = plt.subplots(
-            1, len(betas), figsize=(4.6 * len(betas), 5.0), sharey=True, layout="constrained"
+            2, 3, figsize=(12.8, 7.2), sharey=True, sharex=True, layout="constrained"
         )
-        for ax, b in zip(axes, betas):
-            bars = _Bars(ax, ref_a, rew_a, labels)
-            bars.show(float(b))
-            if ax is not axes[0]:
+        for k, (ax, b) in enumerate(zip(axes.flat, betas)):
+            bars = _Bars(ax, ref_a, rew_a, labels, readout=False)
+            kl, er = bars.show(float(b))
+            ax.set_title(
+                f"{_beta_label(float(b))}\n"
+                rf"KL = {kl:.3f} nats, $\mathbb{{E}}[r]$ = {er:.3f}",
+                fontsize=14,
+            )
+            ax.set_ylim(0, 1.25)
+            if k:
                 ax.get_legend().remove()
+            if k % 3:
                 ax.set_ylabel("")
+            if k < 3:
+                ax.set_xlabel("")
+            ax.tick_params(axis="x", labelsize=11 if ref_a.size > MAX_BARS else 14)
         fig.suptitle(
-            r"$\pi^*_\beta$ from the reference to greedy (install ipywidgets for a slider)"
+            r"$\pi^*_\beta$ from the reference to greedy, evenly spaced in KL"
+            " (a static figure: install ipywidgets for the slider)"
         )
     return fig
