@@ -145,7 +145,10 @@ _BLOCK = 1 << 21
 
 def _one_d(name: str, x: ArrayLike) -> None:
     """Refuse anything but one 1-D array, naming ``name`` (a figure shows one problem)."""
-    shape = np.shape(x)
+    try:
+        shape = np.shape(x)
+    except (TypeError, ValueError):  # ragged or not numbers: the core validators name it
+        return
     if len(shape) != 1:
         raise ValueError(
             f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
@@ -206,7 +209,12 @@ def highlighted_actions(ref: ArrayLike, reward: ArrayLike, top: int | None = Non
     size = ref_a.size
     if top is None:
         top = size if size <= MAX_SERIES else 4
-    top = V.as_count("top", top, lo=1, hi=MAX_SERIES)
+    top = V.as_count("top", top, lo=1)
+    if top > MAX_SERIES:
+        raise ValueError(
+            f"`top` must be at most {MAX_SERIES}, the series one axes tells apart by colour; "
+            f"got {top}"
+        )
     support = np.flatnonzero(ref_a > 0)
     # highest reward first, the likelier under ref on ties (a stable order)
     order = support[np.lexsort((-ref_a[support], -rew_a[support]))]
@@ -359,6 +367,8 @@ def beta_sweep(
     mark = [float(b) for b in V.check_beta_values("mark", mark).reshape(-1)] if len(mark) else []
     idx = highlighted_actions(ref_a, rew_a, top)
     best, mode = int(idx[0]), int(np.argmax(ref_a))
+    if idx.size == ref_a.size:  # every action drawn: in their own order
+        idx = np.arange(ref_a.size)
     unique_mode = np.count_nonzero(ref_a == ref_a[mode]) == 1
     sel, rest = _sweep_summary(ref_a, rew_a, grid, idx)
     ax = _axes(ax)

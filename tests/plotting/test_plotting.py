@@ -390,8 +390,9 @@ def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
     assert f"= {float(pi @ reward):.3f}" in text.get_text()
     heights = [p.get_height() for p in fig.axes[0].patches[3:]]
     np.testing.assert_allclose(heights, pi, rtol=1e-15)
-    # shown as a notebook shows it: every frame rendered into the page
-    assert anim.to_jshtml().count("data:image/png;base64") == 9
+    # shown as a notebook shows it: every frame rendered into the page, the first and the
+    # last held for 1 s (10 more frames each at 10 fps)
+    assert anim.to_jshtml().count("data:image/png;base64") == 9 + 2 * 10
     with pytest.raises(ValueError, match=re.escape("`frames` must be an integer >= 3; got 2")):
         plotting.animate_beta_sweep(ref, reward, frames=2)
 
@@ -449,9 +450,10 @@ def test_explore_without_ipywidgets_is_a_static_figure(monkeypatch):
     import matplotlib.figure
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
-    fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
+    with pytest.warns(UserWarning, match="ipywidgets is not installed"):
+        fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
     assert isinstance(fig, matplotlib.figure.Figure)
-    assert len(fig.axes) == 5
+    assert len(fig.axes) == 6
     # first panel the reference, last the greedy policy
     first = [p.get_height() for p in fig.axes[0].patches[3:]]
     last = [p.get_height() for p in fig.axes[-1].patches[3:]]
