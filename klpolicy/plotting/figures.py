@@ -132,6 +132,15 @@ def _lecture(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _at_most_one_colour_each(name: str, series: Sequence[Any]) -> None:
+    """Refuse more series than one axes tells apart by colour (beside a black reference)."""
+    if len(series) > MAX_SERIES:
+        raise ValueError(
+            f"`{name}` must hold at most {MAX_SERIES} entries, one colour each in one axes; "
+            f"got {len(series)}: draw them over several axes"
+        )
+
+
 def _style(i: int) -> dict[str, Any]:
     return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)]}
 
@@ -511,29 +520,47 @@ def frontier(
             if not chosen or k - float(_cf.optimal_kl(ref, reward, chosen[-1])) > kmax / 6:
                 chosen.append(b)
         mark = chosen[:5]
+    texts = []
     for b in mark:
         pi_b = _cf.optimal_policy(ref, reward, b)
         x, y = float(_cf.optimal_kl(ref, reward, b)), float(np.dot(pi_b, reward))
-        ax.plot([x], [y], marker="o", color="black", markersize=6, linestyle="none", zorder=5)
-        ax.annotate(
-            rf"$\beta$={b:g}", (x, y), textcoords="offset points", xytext=(-8, 8), ha="right"
-        )
+        ax.plot(
+            [x], [y], marker="o", color="black", markersize=6, linestyle="none", zorder=5,
+            clip_on=False,
+        )  # fmt: skip
+        # above-left of the point, outside the concave curve; below-right near KL = 0,
+        # where the left has no room (the axis starts at KL = 0: there is no negative KL)
+        left = x > 0.2 * kmax
+        texts.append(
+            ax.annotate(
+                rf"$\beta$={b:g}", (x, y), textcoords="offset points",
+                xytext=(-8, 8) if left else (10, -6), ha="right" if left else "left",
+                va="bottom" if left else "top",
+            )
+        )  # fmt: skip
     if best_of_n is not None:
         from .. import best_of_n as bon
 
         ns = [int(n) for n in V.as_positive_int_array("best_of_n", best_of_n).reshape(-1)]
         kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
         er = [float(np.dot(bon.best_of_n_policy(ref, reward, n), reward)) for n in ns]
-        ax.plot(kl, er, marker="s", linestyle="none", color=_COLOURS[1], label="best-of-n")
+        # hollow squares: a best-of-n point on the curve leaves the beta dot visible
+        ax.plot(
+            kl, er, marker="s", markersize=10, markerfacecolor="none", markeredgewidth=2,
+            linestyle="none", color=_COLOURS[1], label="best-of-n", clip_on=False,
+        )  # fmt: skip
         for n, x, y in zip(ns, kl, er):
-            if n == 1:  # the reference itself, at KL 0: labelled inside the axes
-                ax.annotate("$n=1$", (x, y), textcoords="offset points", xytext=(10, -4), va="top")
-            else:
-                ax.annotate(f"$n={n}$", (x, y), textcoords="offset points", xytext=(8, -18))
+            texts.append(
+                ax.annotate(
+                    f"$n={n}$", (x, y), textcoords="offset points", xytext=(10, -6), va="top"
+                )
+            )
     ax.margins(y=0.1)
-    ax.set_xlim(left=-0.12 * kmax)  # room for the labels of the points near KL = 0
+    ax.set_xlim(0.0, 1.03 * kmax)  # KL >= 0: the axis starts at 0
+    # labels of points close together (beta = 0.1 next to n = 32) move apart, downwards
+    _declutter(ax, texts, up=False)
     ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
-    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ (reward units)")
     ax.set_title("Reward-KL frontier")
     ax.legend(loc="lower right")
     return ax
@@ -565,9 +592,12 @@ def kl_budget(
         fitted forms).
     label : str, optional
         Prefix for the legend entries.
-    proxy_axis : {"left", "right"}, optional
+    proxy_axis : {"left", "right", "panel"}, optional
         ``"right"`` draws the proxy on its own axis (``ax.right_ax``), so that a
-        proxy that keeps rising does not squeeze the gold curve flat.
+        proxy that keeps rising does not squeeze the gold curve flat; ``"panel"``
+        draws it in a panel of its own below, sharing the :math:`d` axis
+        (``ax.proxy_ax``): two scales whose curves never cross by accident, the
+        clearer choice for slides.
     ax : matplotlib Axes, optional
 
     Returns
@@ -577,7 +607,8 @@ def kl_budget(
     Raises
     ------
     ValueError
-        When the arrays differ in length or hold non-finite values.
+        When the arrays differ in length or hold non-finite values, or ``fits`` holds
+        more curves than the palette has colours left (5).
 
     References
     ----------
@@ -603,10 +634,16 @@ def kl_budget(
     pre = f"{label} " if label else ""
     # dense sweeps: markers evenly spaced along the drawn curve, not one per point
     every = None if d_a.size <= 25 else 0.04
-    if proxy_axis not in ("left", "right"):
-        raise ValueError(f"`proxy_axis` must be 'left' or 'right'; got {proxy_axis!r}")
+    if proxy_axis not in ("left", "right", "panel"):
+        raise ValueError(f"`proxy_axis` must be 'left', 'right' or 'panel'; got {proxy_axis!r}")
+    if fits is not None and len(fits) > len(_COLOURS) - 2:
+        raise ValueError(
+            f"`fits` must hold at most {len(_COLOURS) - 2} curves (one colour each beside "
+            f"gold and proxy); got {len(fits)}: draw the others on another axes"
+        )
     ax.plot(d_a, g_a, marker="o", markevery=every, label=f"{pre}gold reward", **_style(0))
     lines = list(ax.get_lines()[-1:])
+    split = proxy is not None and proxy_axis == "panel"
     if proxy is not None:
         p_a = V.as_rewards("proxy", proxy)
         if p_a.shape != d_a.shape:
@@ -618,14 +655,35 @@ def kl_budget(
             target.set_ylabel("proxy reward", color=_COLOURS[1])
             target.tick_params(axis="y", colors=_COLOURS[1])
             ax.right_ax = target
+        elif split:
+            # a panel of its own below, sharing d: two scales that never cross by accident
+            spec = ax.get_subplotspec()
+            if spec is None:
+                raise ValueError("`proxy_axis='panel'` needs an `ax` made by subplots")
+            grid = spec.subgridspec(2, 1, hspace=0.08)
+            ax.set_subplotspec(grid[0])
+            target = ax.figure.add_subplot(grid[1], sharex=ax)
+            target.set_ylabel("proxy reward\n(reward units)")
+            ax.proxy_ax = target
         target.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
-        lines.append(target.get_lines()[-1])
+        if not split:
+            lines.append(target.get_lines()[-1])
     for i, (name, fn) in enumerate((fits or {}).items()):
         xs = np.linspace(max(d_a.min(), 1e-6), d_a.max(), 200)
-        ax.plot(xs, fn(xs), label=name, color=_COLOURS[(i + 2) % 7], linestyle=":")
+        ax.plot(xs, fn(xs), label=name, color=_COLOURS[i + 2], linestyle=":")
         lines.append(ax.get_lines()[-1])
-    ax.set_xlabel(r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$")
-    ax.set_ylabel("gold reward" if proxy_axis == "right" and proxy is not None else "reward")
+    d_label = r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$ ($\sqrt{\mathrm{nats}}$)"
+    if split:
+        target.set_xlabel(d_label)
+        ax.tick_params(labelbottom=False)
+        ax.set_ylabel("gold reward\n(reward units)")
+    else:
+        ax.set_xlabel(d_label)
+        ax.set_ylabel(
+            "gold reward (reward units)"
+            if proxy_axis == "right" and proxy is not None
+            else "reward (reward units)"
+        )
     ax.set_title("Over-optimisation: the KL budget as a safety margin")
     if proxy_axis == "right" and proxy is not None:
         # below the axes: the rising proxy crosses every corner inside
@@ -689,13 +747,13 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     elif a.ndim == 2:
         im = ax.imshow(a, aspect="auto", cmap=cmap, interpolation="nearest")
         ax.figure.colorbar(im, ax=ax, label="KL (nats)")
-        ax.set_ylabel("sequence")
+        ax.set_ylabel("sequence (batch row)")
         ax.set_title("Per-token KL across a batch")
         ax.grid(False)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         raise ValueError(f"`kl` must have shape (T,) or (B, T); got shape {a.shape}")
-    ax.set_xlabel(r"position $t$")
+    ax.set_xlabel(r"position $t$ (token index)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
@@ -737,7 +795,7 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     >>> from klpolicy.plotting import controller_trace
     >>> ax = controller_trace(SimpleNamespace(kl=[1.0, 0.5, 0.4], beta=[0.1, 0.2, 0.25]), target=0.4)
     >>> ax.right_ax.get_ylabel()
-    '$\\beta$'
+    '$\\beta$ (reward units per nat)'
     """
     if not (hasattr(trace, "kl") and hasattr(trace, "beta")):
         raise ValueError(f"`trace` must have `.kl` and `.beta` arrays; got {type(trace).__name__}")
@@ -755,11 +813,11 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     ax.plot(steps, kl, label="KL", **_style(0))
     if target is not None:
         ax.axhline(float(target), color="black", linestyle=":", label="target")
-    ax.set_xlabel("step")
+    ax.set_xlabel("step (controller updates)")
     ax.set_ylabel("KL (nats)")
     right = ax.twinx()
     right.plot(steps, beta, label=r"$\beta$", **_style(1))
-    right.set_ylabel(r"$\beta$")
+    right.set_ylabel(r"$\beta$ (reward units per nat)")
     right.grid(False)
     ax.right_ax = right
     lines = ax.get_lines() + right.get_lines()
@@ -837,6 +895,7 @@ def estimator_histograms(
         estimators = (estimators,)
     for name in estimators:  # a mistyped name: the registry's message, naming `estimators`
         est.get_estimator(name, argument="estimators")
+    _at_most_one_colour_each("estimators", estimators)
     from ..core import kl_divergence
 
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
@@ -865,7 +924,7 @@ def estimator_histograms(
         )
         label = f"{math} (mean {vals.mean():.3f})"
         if not finite.all():
-            label = f"{math} ({np.count_nonzero(~finite)} of {n} samples infinite: $q = 0$)"
+            label = f"{math}: {np.count_nonzero(~finite):,} of {n:,} samples infinite ($q = 0$)"
         if finite.any():
             ax.hist(vals[finite], bins=bins, histtype="step", linewidth=2, label=label, **_style(i))
         else:
@@ -882,10 +941,12 @@ def estimator_histograms(
             label=r"true KL $= \infty$ ($p > 0$ where $q = 0$)",
         )
     ax.set_xlabel("per-sample estimate (nats)")
-    ax.set_ylabel("count")
+    ax.set_ylabel(f"count (of {n:,} samples)")
     ax.set_title("KL estimators: per-sample spread")
-    # below the plot: tall spikes can fill any corner inside
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    # below the plot: tall spikes can fill any corner inside; one column when a label is
+    # long (the counts of infinite samples), so the legend is never wider than the figure
+    long = max(len(t) for t in ax.get_legend_handles_labels()[1]) > 30
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if long else 2, frameon=False)
     return ax
 
 
@@ -947,6 +1008,7 @@ def fixed_points(
         if betas is None
         else V.check_beta_values("betas", betas).reshape(-1)
     )
+    _at_most_one_colour_each("combos", combos)
     exact = _cf.frontier(ref, reward, grid).expected_reward  # validates ref and reward
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
@@ -965,8 +1027,8 @@ def fixed_points(
             **_style(i),
         )
     ax.set_xscale("log")
-    ax.set_xlabel(r"$\beta$ (log scale)")
-    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ at convergence")
+    ax.set_xlabel(r"$\beta$ (reward units per nat; log scale)")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ at convergence (reward units)")
     ax.set_title("Where each KL estimator placement converges")
     ax.legend(loc="best")
     return ax

@@ -131,7 +131,7 @@ def test_frontier_default_grid_is_smooth_and_marks_beta_on_the_curve():
             (float(klpolicy.optimal_kl(ref, reward, b)), float(np.dot(pi, reward))), rel=1e-12
         )
     # mathtext labels with real subscripts
-    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$"
+    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$ (reward units)"
     assert r"\pi_{\mathrm{ref}}" in ax.get_xlabel()
     assert ax.get_legend().get_texts()[0].get_text().startswith(r"$\pi^*_\beta$")
 
@@ -185,12 +185,17 @@ def test_demo_overoptimization_figure_fits_and_is_not_squeezed(tmp_path):
     assert c.gold_gain.argmax() not in (0, c.d.size - 1) and c.gold_gain[-1] < 0
     # the beta grid is uniform in d
     np.testing.assert_allclose(np.diff(c.d), np.diff(c.d)[0], rtol=1e-6)
-    # drawn: the proxy has its own axis, so the gold curve fills most of the left one
+    # drawn: the proxy has a panel of its own below (no twin axes whose crossing means
+    # nothing), so the gold curve fills most of its panel, and both share the d axis
     ax = plt.figure().add_subplot()
     demo.FIGURES["overoptimization"][0](ax)
     lo, hi = ax.get_ylim()
     assert span / (hi - lo) > 0.8
-    np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), o["proxy_gain"])
+    assert not hasattr(ax, "right_ax")
+    np.testing.assert_array_equal(ax.proxy_ax.lines[0].get_ydata(), o["proxy_gain"])
+    assert ax.proxy_ax.get_position().y1 < ax.get_position().y0  # below, not on top
+    assert ax.proxy_ax.get_shared_x_axes().joined(ax, ax.proxy_ax)
+    assert "reward units" in ax.get_ylabel() and "reward units" in ax.proxy_ax.get_ylabel()
     names = [p.name for p in demo.write_figures(tmp_path, ["overoptimization"])]
     assert names == ["overoptimization.png"]
 
@@ -231,7 +236,7 @@ def test_token_kl_bar_chart_and_heatmap():
     batch = np.arange(6.0).reshape(2, 3) / 10
     ax = plotting.token_kl(batch)
     np.testing.assert_array_equal(ax.images[0].get_array(), batch)
-    assert ax.get_ylabel() == "sequence"
+    assert ax.get_ylabel() == "sequence (batch row)"
     with pytest.raises(
         ValueError, match=re.escape("`kl` must have shape (T,) or (B, T); got shape (1, 1, 2)")
     ):
