@@ -1,6 +1,9 @@
 """Speed of the per-action figures at any size a user can type, as ratios to a bare plot.
 
-Baseline, measured in the same process: a bare matplotlib figure of the same size,
+The figures: ``beta_sweep`` (one curve per action), ``explore`` without ipywidgets
+and one ``animate_beta_sweep`` GIF of 3 frames (one bar per action), ``frontier``
+(best-of-n points on ``V`` actions) and ``token_kl`` (one bar per position, ``V``
+positions). Baseline, measured in the same process: a bare matplotlib figure of the same size,
 one ``ax.plot`` of a 400-point line, saved as PNG at the same dpi (the cost of any
 figure at all). Each row draws one klpolicy figure for ``V`` actions (Dirichlet
 reference, standard-normal rewards, seed 0) and saves it as PNG; the time is the
@@ -46,7 +49,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dpi", type=float, default=100.0)
     parser.add_argument(
-        "--figures", nargs="+", default=["beta_sweep", "explore", "animation_frame"]
+        "--figures",
+        nargs="+",
+        default=["beta_sweep", "explore", "animation_frame", "frontier", "token_kl"],
     )
     args = parser.parse_args()
 
@@ -68,6 +73,8 @@ def main() -> None:
             "beta_sweep": lambda: save(plotting.beta_sweep(ref, reward).figure, args.dpi),
             "explore": lambda: save(_static_explore(ref, reward), args.dpi),
             "animation_frame": lambda: _one_frame(ref, reward, args.dpi),
+            "frontier": lambda: save(plotting.frontier(ref, reward).figure, args.dpi),
+            "token_kl": lambda: save(plotting.token_kl(ref * v).figure, args.dpi),
         }
         for name in args.figures:
             t = best_time(cases[name], repeat)

@@ -148,6 +148,8 @@ def _style(i: int) -> dict[str, Any]:
 #: At most this many actions are drawn one by one in a figure of one series per action;
 #: with more, the figure draws a few and summarises the rest (one colour per series).
 MAX_SERIES = 6
+#: Up to this many positions get a bar each in :func:`token_kl`; longer, a filled step curve.
+_POSITION_BARS = 200
 #: Probability entries computed at once when a figure sweeps beta over many actions.
 _BLOCK = 1 << 21
 
@@ -464,7 +466,8 @@ def frontier(
     ref, reward : array_like, shape (V,)
     betas : array_like, optional
         The beta grid for the curve (default: 301 betas evenly spaced in KL from
-        0 to the greedy KL, so the curve is smooth at both ends).
+        0 to the greedy KL, so the curve is smooth at both ends; past 10^4 actions
+        fewer, down to 25, plus 8 close to KL = 0, so 10^5 actions draw in seconds).
     best_of_n : sequence of int or None, optional
         Values of n whose exact (KL, E[r]) points are drawn
         (:mod:`klpolicy.best_of_n`); None for none.
@@ -503,7 +506,12 @@ def frontier(
     ref, reward = _one_problem(ref, reward)
     if betas is None:
         kmax = float(_cf.max_kl(ref, reward))
-        grid = np.asarray(_cf.beta_for_kl(ref, reward, np.linspace(0.0, kmax, 301)), dtype=float)
+        # 301 KLs, fewer past 10^4 actions (each costs a root search over all of them), and
+        # a few close to 0, where the curve rises like sqrt(KL)
+        n = int(np.clip(3_000_000 // ref.size, 25, 301))
+        near0 = np.geomspace(1e-4, 1.0 / n, 8) if n < 301 else np.empty(0)
+        targets = kmax * np.unique(np.concatenate([np.linspace(0.0, 1.0, n), near0]))
+        grid = np.asarray(_cf.beta_for_kl(ref, reward, targets), dtype=float)
     else:
         grid = V.check_beta_values("betas", betas).reshape(-1)
     f = _cf.frontier(ref, reward, grid)
@@ -710,7 +718,8 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     ----------
     kl : array_like, shape (T,) or (B, T)
         Per-position KL (e.g. :func:`klpolicy.sequences.per_token_kl`, or the
-        per-token values of :func:`klpolicy.sequences.token_kl_profile`).
+        per-token values of :func:`klpolicy.sequences.token_kl_profile`). Past 200
+        positions one sequence is drawn as a filled step curve, not one bar each.
     ax : matplotlib Axes, optional
     cmap : str, optional
         Colour map of the heatmap (``cividis`` is colour-blind safe).
@@ -740,7 +749,11 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     a = V.as_rewards("kl", kl)
     ax = _axes(ax)
     if a.ndim == 1:
-        ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        if a.size <= _POSITION_BARS:
+            ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        else:  # one bar per position would be slow and unreadable: one filled step curve
+            ax.fill_between(np.arange(a.size), a, step="mid", color=_COLOURS[0], linewidth=0)
+            ax.set_xlim(-0.5, a.size - 0.5)
         ax.set_axisbelow(True)
         ax.set_ylabel(r"KL at position $t$ (nats)")
         ax.set_title(f"Where the KL sits (total {a.sum():.3g} nats)")
