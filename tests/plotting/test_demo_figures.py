@@ -16,12 +16,6 @@ from klpolicy import plotting  # noqa: E402
 from klpolicy.app import demo  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 def _drawn(name):
     with matplotlib.rc_context(plotting.lecture_style()):
         fig, ax = plt.subplots(figsize=(7.5, 4.8), layout="constrained", dpi=50)

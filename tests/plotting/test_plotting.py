@@ -18,12 +18,6 @@ import klpolicy  # noqa: E402
 from klpolicy import plotting  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 def _sigmoid(x: float) -> float:
     return float(np.exp(x) / (np.exp(x) + 1.0))
 
