@@ -153,7 +153,9 @@ def _beta_grid(a: argparse.Namespace, n: int) -> np.ndarray:
 def _plot_beta_sweep(a: argparse.Namespace, ax):
     from .. import plotting
 
-    return plotting.beta_sweep(a.ref, a.reward, betas=_beta_grid(a, 400), mark=a.mark or (), ax=ax)
+    return plotting.beta_sweep(
+        a.ref, a.reward, betas=_beta_grid(a, 400), mark=a.mark or (), top=a.top, ax=ax
+    )
 
 
 def _plot_frontier(a: argparse.Namespace, ax):
@@ -244,7 +246,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ValueError(f"`--animate` writes a GIF; got {animate!r} (name it *.gif)")
         try:
             animate_beta_sweep(
-                args.ref, args.reward, frames=args.frames, fps=args.fps, path=animate, dpi=args.dpi
+                args.ref,
+                args.reward,
+                frames=args.frames,
+                fps=args.fps,
+                path=animate,
+                dpi=args.dpi,
+                hold=args.hold,
             )
         except OSError as exc:
             raise ValueError(
@@ -417,6 +425,18 @@ def _add_plot_parser(sub) -> None:
     )
     f.add_argument("--frames", type=int, default=60, help="frames of the animation (default 60)")
     f.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
+    f.add_argument(
+        "--hold",
+        type=float,
+        default=1.0,
+        help="seconds the animation holds its first and last frames (default 1)",
+    )
+    f.add_argument(
+        "--top",
+        type=int,
+        help="actions drawn one by one, 1 to 6 (default: all up to 6, else 4: the best, "
+        "the reference's most likely, the next best; the rest as a total and a band)",
+    )
 
     f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
     problem(f)

@@ -89,3 +89,49 @@ def test_plot_help_documents_at_file(capsys):
     with pytest.raises(SystemExit):
         main(["plot", "-h"])
     assert "klpolicy plot beta-sweep --ref @ref.txt --reward @reward.txt" in capsys.readouterr().out
+
+
+def test_beta_sweep_top_and_animation_hold(tmp_path, capsys):
+    from PIL import Image
+
+    gif = tmp_path / "a.gif"
+    argv = [
+        "plot",
+        "beta-sweep",
+        "--ref",
+        "0.4",
+        "0.3",
+        "0.2",
+        "0.1",
+        "--reward",
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
+    assert (
+        main(
+            [
+                *argv,
+                "--animate",
+                str(gif),
+                "--frames",
+                "3",
+                "--fps",
+                "10",
+                "--hold",
+                "0.5",
+                "--dpi",
+                "20",
+            ]
+        )
+        == 0
+    )
+    with Image.open(gif) as im:
+        durations = []
+        for i in range(im.n_frames):
+            im.seek(i)
+            durations.append(im.info["duration"])
+    assert durations == [600, 100, 600]
+    assert main([*argv, "--top", "7", "-o", str(tmp_path / "x.png")]) == 2
+    assert "`top` must be at most 6" in capsys.readouterr().err
