@@ -289,6 +289,8 @@ _PAGES = sorted((ROOT / "tutorials").glob("*.md")) + [
     for p in sorted(DOCS.rglob("*.md"))
     if "_build" not in p.parts and not (p.parent.name == "tutorials" and p.name[0].isdigit())
 ]
+# the library's docstrings and comments (read as source text: LaTeX and plain spellings alike)
+_SOURCES = sorted((ROOT / "klpolicy").rglob("*.py"))
 
 
 def _normalise_kl(text: str) -> str:
@@ -311,7 +313,10 @@ _WRONG = [
     (rf"{_REVERSE}\W{{0,4}}(?:is )?(?:the )?forward", "KL(pi || pi_ref) called forward"),
     (r"k3 in the loss[^.]{0,40}reverse", "k3 in the loss differentiates the forward KL"),
     (r"k3 in the loss is a reverse", "k3 in the loss differentiates the forward KL"),
-    (r"reverse-KL (?:point|fixed point)", "the k3/TRPO fixed point is the forward-KL one"),
+    (r"reverse-KL (?:point|fixed point|solution)", "the k3/TRPO fixed point is the forward-KL one"),
+    # the k3-in-the-loss gradient, pi - ref per prefix or -E_q[grad log p], is the forward KL's
+    (r"\(pi(?:\(\.\|s\))? - ref(?:\(\.\|s\))?\)[^.]{0,60}reverse", "pi - ref is grad KL(ref||pi)"),
+    (r"E\}?_?q\[\\?nabla ?\\?log p\][^.]{0,40}reverse", "-E_q[grad log p] is grad KL(q||p)"),
     (r"forward-KL (?:penalty|regulari[sz]ed optimum pi\*)", "the RLHF penalty is the reverse KL"),
 ]
 
@@ -325,7 +330,9 @@ def test_the_kl_convention_is_stated_once():
     assert "mode-seeking" in text and "mass-covering" in text
 
 
-@pytest.mark.parametrize("path", _PAGES, ids=[str(p.relative_to(ROOT)) for p in _PAGES])
+@pytest.mark.parametrize(
+    "path", _PAGES + _SOURCES, ids=[str(p.relative_to(ROOT)) for p in _PAGES + _SOURCES]
+)
 def test_forward_and_reverse_kl_are_named_one_way(path):
     norm = _normalise_kl(path.read_text(encoding="utf-8"))
     found = [(why, m.group(0)) for pattern, why in _WRONG for m in re.finditer(pattern, norm, re.I)]
@@ -341,6 +348,14 @@ def test_the_kl_convention_check_catches_the_old_mistakes():
         "Per token, k3 in the loss is a reverse KL at every prefix",
         r"the *forward* KL $\mathrm{KL}(\pi\,\|\,\pi_{ref})$, the RLHF penalty",
         "reverse-KL point at the policy-dependent coefficient",
+        # the docstrings that used to be in estimators/targets.py and torch/closed_form.py
+        "* k3 in the loss has expected gradient :math:`\\nabla\\mathrm{KL}(\\pi_{ref}\\|\\pi)`\n"
+        "  (the *reverse* KL), so with plain advantages",
+        "the reverse-KL fixed point at the effective coefficient :math:`\\beta\\sigma_\\pi`.",
+        "of the reference's support, started at the reverse-KL solution. Summing",
+        "gradient ``P_pi(s) (pi(.|s) - ref(.|s))`` in the logits of prefix ``s``: a\n"
+        "    reverse KL *per prefix*.",
+        ":math:`-\\mathbb{E}_q[\\nabla\\log p]`, the gradient of the *reverse*\n        KL: k3",
     ]
     for line in bad:
         norm = _normalise_kl(line)

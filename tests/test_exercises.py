@@ -1,4 +1,5 @@
 """Every tutorial is a lesson: objectives at the top, takeaways at the end, and 2-3 exercises
+(among them one to derive by hand and one to predict before running)
 whose folded-away solutions run and give the answer the page states.
 
 The solutions are plain ``python`` blocks inside a MyST ``{admonition} Solution`` with
@@ -41,6 +42,11 @@ def _tolerance(written: str) -> float:
     return 0.5 * 10.0 ** (-decimals + (int(exp) if exp else 0)) * (1 + 1e-9)
 
 
+# tutorials whose exercises include a "derive" (pen and paper, checked by the library) and a
+# "predict" one (say what a number or figure will show before running it); a new tutorial
+# joins this list once it has both
+THINKING = {f"{i:02d}" for i in (*range(1, 13), 16)}
+
 # the exercises of tutorials that need an optional dependency run only where it is installed
 _ALL = [(p, i) for p in TUTORIALS for i in range(len(_solutions(p)))]
 
@@ -61,9 +67,13 @@ def test_each_tutorial_is_a_lesson(path):
     takeaways = text.split("\n## Takeaways\n", 1)[1].split("\n## ", 1)[0]
     assert len(re.findall(r"^- ", takeaways, re.M)) >= 3
     exercises = text.split("\n## Exercises\n", 1)[1]
-    n = len(re.findall(r"^\*\*Exercise \d\.\*\*", exercises, re.M))
+    kinds = re.findall(r"^\*\*Exercise \d(?: \((derive|predict)\))?\.\*\*", exercises, re.M)
+    n = len(kinds)
     assert 2 <= n <= 3, f"{path.name} has {n} exercises"
     assert len(_solutions(path)) == n, f"{path.name}: every exercise needs one solution block"
+    if path.stem[:2] in THINKING:
+        # pen and paper first, and a prediction before running: not only library calls
+        assert "derive" in kinds and "predict" in kinds, f"{path.name}: {kinds}"
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=_ids(TUTORIALS))

@@ -1,5 +1,6 @@
 """Every figure of every tutorial is fit for a slide: a legend in every panel that shows more
-than one labelled series, and maths written as mathtext (see tests/_figure_rules.py).
+than one labelled series, one colour per labelled series of a panel, axis labels and a title,
+markers a projector shows, and maths written as mathtext (see tests/_figure_rules.py).
 
 The tutorials' code cells run here in order, as the notebook would run them (without the
 folded exercise solutions, which tests/test_exercises.py runs), with matplotlib's Agg
@@ -56,14 +57,17 @@ def test_tutorial_figures_have_a_legend_per_panel_and_math_labels(path, monkeypa
     assert problems == []
 
 
-def test_the_figure_rules_catch_a_shared_legend_and_plain_maths():
+def test_the_figure_rules_catch_a_missing_legend_and_plain_maths():
     fig, axes = plt.subplots(1, 2)
     for ax in axes:
         ax.plot([0, 1], label="pi_ref")
         ax.plot([1, 0], label=r"$\pi^*_\beta$")
-    fig.legend(*axes[0].get_legend_handles_labels())
     problems = figure_problems(fig)
     assert len([p for p in problems if "without a legend" in p]) == 2
+    # one figure-wide legend that names the series of both panels serves both
+    shared = fig.legend(*axes[0].get_legend_handles_labels())
+    assert [p for p in figure_problems(fig) if "legend" in p and "plain" not in p] == []
+    shared.remove()
     axes[0].legend()
     axes[1].legend(handles=axes[1].lines[:1])  # a legend that leaves a series out
     problems = figure_problems(fig)
@@ -72,6 +76,48 @@ def test_the_figure_rules_catch_a_shared_legend_and_plain_maths():
     ]
     assert sum("'pi' written as plain text" in p for p in problems) == 2
     plt.close(fig)
+
+
+def test_the_figure_rules_catch_two_series_of_one_colour():
+    fig, axes = plt.subplots(1, 3)
+    # tutorial 8's old trainer figure: the same colour, told apart only by the dash pattern
+    axes[0].plot([0, 1], color="C2", label="$k_2$ in the loss")
+    axes[0].plot([1, 0], color="C2", ls="--", label="trust region")
+    axes[1].scatter([0], [1], color="#0072B2", label="best of $n$")
+    axes[1].bar([1], [1], color="#0072B2", label="closed form")
+    axes[2].plot([0, 1], color="C0", label="one")
+    axes[2].plot([1, 0], color="C1", label="two")
+    axes[2].plot([1, 1], color="C0")  # unlabelled: a guide line may repeat a colour
+    for ax in axes:
+        ax.legend()
+    problems = [p for p in figure_problems(fig) if "one colour" in p]
+    assert problems == [
+        "figure: panel 'panel 1' draws '$k_2$ in the loss' and 'trust region' in one colour",
+        "figure: panel 'panel 2' draws 'best of $n$' and 'closed form' in one colour",
+    ]
+    plt.close(fig)
+
+
+def test_the_figure_rules_ask_for_labels_titles_and_visible_markers():
+    fig, axes = plt.subplots(1, 3, sharey=True)
+    axes[0].plot([0, 1], "o", ms=3, label="best of $n$")
+    axes[0].set(xlabel="KL (nats)", ylabel="reward", title="left")
+    axes[1].plot([0, 1])  # shares the y label of the first panel; lacks x label and title
+    axes[2].plot([0, 1])
+    axes[2].set(xlabel="update", title="right")
+    assert figure_problems(fig) == [
+        "figure: panel 'left': markers of 'best of $n$' are 3.0 pt",
+        "figure: panel 'panel 2' has no x label",
+        "figure: panel 'panel 2' has no title",
+    ]
+    fig.suptitle("a figure title serves every panel")
+    axes[0].lines[0].set_markersize(8)
+    axes[1].set_xlabel("update")
+    assert figure_problems(fig) == []
+    blank = plt.figure()
+    blank.add_subplot().set_axis_off()  # a diagram drawn on a blank canvas needs no axes
+    assert figure_problems(blank) == []
+    plt.close("all")
 
 
 @pytest.mark.parametrize(

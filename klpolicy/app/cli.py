@@ -374,14 +374,38 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+#: One example per figure, shown on ``klpolicy plot -h`` and on the figure's own -h page.
+_PLOT_EXAMPLES = {
+    "beta-sweep": "--ref 0.5 0.3 0.2 --reward 1 0 -1 -o sweep.png",
+    "frontier": "--ref 0.5 0.3 0.2 --reward 1 0 -1 --best-of-n 2 4 8 -o frontier.png",
+    "token-kl": "--kl 0.1 0.3 0.2 0.05 0.4 0.1 --rows 2 -o token_kl.png",
+    "controller-trace": "--ref 0.5 0.3 0.2 --reward 1 0 -1 --controller adaptive --target 0.1 "
+    "--horizon 3 --lag 0.7 -o trace.png",
+    "kl-budget": "--d 0 0.5 1 1.5 --gold 0 0.3 0.2 -0.1 --proxy 0 0.5 1 1.5 -o budget.png",
+    "estimator-histograms": "--p 0.5 0.3 0.2 --q 0.2 0.3 0.5 --n 20000 --seed 0 -o hist.png",
+    "fixed-points": "--ref 0.5 0.3 0.2 --reward 1 0 -1 -o fixed_points.png",
+}
+
+
+def _plot_epilog(*names: str) -> str:
+    lines = [f"  klpolicy plot {n} {_PLOT_EXAMPLES[n]}" for n in names or _PLOT_EXAMPLES]
+    return "examples:\n" + "\n".join(lines) + "\n"
+
+
 def _add_plot_parser(sub) -> None:
     pl = sub.add_parser(
-        "plot", help="draw one figure into a file (needs matplotlib)", epilog=_FILE_ARGS
+        "plot",
+        help="draw one figure into a file (needs matplotlib)",
+        description="Draw one figure of klpolicy.plotting into a file; "
+        "klpolicy plot FIGURE -h lists its options.",
+        epilog=_plot_epilog() + "\n" + _FILE_ARGS,
     )
     figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
 
     def fig(name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True):
-        f = figs.add_parser(name, help=help)
+        f = figs.add_parser(
+            name, help=help, description=help, epilog=_plot_epilog(name) + "\n" + _FILE_ARGS
+        )
         f.add_argument(
             "-o",
             "--output",
@@ -396,7 +420,9 @@ def _add_plot_parser(sub) -> None:
             "suffix of FILE; a suffix naming another format is refused)",
         )
         f.add_argument("--title", help="replace the figure's title")
-        f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")
+        f.add_argument(
+            "--dpi", type=float, default=150.0, help="resolution, 1 to 1200 (default 150)"
+        )
         f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
         return f
 
@@ -417,7 +443,13 @@ def _add_plot_parser(sub) -> None:
     f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)", output_required=False)
     problem(f)
     beta_range(f, 1e-2, 1e2)
-    f.add_argument("--mark", type=float, nargs="*", default=[0.5, 2.0], help="betas to mark")
+    f.add_argument(
+        "--mark",
+        type=float,
+        nargs="*",
+        default=[0.5, 2.0],
+        help="betas at which to mark the best action's probability (default 0.5 2)",
+    )
     f.add_argument(
         "--animate",
         metavar="GIF",
@@ -455,12 +487,16 @@ def _add_plot_parser(sub) -> None:
         "--controller",
         choices=("adaptive", "dead-zone", "fixed", "lagrangian"),
         default="adaptive",
+        help="the rule: adaptive (Ziegler et al. 2019, TRL's), dead-zone (PPO paper, sec. 4), "
+        "fixed, lagrangian (dual ascent) (default adaptive)",
     )
     f.add_argument("--init-beta", type=float, default=1.0, help="initial coefficient")
     f.add_argument("--target", type=float, default=0.1, help="KL target (nats)")
     f.add_argument("--horizon", type=float, default=10.0, help="adaptive controller's horizon")
     f.add_argument("--lr", type=float, default=1.0, help="Lagrangian controller's step size")
-    f.add_argument("--steps", type=int, default=100)
+    f.add_argument(
+        "--steps", type=int, default=100, help="controller updates to simulate (default 100)"
+    )
     f.add_argument("--lag", type=float, default=0.0, help="policy lag in [0, 1)")
 
     f = fig("kl-budget", _plot_kl_budget, "gold (and proxy) reward against sqrt(KL)")
@@ -476,8 +512,8 @@ def _add_plot_parser(sub) -> None:
     )
     f.add_argument("--p", type=float, nargs="+", required=True, help="sampling distribution")
     f.add_argument("--q", type=float, nargs="+", required=True, help="reference distribution")
-    f.add_argument("--n", type=int, default=20000, help="samples")
-    f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--n", type=int, default=20000, help="samples drawn from p (default 20000)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
 
     f = fig(
         "fixed-points",

@@ -25,6 +25,7 @@ says which in its ``per`` attribute, and :func:`convert_kl_target` converts.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from ..core.internal import validation as V
@@ -38,6 +39,18 @@ __all__ = [
 ]
 
 _PER = ("sequence", "token")
+# a multiplier 1 + step within this many ulps (of the terms 1 and |step|) of 0 is zero
+_ZERO_ULPS = 8
+_EPS = sys.float_info.epsilon
+
+
+def _multiplier_is_positive(step: float) -> bool:
+    """Whether ``1 + step`` is positive beyond the rounding of forming it.
+
+    ``1 + (-0.1) * 10`` is 0 in exact arithmetic and ``3.3e-16`` in floats (``5.4 / 6 - 1``
+    rounds to ``-0.09999999999999998``); a multiplier that small is rounding, not a step.
+    """
+    return 1 + step > _ZERO_ULPS * _EPS * (1 + abs(step))
 
 
 def _as_per(per: Any) -> str:
@@ -192,9 +205,10 @@ class AdaptiveKLController:
         For ``init_kl_coef <= 0``, ``target <= 0``, ``horizon <= 0``, a
         non-finite value, or an unknown ``per``. :meth:`update` raises for a
         non-finite ``current``, ``n_steps < 1``, and when
-        ``n_steps / horizon`` is so large that the multiplier would be zero or
-        negative (the reference implementations then return a negative
-        coefficient); the state is left unchanged.
+        ``n_steps / horizon`` is so large that the multiplier is not positive
+        beyond rounding (zero or negative, or within 8 ulps of zero: the
+        reference implementations then return a negative coefficient, or one
+        that is rounding noise); the state is left unchanged.
 
     Notes
     -----
@@ -202,6 +216,17 @@ class AdaptiveKLController:
     of processes) since the last update, so the gain per update is
     :math:`n_{steps}/H`. With TRL's defaults (batch 256, :math:`H = 10^4`)
     the gain is 0.0256 and :math:`\beta` moves by at most 0.512 % per update.
+
+    A multiplier :math:`1 + e_t n_{steps}/H` that is not positive is refused,
+    never clipped: a clip would pick an arbitrary floor for :math:`\beta`.
+    "Not positive" is judged beyond the rounding of forming it, within
+    8 ulps of the terms :math:`1` and :math:`|e_t| n_{steps}/H`:
+    ``AdaptiveKLController(1.0, 6.0, 100).update(5.4, 1000)`` multiplies by
+    :math:`1 + (-0.1) \cdot 10`, which is 0 in exact arithmetic and
+    ``3.3e-16`` in floats (21 such updates would leave :math:`\beta = 0.0`),
+    and is refused like a negative multiplier. Every multiplier that
+    :math:`n_{steps}/H < 1/\mathrm{clip}` allows is at least
+    :math:`1 - \mathrm{clip}\,n_{steps}/H > 0` in exact arithmetic.
     In log space the rule is an integral controller on the relative KL error
     with a saturation; :doc:`/derivations/control` derives its closed-loop
     stability (linearised: stable iff :math:`g\,\eta < 1`, with
@@ -248,14 +273,15 @@ class AdaptiveKLController:
         kl = V.as_kl_measurement("current", current)
         n = V.as_positive_int("n_steps", n_steps)
         error = min(max(kl / self.target - 1, -self.clip), self.clip)
-        mult = 1 + error * n / self.horizon
-        if not mult > 0:
+        step = error * n / self.horizon
+        if not _multiplier_is_positive(step):
+            zero = " (zero up to rounding)" if 1 + step > 0 else ""
             raise ValueError(
                 f"`n_steps` / `horizon` = {n} / {self.horizon:g} is too large: the multiplier "
-                f"1 + error * n_steps / horizon = {mult:.6g} (error {error:.6g}) would make the "
-                f"coefficient non-positive; use n_steps / horizon < {1 / self.clip:g}"
+                f"1 + error * n_steps / horizon = {1 + step:.6g}{zero} (error {error:.6g}) would "
+                f"make the coefficient non-positive; use n_steps / horizon < {1 / self.clip:g}"
             )
-        self.value *= mult
+        self.value *= 1 + step
 
     def __repr__(self) -> str:
         return (

@@ -6,7 +6,7 @@ the current policy, and puts the k3 estimator of :math:`\mathrm{KL}(\pi\|\pi_{re
 in the loss. Both change the fixed point:
 
 * k3 in the loss has expected gradient :math:`\nabla\mathrm{KL}(\pi_{ref}\|\pi)`
-  (the *reverse* KL), so with plain advantages the stationary policy is
+  (the *forward* KL), so with plain advantages the stationary policy is
   :math:`\pi = \beta\pi_{ref}/(\lambda - r)` rather than :math:`\pi^*`;
 * the division by the group standard deviation rescales the reward by a
   *policy-dependent* factor.
@@ -24,7 +24,7 @@ large group, :math:`A \to (r - \mu_\pi)/\sigma_\pi` and :math:`F = 0` gives
 
     \pi_j = \frac{\beta\sigma_\pi\,\pi_{ref,j}}{\beta\sigma_\pi + \mu_\pi - r_j},
 
-the reverse-KL fixed point at the effective coefficient :math:`\beta\sigma_\pi`.
+the forward-KL fixed point at the effective coefficient :math:`\beta\sigma_\pi`.
 :func:`grpo_fixed_point` solves :math:`F = 0` exactly for a finite ``G`` by
 summing over all group compositions, or in the large-group limit.
 """
@@ -166,7 +166,7 @@ def grpo_fixed_point(
     Notes
     -----
     Solved by Newton-type root finding (``scipy.optimize.root``) on the logits
-    of the reference's support, started at the reverse-KL solution. Summing
+    of the reference's support, started at the forward-KL solution. Summing
     over the ``C(G + V - 1, V - 1)`` group compositions is exact; keep ``G``
     and ``V`` small (``G = 16, V = 4``: 969 terms).
 
@@ -247,7 +247,7 @@ def token_k3_fixed_point(ref_conditionals, reward: ArrayLike, beta: float) -> li
     -----
     The loss ``beta * sum_t k3(log pi(a_t|s_t), log ref(a_t|s_t))`` has expected
     gradient ``P_pi(s) (pi(.|s) - ref(.|s))`` in the logits of prefix ``s``: a
-    reverse KL *per prefix*. With the score-function term
+    forward KL *per prefix*. With the score-function term
     ``P_pi(s) pi(a|s) (Q(s, a) - V(s))`` the stationarity condition at each
     prefix is the one-step k3-in-the-loss condition with reward ``Q(s, .)``,
     so the fixed point follows by backward induction from ``Q = r`` at the

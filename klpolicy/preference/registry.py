@@ -14,6 +14,10 @@ and :math:`b = \log\pi(y_l) - \log\pi_{ref}(y_l)` (rejected), the margin
 The definitions were read from ``trl/trainer/dpo_trainer.py`` of huggingface/trl
 at commit ``9d58faa767ee18f52217b32b82d75807c8ce404a`` (the 0.1x series that has
 ``loss_type`` values sigmoid ... discopop and ``DPOConfig.discopop_tau = 0.05``).
+``sigmoid`` takes ``label_smoothing`` with TRL 0.1x's meaning, cDPO's label-flip
+rate :math:`\varepsilon`; TRL 1.x ignores ``label_smoothing`` for ``sigmoid``
+(observed with TRL 1.16.0), so its sigmoid loss is this row at
+``label_smoothing=0`` whatever its config says.
 Public names are re-exported by :mod:`klpolicy.preference`.
 """
 
@@ -463,7 +467,9 @@ _SPECS: list[tuple] = [
         (_EPS_DPO,),
         "Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: Mitchell, 2023, "
         "https://ericmitchell.ai/cdpo.pdf (cDPO)",
-        "",
+        "label_smoothing is cDPO's flip rate, as TRL 0.1x applies it to sigmoid; TRL 1.x "
+        "ignores label_smoothing for sigmoid (observed with TRL 1.16.0): compare it at "
+        "label_smoothing=0",
     ),
     (
         "hinge",
@@ -624,7 +630,12 @@ def _build() -> dict[str, PairLoss]:
 
 
 LOSSES: Mapping[str, PairLoss] = MappingProxyType(_build())
-"""The pair losses by TRL ``loss_type``: a read-only mapping of :class:`PairLoss` rows."""
+"""The pair losses by TRL ``loss_type``: a read-only mapping of :class:`PairLoss` rows.
+
+``LOSSES["sigmoid"]`` follows TRL 0.1x's ``label_smoothing`` (cDPO's label-flip rate);
+TRL 1.x ignores ``label_smoothing`` for ``sigmoid`` (observed with TRL 1.16.0), so a
+TRL 1.x sigmoid loss is this row at ``label_smoothing=0`` (each row's ``notes`` says so).
+"""
 
 
 def get_loss(name: Any) -> PairLoss:

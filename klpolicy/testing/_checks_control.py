@@ -7,6 +7,11 @@ the controller over those, next to klpolicy's reference controller, and
 requires, after every update, either the exact rule's value or (where the
 rule is undefined and klpolicy refuses) a refusal at once (``ValueError`` or
 ``FloatingPointError``) or a coefficient that is still finite and positive.
+Where the exact rule's value is not finite and positive (a product that
+underflows to 0.0), the rule is undefined too: every controller is held to
+"finite and positive" first. Comparisons are resolution-aware: a coefficient
+stored or computed in float32 (torchrl's ``coef *= tensor``) is float32
+rounding, named as such, and passes with ``dtype="float32"``.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ from hypothesis import strategies as st
 
 from .. import control as _control
 from ._draws import _draw_beta, _ints, _sampled
+from ._resolution import EPS, as_dtype, lower_formats, output_dtype, representable, ulps
 from ._runner import Falsified, check_options, run
 
 __all__ = ["check_kl_controller"]
 
 _KINDS = ("fixed", "adaptive", "deadzone")
 _REFUSALS = (ValueError, FloatingPointError)  # "refuse at once": the caller can catch these
-_EPS32 = float(np.finfo(np.float32).eps)
+_REPORTS = ("first", "all")
 _LONG = 200  # updates in a long run (beta stays within float64 for every drawn rule)
 
 
@@ -116,21 +122,23 @@ def _stays_nan(ctl: Any, target: float) -> str:
 
 
 def _describe(kind, value, current, n_steps, target, horizon):
-    """Why an adaptive step leaves (0, inf): the multiplier 1 + clip(error) * n_steps / horizon."""
-    if kind != "adaptive":
+    """Why an adaptive step leaves (0, inf): the multiplier 1 + clip(error) * n_steps / horizon.
+
+    Named where klpolicy's controller refuses the step: a multiplier that is negative,
+    or zero up to rounding (``1 + (-0.1) * 10`` is ``3.3e-16`` in floats).
+    """
+    if kind != "adaptive" or not math.isfinite(float(current)) or not target > 0:
         return ""
-    with np.errstate(all="ignore"):
-        ratio = float(current) / target if target > 0 else math.nan
-    if not math.isfinite(float(current)):
+    if _reference_step(kind, value, current, n_steps, target, horizon, 1.5, 2.0) is not None:
         return ""
-    err = min(max(ratio - 1, -0.2), 0.2)
+    err = min(max(float(current) / target - 1, -0.2), 0.2)
     g = n_steps / horizon
     mult = 1 + err * g
-    if mult > 0:
-        return ""
+    size = f"{mult:.3g}, zero up to rounding" if mult > 0 else f"{mult:g}"
     return (
-        f": the clipped error {err:g} times n_steps / horizon = {g:g} makes the multiplier "
-        f"1 + ({err:g}) * {g:g} = {mult:g}; refuse n_steps / horizon >= 5 with a ValueError, "
+        f": the clipped error {err:.6g} times n_steps / horizon = {g:g} makes the multiplier "
+        f"1 + ({err:.6g}) * {g:g} = {size}; refuse a multiplier that is not positive beyond "
+        "rounding (n_steps / horizon >= 5 can make it so) with a ValueError, "
         "or bound the step (e.g. multiply by exp(error * n_steps / horizon))"
     )
 
@@ -143,6 +151,8 @@ def check_kl_controller(
     rtol: float = 1e-9,
     band: float = 1.5,
     factor: float = 2.0,
+    dtype: Any = None,
+    report: str = "first",
 ) -> None:
     r"""Check a KL-coefficient controller class with TRL's ``.value`` and ``.update``.
 
@@ -159,9 +169,11 @@ def check_kl_controller(
     (k1 estimates), KLs a thousand times off target, targets of ``1e-12``
     and ``0``, batches of up to ten horizons, and long runs (one update
     repeated 200 times). Where the rule is defined, the value must be the
-    exact rule's; where klpolicy refuses the update (a non-finite KL, a
-    multiplier ``1 + clip(error) * n_steps / horizon <= 0``, a target of 0),
-    the controller must refuse too, at once (``ValueError`` or
+    exact rule's; where it is not (a non-finite KL, a target of 0, a
+    multiplier ``1 + clip(error) * n_steps / horizon`` that is not positive
+    beyond rounding, such as ``1 + (-0.1) * 10``, which is ``3.3e-16`` in
+    floats, or an exact value that underflows to 0), every controller, klpolicy's
+    included, is held to one rule: refuse at once (``ValueError`` or
     ``FloatingPointError`` from the constructor or that update, leaving
     ``.value`` finite and positive), or keep a finite, positive coefficient.
 
@@ -176,9 +188,22 @@ def check_kl_controller(
     max_examples : int, optional
         Hypothesis examples (default 100).
     rtol : float, optional
-        Relative tolerance on ``.value`` after each update (default 1e-9).
+        Relative tolerance on ``.value`` after each update (default 1e-9), on
+        top of the rounding of ``dtype``.
     band, factor : float, optional
         The dead-zone rule's constants (defaults 1.5 and 2).
+    dtype : {None, "float64", "float32", "bfloat16"} or numpy/torch dtype, optional
+        The format the controller stores and updates its coefficient in
+        (default float64). Each update may then differ from the exact rule by
+        the rounding of forming the multiplier and the product in that format
+        (8 ulps of the terms it forms). Without it, a coefficient that is
+        float32 rounding of the exact rule's (torchrl's ``coef *= tensor``) is
+        reported as float32 rounding, not as a wrong rule.
+    report : {"first", "all"}, optional
+        ``"first"`` (default): the first failing property. ``"all"``: every
+        failing property, each with its smallest run, in one AssertionError
+        (the battery is rerun with the properties already found skipped), for
+        code you cannot edit to see the defect behind the first.
 
     Returns
     -------
@@ -194,9 +219,10 @@ def check_kl_controller(
         target of 0 accepted, an update that raises something other than a
         refusal, a moving fixed coefficient, a coefficient that moves the wrong
         way (a sign error), moves when the KL is on target or inside the dead
-        zone, an unclipped error, or ignores ``n_steps``.
+        zone, an unclipped error, ignores ``n_steps``, or is rounding of a
+        coarser format than ``dtype``.
     ValueError
-        For an unknown ``kind`` or invalid options.
+        For an unknown ``kind``, ``dtype`` or ``report``, or invalid options.
 
     References
     ----------
@@ -224,14 +250,30 @@ def check_kl_controller(
     if kind not in _KINDS:
         raise ValueError(f"`kind` must be 'fixed', 'adaptive' or 'deadzone'; got {kind!r}")
     max_examples, rtol = check_options(max_examples, rtol)
+    fmt_name = as_dtype(dtype)
+    if report not in _REPORTS:
+        raise ValueError(f"`report` must be 'first' or 'all'; got {report!r}")
 
     def read(ctl, inputs):
         try:
-            return float(ctl.value)
+            raw = ctl.value
+            return float(raw), output_dtype(raw)
         except Exception as exc:
             raise Falsified(
-                f"reading .value raised {type(exc).__name__}: {exc}; it must be a number.", inputs
+                f"reading .value raised {type(exc).__name__}: {exc}; it must be a number.",
+                inputs,
+                kind="value",
             ) from None
+
+    def resolution(name, value, want, current, n_steps, target, horizon):
+        """Relative rounding of one update in format ``name``: forming the multiplier, the product."""
+        u = EPS[name]
+        if kind != "adaptive" or not value > 0:
+            return 8 * u
+        g = n_steps / horizon
+        mult = abs(want / value)
+        # current / target - 1 (<= 2.2 u where unclipped), times g, plus 1, then the product
+        return 8 * u * (1 + 3 * g) / max(mult, u) + 8 * u
 
     def prop(case):
         init, target, horizon, steps, repeat = case
@@ -248,11 +290,13 @@ def check_kl_controller(
             if bad_target and isinstance(exc, _REFUSALS):
                 return  # refused at once
             raise Falsified(
-                f"its constructor raised {type(exc).__name__}: {exc}.", inputs
+                f"its constructor raised {type(exc).__name__}: {exc}.", inputs, kind="constructor"
             ) from None
-        value = read(ctl, inputs)
-        if abs(value - init) > rtol * init:
-            raise Falsified(f"its initial .value is {value!r}, not {init!r}.", inputs)
+        value, _ = read(ctl, inputs)
+        if abs(value - init) > (rtol + EPS[fmt_name]) * init:
+            raise Falsified(
+                f"its initial .value is {value!r}, not {init!r}.", inputs, kind="initial"
+            )
         for k, (current, n_steps) in enumerate(updates):
             where = f"at update {k} (current={current!r}, n_steps={n_steps!r})"
             try:
@@ -273,41 +317,49 @@ def check_kl_controller(
                     "with a ValueError naming the argument"
                     + (" (target must be > 0)." if bad_target else "."),
                     inputs,
+                    kind="target" if bad_target else "raises",
                 ) from None
-            new = read(ctl, inputs)
+            new, stored = read(ctl, inputs)
             want = (
                 None
                 if bad_target
                 else _reference_step(kind, value, current, n_steps, target, horizon, band, factor)
             )
+            if want is not None and not (math.isfinite(want) and want > 0):
+                want = None  # the exact product leaves (0, inf): undefined, as a refusal is
             if refused is not None:
                 if not (math.isfinite(new) and new > 0):
                     raise Falsified(
                         f"it refused {where} ({type(refused).__name__}) but left .value at "
                         f"{new!r}; a refused update must leave the coefficient as it was.",
                         inputs,
+                        kind="refused-left",
                     )
                 if want is not None:
                     raise Falsified(
                         f"it refused a valid update {where}: {type(refused).__name__}: "
                         f"{refused}; the exact rule gives {want!r}.",
                         inputs,
+                        kind="refused-valid",
                     )
                 return  # refused at once: the run stops, as a training loop's would
             if not (math.isfinite(new) and new > 0):
                 c = float(current)
                 if bad_target:
                     why = f"it accepts target={target!r} and .value became {new!r} {where}"
+                    tag = "target"
                 elif math.isnan(c) and math.isnan(new):
                     why = f"it turns beta into nan after one NaN KL, {where}" + _stays_nan(
                         ctl, target
                     )
+                    tag = "nan-kl"
                 else:
                     what = "nan" if math.isnan(new) else ("inf" if new > 0 else "not positive")
                     why = f".value became {new!r} ({what}) {where}" + _describe(
                         kind, value, current, n_steps, target, horizon
                     )
-                raise Falsified(f"{why}; beta must stay finite and positive.", inputs)
+                    tag = "leaves-(0,inf)"
+                raise Falsified(f"{why}; beta must stay finite and positive.", inputs, kind=tag)
             if want is None:
                 if bad_target:
                     raise Falsified(
@@ -315,55 +367,106 @@ def check_kl_controller(
                         "silently: current / target is undefined at target 0. Refuse "
                         "target <= 0 in the constructor with a ValueError.",
                         inputs,
+                        kind="target",
                     )
                 value = new  # an undefined step kept beta finite and positive: go on from there
                 continue
             # a KL passed as a float32 scalar makes TRL-style arithmetic float32: one rounding
-            tol = max(rtol, 8 * _EPS32) if isinstance(current, np.float32) else rtol
+            name = (
+                "float32" if isinstance(current, np.float32) and fmt_name == "float64" else fmt_name
+            )
+            tol = rtol + resolution(name, value, want, current, n_steps, target, horizon)
             if abs(new - want) <= tol * abs(want):
                 value = new  # each update is checked from the controller's own state
                 continue
-            ratio = float(current) / target
-            if kind == "fixed":
-                why = f"the coefficient moved from {value!r} to {new!r}; a fixed one never moves"
-            elif (new - value) * (want - value) < 0:
-                why = (
-                    "it moved the coefficient the wrong way (a sign error): beta must rise "
-                    "when the KL is above its target and fall when it is below"
-                )
-            elif new == value:
-                why = (
-                    f"it left the coefficient at {value!r}; the exact rule moves it to {want!r}"
-                    + (" (the KL is outside the dead zone)" if kind == "deadzone" else "")
-                )
-            elif want == value:
-                why = "it moved the coefficient although " + (
-                    "the KL is on target"
-                    if kind == "adaptive"
-                    else "the KL is inside the dead zone"
-                )
-            elif (
-                kind == "adaptive"
-                and abs(ratio - 1) > 0.2
-                and math.isclose(new, value * (1 + (ratio - 1) * n_steps / horizon), rel_tol=1e-9)
-            ):
-                why = "it does not clip the proportional error current / target - 1 to [-0.2, 0.2]"
-            elif kind == "adaptive" and math.isclose(
-                new,
-                _reference_step(kind, value, current, 1, target, horizon, band, factor) or 0.0,
-                rel_tol=1e-9,
-            ):
-                why = "it ignores n_steps: the step is proportional to n_steps / horizon"
-            else:
-                why = f"the coefficient is {new!r}; the exact rule gives {want!r}"
-            raise Falsified(f"{why}, {where}.", inputs)
+            sentence, tag = _mismatch(
+                kind, value, new, want, stored, current, n_steps, target, horizon,
+                band, factor, where, fmt_name, rtol, resolution,
+            )  # fmt: skip
+            raise Falsified(sentence, inputs, kind=tag)
 
-    # the three failures of released adaptive controllers, first (issue 17): one NaN KL,
-    # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar
+    # the three failures of released adaptive controllers, first: one NaN KL,
+    # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar;
+    # then a multiplier 1 + (-0.1) * 10 that is 0 in exact arithmetic and 3.3e-16 in
+    # floats, repeated until beta underflows to 0.0 (at the 21st update); then TRL's
+    # defaults on target, where a coefficient stored in float32 (0.2 is not a float32
+    # number) shows as rounding
     explicit = [
         (0.2, 6.0, 10000, [(math.nan, 256), (6.0, 256)], 1),
         (0.2, 6.0, 100, [(0.0, 1000)], 1),
         (0.2, 0.0, 10000, [(np.float64(3.0), 256)], 1),
+        (1.0, 6.0, 100, [(5.4, 1000)], _LONG),
+        (0.2, 6.0, 10000, [(6.0, 256)], 1),
     ]
     strategy = _controller_runs(kind)
-    run("check_kl_controller", cls, prop, strategy, max_examples, explicit)
+    run("check_kl_controller", cls, prop, strategy, max_examples, explicit, report=report)
+
+
+def _mismatch(
+    kind,
+    value,
+    new,
+    want,
+    stored,
+    current,
+    n_steps,
+    target,
+    horizon,
+    band,
+    factor,
+    where,
+    fmt_name,
+    rtol,
+    resolution,
+):
+    """The sentence (and its kind) for an update that is not the exact rule's value."""
+    err = abs(new - want)
+    for name in lower_formats(fmt_name):
+        in_format = stored == name or (stored is None and representable(np.array([new]), name))
+        res = resolution(name, value, want, current, n_steps, target, horizon)
+        if in_format and err <= (rtol + res) * abs(want):
+            return (
+                f"it computes in {name}, not {fmt_name}: its coefficient is a {name} number and "
+                f"differs from the exact rule's {want!r} by {err:.3g}, "
+                f"{ulps(err, want, name):.2g} ulp of {name}, {where}: {name} rounding, not a "
+                f"wrong rule. Pass dtype={name!r} to check it at {name} resolution.",
+                f"rounding-{name}",
+            )
+    ratio = float(current) / target
+    if kind == "fixed":
+        why = f"the coefficient moved from {value!r} to {new!r}; a fixed one never moves"
+        tag = "fixed-moves"
+    elif (new - value) * (want - value) < 0:
+        why = (
+            "it moved the coefficient the wrong way (a sign error): beta must rise "
+            "when the KL is above its target and fall when it is below"
+        )
+        tag = "wrong-way"
+    elif new == value:
+        why = f"it left the coefficient at {value!r}; the exact rule moves it to {want!r}" + (
+            " (the KL is outside the dead zone)" if kind == "deadzone" else ""
+        )
+        tag = "stuck"
+    elif want == value:
+        why = "it moved the coefficient although " + (
+            "the KL is on target" if kind == "adaptive" else "the KL is inside the dead zone"
+        )
+        tag = "moves-on-target"
+    elif (
+        kind == "adaptive"
+        and abs(ratio - 1) > 0.2
+        and math.isclose(new, value * (1 + (ratio - 1) * n_steps / horizon), rel_tol=1e-9)
+    ):
+        why = "it does not clip the proportional error current / target - 1 to [-0.2, 0.2]"
+        tag = "unclipped"
+    elif kind == "adaptive" and math.isclose(
+        new,
+        _reference_step(kind, value, current, 1, target, horizon, band, factor) or 0.0,
+        rel_tol=1e-9,
+    ):
+        why = "it ignores n_steps: the step is proportional to n_steps / horizon"
+        tag = "ignores-n_steps"
+    else:
+        why = f"the coefficient is {new!r}; the exact rule gives {want!r}"
+        tag = "differs"
+    return f"{why}, {where}.", tag

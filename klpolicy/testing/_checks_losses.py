@@ -81,6 +81,34 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
     return alts
 
 
+def _nonfinite_sentence(row, opts, pc, pr, rc, rr, beta, got, reduction):
+    """Why ``fn`` returns inf/nan where the loss is finite, naming the term where it is known."""
+    generic = (
+        "it returns inf/nan where the loss is finite: evaluate log-sigmoids as "
+        "softplus (np.logaddexp(0, -x)) and exponentials in log space."
+    )
+    if row.name != "discopop":
+        return generic
+    with np.errstate(all="ignore"):
+        x = beta * ((pc - pr) - (rc - rr))
+    bad = ~np.isfinite(got) if reduction == "none" else np.ones(x.shape, bool)
+    # exp(-x) overflows in float32 below x = -88.7; the term is inf * 0 where sigmoid(x/tau) is 0
+    at = bad & (x < -88.0)
+    if not at.any():
+        return generic
+    i = int(np.argmin(np.where(at, x, np.inf)))
+    tau = opts["tau"]
+    what = "nan" if np.isnan(got).any() else "inf"
+    return (
+        f"it returns {what} where the loss is finite: at x = beta h = {float(x[i])!r} its term "
+        f"exp(-x) * sigmoid(x / tau) (tau = {tau!r}) is inf * 0, since exp(-x) overflows "
+        "(below x = -709.8 in float64, -88.7 in float32) while sigmoid(x / tau) underflows to "
+        "0. Evaluate the term in log space, exp(-x + log sigmoid(x / tau)) = "
+        "exp(-x - softplus(-x / tau)) (np.exp(-x - np.logaddexp(0, -x / tau))), which is "
+        "finite, and -log sigmoid(x) as softplus(-x)."
+    )
+
+
 def _default(row, name):
     return next(o.default for o in row.options if o.name == name)
 
@@ -196,8 +224,7 @@ def check_pair_loss(
         detail = f"expected {fmt(exact)}, got {fmt(got)}"
         if np.isfinite(exact).all() and not np.isfinite(got).all():
             raise Falsified(
-                "it returns inf/nan where the loss is finite: evaluate log-sigmoids as "
-                "softplus (np.logaddexp(0, -x)) and exponentials in log space.",
+                _nonfinite_sentence(row, opts, pc, pr, rc, rr, beta, got, reduction),
                 inputs,
                 detail,
             )

@@ -22,10 +22,16 @@ class Falsified(Exception):
     """Raised by a property: a sentence saying what is wrong, and the inputs."""
 
     def __init__(
-        self, sentence: str | Callable[[], str], inputs: dict[str, Any], detail: str = ""
+        self,
+        sentence: str | Callable[[], str],
+        inputs: dict[str, Any],
+        detail: str = "",
+        *,
+        kind: str = "",
     ) -> None:
         super().__init__("falsified")
         self._sentence, self.inputs, self.detail = sentence, inputs, detail
+        self.kind = kind  # which property failed (report="all" collects one of each)
 
     @property
     def sentence(self) -> str:
@@ -107,12 +113,52 @@ def run(
     strategy: Any,
     max_examples: int,
     explicit: Iterable[Any] = (),
+    *,
+    report: str = "first",
 ) -> None:
     """Run ``prop`` on the explicit cases, then on ``max_examples`` hypothesis draws.
 
     The first explicit failure, or hypothesis's shrunk (smallest) failure,
     is re-raised as an AssertionError naming the input and what is wrong.
+    With ``report="all"``, the battery is run again after each failure with the
+    properties already found (each ``Falsified.kind``) skipped, so that a second
+    defect behind the first is found without editing the code under test; one
+    AssertionError lists them all, numbered, each with its own smallest input.
     """
+    if report != "all":
+        _run_once(check, fn, prop, strategy, max_examples, explicit)
+        return
+    found: dict[str, str] = {}
+    last: list[str] = []
+
+    def skip_found(case):
+        try:
+            prop(case)
+        except Falsified as f:
+            if f.kind and f.kind in found:
+                return  # a run that hits a known property stops there
+            last[:] = [f.kind]
+            raise
+
+    for _ in range(16):  # at most one rerun per property a suite tags
+        last.clear()
+        try:
+            _run_once(check, fn, skip_found, strategy, max_examples, explicit)
+            break
+        except AssertionError as exc:
+            kind = last[0] if last else ""
+            found[kind or f"untagged {len(found)}"] = str(exc)
+            if not kind:  # a failure that cannot be skipped: stop here
+                break
+    if len(found) == 1:
+        raise AssertionError(next(iter(found.values())))
+    if found:
+        parts = [f"{check}({fn_name(fn)}): {len(found)} properties fail."]
+        parts += [f"{k}. {msg}" for k, msg in enumerate(found.values(), 1)]
+        raise AssertionError("\n\n".join(parts))
+
+
+def _run_once(check, fn, prop, strategy, max_examples, explicit) -> None:
     name = fn_name(fn)
     for case in explicit:
         try:

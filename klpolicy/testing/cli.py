@@ -11,22 +11,37 @@ The options are the suite's keyword arguments, with dashes:
 ``--reduction masked_mean``, ``--clamp -10 10``, ``--kind adaptive``,
 ``--supports-zero-q`` / ``--no-supports-zero-q``; ``check_kl_estimator``'s
 ``estimator`` is ``--estimator k3``, ``check_pair_loss``'s ``loss`` is ``--loss ipo`` and
-its loss options are ``--option label_smoothing=0.1``. ``klpolicy check SUITE -h`` lists
+its loss options are ``--loss-option label_smoothing=0.1``. ``klpolicy check SUITE -h`` lists
 them.
+
+``--option NAME=VALUE`` (repeatable, every suite) passes a keyword argument to
+the checked function (a class: to its constructor) on every call: verl's
+``kl_penalty(logprob, ref_logprob, kl_penalty)`` is checked with
+``--option kl_penalty=low_var_kl``. VALUE is read as a Python literal where it
+is one (``0.1``, ``True``, ``None``, ``'k3'``, ``(1, 2)``) and as a string
+otherwise. A function whose signature cannot take the suite's arguments plus
+these options is a usage error (exit 2), found before anything runs.
+``check_pair_loss``'s loss options (the exact loss's ``label_smoothing``,
+``epsilon``, ``tau``, ``delta``) are ``--loss-option NAME=NUMBER``.
 
 Examples
 --------
 ``klpolicy check kl-estimator mypkg.losses:k3 --estimator k3``,
 ``klpolicy check kl-controller trl.trainer.utils:AdaptiveKLController``,
-``klpolicy check kl-estimator mypkg.grpo:kl_term --estimator k3 --reduction seq_mean``.
+``klpolicy check kl-estimator mypkg.grpo:kl_term --estimator k3 --reduction seq_mean``,
+``klpolicy check kl-estimator verl.trainer.ppo.core_algos:kl_penalty --estimator k3
+--clamp -10 10 --option kl_penalty=low_var_kl``.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -43,7 +58,65 @@ SUITES = {
     "optimal-policy": "check_optimal_policy",
     "soft-value": "check_soft_value",
 }
-# the pair-loss suite of issue 19, when it is installed
+# what each suite passes to the checked function, positionally (for the signature check)
+_ARGUMENTS = {
+    "kl-divergence": ("p", "q"),
+    "kl-estimator": ("logp", "logq"),
+    "dpo-loss": ("pc", "pr", "rc", "rr", "beta"),
+    "pair-loss": ("pc", "pr", "rc", "rr", "beta"),
+    "optimal-policy": ("ref", "reward", "beta"),
+    "soft-value": ("ref", "reward", "beta"),
+}
+_CONTROLLER_ARGUMENTS = {
+    "fixed": ("kl_coef",),
+    "adaptive": ("init_kl_coef", "target", "horizon"),
+    "deadzone": ("init_kl_coef", "target"),
+}
+# examples on each suite's -h page (a suite not listed gets a generic one)
+_EXAMPLES = {
+    "kl-estimator": [
+        ("mykl:k3 --estimator k3", "your k3 against Schulman's k3"),
+        (
+            "verl.trainer.ppo.core_algos:kl_penalty --estimator k3 --clamp -10 10 "
+            "--option kl_penalty=low_var_kl",
+            "verl's selector argument, and its clamp declared",
+        ),
+        (
+            "mygrpo:kl_term --estimator k3 --reduction seq_mean --dtype float32",
+            "a reduced, float32 KL term",
+        ),
+    ],
+    "kl-controller": [
+        ("trl.trainer.utils:AdaptiveKLController", "the kind is read from the constructor"),
+        ("mypkg:Controller --kind adaptive --dtype float32 --report all", "every failure"),
+    ],
+    "kl-divergence": [("mykl:kl --max-examples 500", "your KL(p||q) of two distributions")],
+    "dpo-loss": [("mydpo:loss --reduction mean", "a loss averaged over the batch")],
+    "pair-loss": [
+        ("mydpo:ipo --loss ipo", "one of TRL's loss_type values"),
+        ("mydpo:cdpo --loss sigmoid --loss-option label_smoothing=0.1", "cDPO"),
+    ],
+    "optimal-policy": [("mypkg:pi_star", "fn(ref, reward, beta) -> pi*")],
+    "soft-value": [("mypkg:soft_value", "fn(ref, reward, beta) -> beta log E_ref exp(r/beta)")],
+}
+# help of the suites' options, by keyword name
+_HELP = {
+    "estimator": "which estimator the function claims to be",
+    "loss": "the row of klpolicy.preference.LOSSES (TRL's loss_type)",
+    "max_examples": "hypothesis examples (default %(default)s)",
+    "rtol": "relative tolerance (default %(default)s)",
+    "atol": "absolute tolerance (default: the suite's)",
+    "dtype": "the format the function computes in (default float64)",
+    "reduction": "what the function returns: per-sample values or a reduction (default "
+    "%(default)s)",
+    "clamp": "a clamp the function applies to each estimate, checked exactly",
+    "kind": "which rule the controller implements (default: read from its constructor)",
+    "band": "the dead-zone rule's band (default %(default)s)",
+    "factor": "the dead-zone rule's factor (default %(default)s)",
+    "grad": "a function returning the gradients, checked on every example",
+    "min_entry": "the smallest probability drawn (default: the suite's, per dtype)",
+}
+# the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
 
 
@@ -90,9 +163,16 @@ def _load(target: str) -> Any:
     return obj
 
 
-def _option(parser: argparse.ArgumentParser, name: str, param: inspect.Parameter) -> None:
+def _option(
+    parser: argparse.ArgumentParser, name: str, param: inspect.Parameter, suite: str
+) -> None:
     flag = "--" + name.replace("_", "-")
     default = param.default
+    helps = _HELP.get(name)
+    if helps is None and name.startswith("supports_"):
+        what = name.removeprefix("supports_").replace("_", " ")
+        helps = f"whether the function claims to handle {what} inputs (default %(default)s)"
+    parser = _Helped(parser, helps)
     if name == "clamp":
         parser.add_argument(flag, type=float, nargs=2, metavar=("LO", "HI"), default=None)
     elif isinstance(default, bool):
@@ -103,51 +183,180 @@ def _option(parser: argparse.ArgumentParser, name: str, param: inspect.Parameter
         parser.add_argument(flag, type=float, default=default, metavar="X")
     elif name == "dtype":
         parser.add_argument(flag, default=None, choices=["float64", "float32", "bfloat16"])
+    elif name == "report":
+        parser.add_argument(
+            flag,
+            default=default,
+            choices=["first", "all"],
+            help="first: the first failing property (default); all: every one, numbered",
+        )
     elif name in ("atol", "min_entry"):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     else:
-        parser.add_argument(flag, default=default, metavar="VALUE")
+        choices = _choices(name, suite)
+        metavar = None if choices else "VALUE"
+        parser.add_argument(flag, default=default, metavar=metavar, choices=choices)
+
+
+class _Helped:
+    """``parser`` whose ``add_argument`` fills in ``help`` where the call gives none."""
+
+    def __init__(self, parser: argparse.ArgumentParser, helps: str | None) -> None:
+        self._parser, self._help = parser, helps
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> Any:
+        if self._help is not None:
+            kwargs.setdefault("help", self._help)
+        return self._parser.add_argument(*args, **kwargs)
+
+
+def _choices(name: str, suite: str = "") -> list[str] | None:
+    """The values an option takes, from the library's own tables."""
+    if name == "estimator":
+        from ..estimators import estimator_names
+
+        return list(estimator_names())
+    if name == "loss":
+        from ..preference import LOSSES
+
+        return list(LOSSES)
+    if name == "reduction":
+        if suite != "kl-estimator":
+            return ["none", "mean", "sum"]
+        from ._checks_estimators import REDUCTIONS
+
+        return list(REDUCTIONS)
+    if name == "kind":
+        from ._checks_control import _KINDS
+
+        return list(_KINDS)
+    return None
+
+
+def _epilog(suite: str) -> str:
+    lines = _EXAMPLES.get(suite) or [("mypkg.module:function", "")]
+    out = ["examples:"]
+    for args, what in lines:
+        out.append(f"  klpolicy check {suite} {args}")
+        if what:
+            out.append(f"      {what}")
+    return "\n".join(out) + "\n"
 
 
 def _suite_parser(suite: str, check: Any) -> argparse.ArgumentParser:
     p = _Parser(
         prog=f"klpolicy check {suite}",
         description=(inspect.getdoc(check) or "").split("\n")[0],
+        epilog=_epilog(suite),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("target", metavar="module:function", help="what to check")
     for name, param in list(inspect.signature(check).parameters.items())[1:]:
         flag = "--" + name.replace("_", "-")
         if param.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:  # `estimator`, `loss`
+            choices = _choices(name, suite)
+            extra = {"choices": choices, "help": _HELP.get(name)}
+            extra["metavar"] = None if choices else "NAME"
             if param.default is inspect.Parameter.empty:
-                p.add_argument(flag, required=True, metavar="VALUE")
+                p.add_argument(flag, required=True, **extra)
             else:
-                p.add_argument(flag, default=param.default, metavar="VALUE")
+                p.add_argument(flag, default=param.default, **extra)
         elif param.kind is inspect.Parameter.KEYWORD_ONLY:
             if name == "grad":  # a function too
-                p.add_argument(flag, default=None, metavar="module:function", type=_load)
+                p.add_argument(
+                    flag, default=None, metavar="module:function", type=_load, help=_HELP[name]
+                )
             else:
-                _option(p, name, param)
-        elif param.kind is inspect.Parameter.VAR_KEYWORD:  # a suite's extra options
+                _option(p, name, param, suite)
+        elif param.kind is inspect.Parameter.VAR_KEYWORD:  # the exact loss's options
             p.add_argument(
-                "--option",
+                "--loss-option",
                 dest="_extra",
                 action="append",
                 default=[],
-                metavar="KEY=VALUE",
-                type=_key_value,
-                help="a number passed on as KEY=VALUE (e.g. label_smoothing=0.1)",
+                metavar="NAME=NUMBER",
+                type=_loss_option,
+                help="an option of the exact loss, e.g. label_smoothing=0.1 (repeatable)",
             )
+    p.add_argument(
+        "--option",
+        dest="_fn_options",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=_fn_option,
+        help="a keyword argument passed to the checked function (a class: its constructor) "
+        "on every call, e.g. kl_penalty=low_var_kl; VALUE is a Python literal where it "
+        "parses (0.1, True, None, 'k3'), a string otherwise (repeatable)",
+    )
     return p
 
 
-def _key_value(text: str) -> tuple[str, float]:
+def _name_value(text: str, what: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return key, value
+
+
+def _loss_option(text: str) -> tuple[str, float]:
+    key, value = _name_value(text, "NAME=NUMBER")
     try:
-        if not sep or not key.isidentifier():
-            raise ValueError
         return key, float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected KEY=NUMBER, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected NAME=NUMBER, got {text!r}") from None
+
+
+def _fn_option(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE``: VALUE as a Python literal where it parses, else the string itself."""
+    key, value = _name_value(text, "NAME=VALUE")
+    try:
+        return key, ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return key, value
+
+
+def _with_options(fn: Any, suite: str, options: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """``fn`` with ``options`` bound as keywords; a signature that cannot take the call is _Error.
+
+    The suite calls ``fn`` with its positional arguments (``_ARGUMENTS``); binding those
+    names plus ``options`` to ``fn``'s signature finds a missing or unknown argument
+    before anything runs, instead of a TypeError reported as a failed property.
+    """
+    name = getattr(fn, "__name__", type(fn).__name__)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to check
+        sig = None
+    names = _ARGUMENTS.get(suite)
+    if suite == "kl-controller":
+        from ._checks_control import _infer_kind
+
+        try:
+            kind = kwargs.get("kind") or _infer_kind(functools.partial(fn, **options))
+        except ValueError:
+            kind = None
+        names = _CONTROLLER_ARGUMENTS.get(kind)
+    elif suite == "kl-estimator" and kwargs.get("reduction", "none").startswith(("masked", "seq")):
+        names = ("logp", "logq", "mask")
+    if sig is not None and names is not None:
+        try:
+            sig.bind(*names, **options)
+        except TypeError as exc:
+            shown = ", ".join(names)
+            missing = re.search(r"missing a required argument: '(\w+)'", str(exc))
+            hint = f"; pass it with --option {missing[1]}=VALUE" if missing else ""
+            raise _Error(
+                f"{name}{sig} cannot be called as {name}({shown}) by the {suite} suite"
+                + (f" with --option {', '.join(options)}" if options else "")
+                + f": {exc}{hint}"
+            ) from None
+    if not options:
+        return fn
+    bound = functools.partial(fn, **options)
+    bound.__name__ = name  # type: ignore[attr-defined]  # for the verdicts
+    return bound
 
 
 def run_check(argv: Sequence[str] | None = None) -> int:
@@ -169,11 +378,20 @@ def run_check(argv: Sequence[str] | None = None) -> int:
             print(
                 "usage: klpolicy check SUITE module:function [options]\n"
                 f"suites: {', '.join(names)}\n"
-                "klpolicy check SUITE -h lists a suite's options."
+                "klpolicy check SUITE -h lists a suite's options, with examples.\n"
+                "The suites need hypothesis: pip install klpolicy[testing]"
             )
             return 0 if argv else 2
         suite = argv[0].replace("_", "-").removeprefix("check-")
-        suites = _suites()
+        try:
+            suites = _suites()
+        except ImportError as exc:
+            if "hypothesis" not in (getattr(exc, "name", None) or str(exc)):
+                raise
+            raise _Error(
+                "klpolicy check needs hypothesis, which is not installed; install it with "
+                "`pip install klpolicy[testing]`"
+            ) from None
         if suite not in suites:
             known = ", ".join(sorted(suites))
             raise _Error(f"unknown suite {argv[0]!r}; choose one of {known}")
@@ -181,6 +399,7 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         args = vars(_suite_parser(suite, check).parse_args(argv[1:]))
         fn = _load(args.pop("target"))
         extra = dict(args.pop("_extra", []))
+        fn_options = dict(args.pop("_fn_options"))
         kwargs = {k: v for k, v in args.items() if v is not None}
         kwargs.update(extra)
         if "clamp" in kwargs:
@@ -191,6 +410,7 @@ def run_check(argv: Sequence[str] | None = None) -> int:
             if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and n in kwargs
         ]
         name = getattr(fn, "__name__", type(fn).__name__)
+        fn = _with_options(fn, suite, fn_options, kwargs)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
@@ -211,3 +431,6 @@ def run_check(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as exc:  # -h of a suite's parser
         return int(exc.code or 0)
+    except BrokenPipeError:  # `klpolicy check ... | head`: the reader left, as for cat
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no flush error at exit
+        return 141

@@ -464,7 +464,7 @@ def k3(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True) -> 
     Tensor
         Per-sample estimates, with a Taylor series for ``|x| < 0.2`` (a few
         ulp even at ``x = 1e-8``). Its gradient in ``logp`` has expectation
-        :math:`-\mathbb{E}_q[\nabla\log p]`, the gradient of the *reverse*
+        :math:`-\mathbb{E}_q[\nabla\log p]`, the gradient of the *forward*
         KL: k3 in the loss is biased.
 
     Raises

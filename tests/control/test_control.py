@@ -102,6 +102,28 @@ def test_adaptive_refuses_a_non_positive_multiplier_and_keeps_its_state():
     assert c.value == pytest.approx(0.2 * 2.2)
 
 
+def test_adaptive_refuses_a_multiplier_that_is_zero_up_to_rounding():
+    # 1 + (5.4 / 6 - 1) * 1000 / 100 is 0 in exact arithmetic; in floats 5.4 / 6 - 1 is
+    # -0.09999999999999998 and the product 3.3e-16: 21 such updates would leave beta at 0.0
+    c = AdaptiveKLController(1.0, 6.0, 100)
+    msg = (
+        "`n_steps` / `horizon` = 1000 / 100 is too large: the multiplier 1 + error * n_steps / "
+        "horizon = 3.33067e-16 (zero up to rounding) (error -0.1) would make the coefficient "
+        "non-positive; use n_steps / horizon < 5"
+    )
+    for _ in range(3):
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            c.update(5.4, 1000)
+    assert c.value == 1.0
+    # the smallest multipliers a gain below 1 / clip allows are taken exactly
+    c.update(5.4, 999)
+    assert c.value == pytest.approx(1 + (5.4 / 6 - 1) * 9.99, rel=1e-12)
+    assert c.value == pytest.approx(1e-3, rel=1e-9)
+    c = AdaptiveKLController(1.0, 6.0, 100)
+    c.update(0.0, 499)  # 1 - 0.2 * 4.99 = 0.002
+    assert c.value == pytest.approx(0.002, rel=1e-12)
+
+
 def test_dead_zone_matches_the_ppo_paper_rule():
     # d_targ = 0.1: beta /= 2 if d < 0.1/1.5, beta *= 2 if d > 0.1*1.5, strict inequalities
     c = DeadZoneKLController(1.0, 0.1)

@@ -1,5 +1,7 @@
 """Tests for klpolicy.testing.check_pair_loss: correct losses pass, mutants are caught by name."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -100,12 +102,52 @@ def test_mutants_are_caught_with_a_diagnosis():
     _expect(sppo_divides, "sppo_hard", "it uses 1/beta where the loss has beta")
 
 
+DISCOPOP_NAN_VERDICT = (
+    "check_pair_loss[discopop](trl_discopop): it returns nan where the loss is finite: at x = "
+    "beta h = -710.0 its term exp(-x) * sigmoid(x / tau) (tau = 0.05) is inf * 0, since "
+    "exp(-x) overflows (below x = -709.8 in float64, -88.7 in float32) while sigmoid(x / tau) "
+    "underflows to 0. Evaluate the term in log space, exp(-x + log sigmoid(x / tau)) = "
+    "exp(-x - softplus(-x / tau)) (np.exp(-x - np.logaddexp(0, -x / tau))), which is finite, "
+    "and -log sigmoid(x) as softplus(-x).\n"
+    "Falsifying input: pc=[0.0], pr=[0.0], rc=[0.0], rr=[-710.0], beta=1.0\n"
+    "expected [710.0], got [nan]"
+)
+
+
 @pytest.mark.slow
 def test_trl_discopop_overflows_at_large_negative_margins():
     # TRL's discopop multiplies exp(-logits) by sigmoid(logits / tau): inf * 0 = nan once
-    # beta * logits < -709 (float64), where the loss itself is finite (~ -beta * logits)
-    msg = _expect(_torch_trl("discopop"), "discopop", "it returns inf/nan where the loss is finite")
-    assert "expected" in msg
+    # beta * logits < -709.8 (float64), where the loss itself is finite (~ -beta * logits);
+    # the verdict names the term and its stable form
+    with pytest.raises(AssertionError) as e:
+        check_pair_loss(_torch_trl("discopop"), "discopop", max_examples=5)
+    # where hypothesis's shrinking stops (x = -710 or -1000) varies between processes: the
+    # sentence is the quoted one at that x, and the input is one where exp(-x) overflows
+    sentence, falsifying, detail = str(e.value).split("\n")
+    x = float(re.search(r"at x = beta h = (\S+) its term", sentence)[1])
+    assert x < -709.78
+    want = DISCOPOP_NAN_VERDICT.split("\n")[0].replace("-710.0", repr(x))
+    assert sentence == want
+    assert falsifying.startswith("Falsifying input: pc=")
+    assert detail == f"expected [{-x!r}], got [nan]"
+
+
+@pytest.mark.slow
+def test_discopop_in_the_stable_form_of_the_hint_passes():
+    def discopop_stable(pc, pr, rc, rr, beta, tau=0.05):
+        x = beta * ((pc - pr) - (rc - rr))
+        m_minus = np.exp(-np.logaddexp(0, x / tau))  # 1 - sigmoid(x / tau) = sigmoid(-x / tau)
+        return np.logaddexp(0, -x) * m_minus + np.exp(-x - np.logaddexp(0, -x / tau))
+
+    check_pair_loss(discopop_stable, "discopop", max_examples=25)
+
+    # the hint is about that term: other rows keep the general sentence
+    def sigmoid_overflowing(pc, pr, rc, rr, beta):
+        x = beta * ((pc - pr) - (rc - rr))
+        return np.log1p(np.exp(-x))
+
+    msg = _expect(sigmoid_overflowing, "sigmoid", "it returns inf/nan where the loss is finite")
+    assert "evaluate log-sigmoids as softplus (np.logaddexp(0, -x))" in msg
 
 
 def test_gradient_mutants_are_caught():
@@ -137,3 +179,13 @@ def test_bad_options():
         check_pair_loss(f, "ipo", tau=1.0)
     with pytest.raises(ValueError, match="`reduction` must be"):
         check_pair_loss(f, "ipo", reduction="avg")
+
+
+def test_docs_quote_the_discopop_verdict_and_the_label_smoothing_meaning():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "testing.md").read_text()
+    assert f"AssertionError: {DISCOPOP_NAN_VERDICT}" in doc
+    assert "TRL 1.x ignores `label_smoothing` for\n`sigmoid`" in doc
+    # where a user of the registry looks: the row's notes
+    assert "TRL 1.x ignores label_smoothing for sigmoid" in LOSSES["sigmoid"].notes

@@ -588,10 +588,60 @@ class GuardedAdaptive(TRLAdaptive):
         if not math.isfinite(current):
             raise ValueError(f"`current` must be finite; got {current!r}")
         err = min(max(float(current) / self.target - 1, -0.2), 0.2)
+        step = err * n_steps / self.horizon
+        # 1 + (-0.1) * 10 is 0 in exact arithmetic and 3.3e-16 in floats: zero up to rounding
+        if not 1 + step > 8 * np.finfo(float).eps * (1 + abs(step)):
+            raise FloatingPointError(f"`n_steps` / `horizon` is too large: multiplier {1 + step}")
+        self.value *= 1 + step
+
+
+class SignGuarded(GuardedAdaptive):
+    """Refuses a negative multiplier but takes 3.3e-16 (0 in exact arithmetic) as a step."""
+
+    def update(self, current, n_steps):
+        if not math.isfinite(current):
+            raise ValueError(f"`current` must be finite; got {current!r}")
+        err = min(max(float(current) / self.target - 1, -0.2), 0.2)
         mult = 1 + err * n_steps / self.horizon
         if not mult > 0:
             raise FloatingPointError(f"`n_steps` / `horizon` is too large: multiplier {mult}")
         self.value *= mult
+
+
+class FloorsBeta(SignGuarded):
+    """Takes the 3.3e-16 multiplier, but never lets beta underflow: it keeps the last positive."""
+
+    def update(self, current, n_steps):
+        old = self.value
+        super().update(current, n_steps)
+        if not self.value > 0:
+            self.value = old
+
+
+class Float32Coefficient(GuardedAdaptive):
+    """The guarded rule with its coefficient stored as a float32 tensor, as torchrl's ``coef *=``.
+
+    torchrl's AdaptiveKLController (torchrl/data/llm/utils.py, pytorch/rl at commit
+    92d6a12424cc51355f8fa976fe476b5c4d5dd01e) forms the KL with ``torch.as_tensor`` (float32)
+    and multiplies ``self.coef *= mult`` by a float32 tensor, so the coefficient is float32.
+    """
+
+    def update(self, current, n_steps):
+        if not math.isfinite(current):
+            raise ValueError(f"`current` must be finite; got {current!r}")
+        err = torch.clip(torch.as_tensor(float(current)) / self.target - 1, -0.2, 0.2)
+        mult = 1 + err * n_steps / self.horizon
+        if not mult > 8 * torch.finfo(torch.float32).eps:
+            raise FloatingPointError(f"`n_steps` / `horizon` is too large: multiplier {mult}")
+        self.value *= mult
+
+
+class TorchRLAdaptive(TRLAdaptive):
+    """torchrl's update (see Float32Coefficient) with TRL's interface: no guards, float32."""
+
+    def update(self, current, n_steps):
+        err = np.clip(torch.as_tensor(current) / self.target - 1, -0.2, 0.2)
+        self.value *= 1 + err * n_steps / self.horizon
 
 
 class TRLFixed:
@@ -631,6 +681,8 @@ def test_kl_controller_passes_correct_implementations():
     check_kl_controller(klpolicy.control.FixedKLController)
     check_kl_controller(klpolicy.control.DeadZoneKLController)
     check_kl_controller(GuardedAdaptive)
+    check_kl_controller(FloorsBeta)
+    check_kl_controller(Float32Coefficient, dtype="float32")
     check_kl_controller(SkipsNonFinite)
     check_kl_controller(TRLFixed)
     check_kl_controller(DeadZone)
@@ -700,10 +752,28 @@ NAN_VERDICT = (
 NEGATIVE_VERDICT = (
     "check_kl_controller(NegativeBeta): .value became -0.2 (not positive) at update 0 "
     "(current=0.0, n_steps=1000): the clipped error -0.2 times n_steps / horizon = 10 makes the "
-    "multiplier 1 + (-0.2) * 10 = -1; refuse n_steps / horizon >= 5 with a ValueError, or bound "
-    "the step (e.g. multiply by exp(error * n_steps / horizon)); beta must stay finite and "
-    "positive.\n"
+    "multiplier 1 + (-0.2) * 10 = -1; refuse a multiplier that is not positive beyond rounding "
+    "(n_steps / horizon >= 5 can make it so) with a ValueError, or bound the step (e.g. multiply "
+    "by exp(error * n_steps / horizon)); beta must stay finite and positive.\n"
     "Falsifying input: constructor=(0.2, 6.0, 100), updates (current, n_steps)=[(0.0, 1000)]"
+)
+ZERO_MULTIPLIER_VERDICT = (
+    "check_kl_controller(SignGuarded): .value became 0.0 (not positive) at update 20 "
+    "(current=5.4, n_steps=1000): the clipped error -0.1 times n_steps / horizon = 10 makes the "
+    "multiplier 1 + (-0.1) * 10 = 2.22e-16, zero up to rounding; refuse a multiplier that is not "
+    "positive beyond rounding (n_steps / horizon >= 5 can make it so) with a ValueError, or "
+    "bound the step (e.g. multiply by exp(error * n_steps / horizon)); beta must stay finite "
+    "and positive.\n"
+    "Falsifying input: constructor=(1.0, 6.0, 100), "
+    "updates (current, n_steps)=[(5.4, 1000, 'x200')]"
+)
+FLOAT32_VERDICT = (
+    "check_kl_controller(Float32Coefficient): it computes in float32, not float64: its "
+    "coefficient is a float32 number and differs from the exact rule's 0.2 by 2.98e-09, "
+    "0.2 ulp of float32, at update 0 (current=6.0, n_steps=256): float32 "
+    "rounding, not a wrong rule. Pass dtype='float32' to check it at float32 resolution.\n"
+    "Falsifying input: constructor=(0.2, 6.0, 10000), "
+    "updates (current, n_steps)=[(6.0, 256)]"
 )
 TARGET_ZERO_VERDICT = (
     "check_kl_controller(TargetZero): it accepts target=0.0 and returns .value = 0.201024 at "
@@ -729,13 +799,63 @@ TARGET_ZERO_FLOAT_VERDICT = (
         (NegativeBeta, NEGATIVE_VERDICT),
         (TargetZero, TARGET_ZERO_VERDICT),
         (TargetZeroFloat, TARGET_ZERO_FLOAT_VERDICT),
+        (SignGuarded, ZERO_MULTIPLIER_VERDICT),
+        (Float32Coefficient, FLOAT32_VERDICT),
     ],
-    ids=["nan-propagating", "negative-beta", "target-0", "target-0-float"],
+    ids=["nan-propagating", "negative-beta", "target-0", "target-0-float", "zero-mult", "f32"],
 )
 def test_kl_controller_robustness_mutants_exact_verdicts(cls, verdict):
     with pytest.raises(AssertionError) as info:
         check_kl_controller(cls)
     assert str(info.value) == verdict
+
+
+def test_kl_controller_holds_klpolicy_and_peers_to_one_rule():
+    # klpolicy's controller refuses the multiplier 1 + (-0.1) * 10 (3.3e-16 in floats) that
+    # left beta at 0.0 after 21 updates; a peer that keeps beta positive there passes, one
+    # that refuses only negative multipliers fails with the same words
+    check_kl_controller(klpolicy.control.AdaptiveKLController, max_examples=20)
+    check_kl_controller(FloorsBeta, max_examples=20)
+    with pytest.raises(AssertionError, match="zero up to rounding; refuse a multiplier"):
+        check_kl_controller(SignGuarded, max_examples=20)
+
+
+def test_float32_coefficient_passes_when_declared():
+    check_kl_controller(Float32Coefficient, dtype="float32", max_examples=30)
+    check_kl_controller(Float32Coefficient, dtype=torch.float32, max_examples=30)
+    with pytest.raises(ValueError, match="`dtype` must be 'float64', 'float32' or 'bfloat16'"):
+        check_kl_controller(Float32Coefficient, dtype="float16x")
+    with pytest.raises(ValueError, match="`report` must be 'first' or 'all'; got 'every'"):
+        check_kl_controller(Float32Coefficient, report="every")
+
+
+TORCHRL_ALL_VERDICT = "\n\n".join(
+    [
+        "check_kl_controller(TorchRLAdaptive): 4 properties fail.",
+        "1. " + NAN_VERDICT.replace("NaNPropagating", "TorchRLAdaptive"),
+        "2. "
+        + NEGATIVE_VERDICT.replace("NegativeBeta", "TorchRLAdaptive").replace(
+            "-0.2 (not", "-0.20000000298023224 (not"
+        ),
+        "3. " + TARGET_ZERO_VERDICT.replace("TargetZero", "TorchRLAdaptive"),
+        "4. " + FLOAT32_VERDICT.replace("Float32Coefficient", "TorchRLAdaptive"),
+    ]
+)
+
+
+def test_report_all_lists_every_failing_property():
+    with pytest.raises(AssertionError) as info:
+        check_kl_controller(TorchRLAdaptive, report="all", max_examples=30)
+    assert str(info.value) == TORCHRL_ALL_VERDICT
+    # at float32 resolution the rounding is no longer a failure; the three defects remain
+    with pytest.raises(AssertionError) as info:
+        check_kl_controller(TorchRLAdaptive, report="all", dtype="float32", max_examples=30)
+    assert str(info.value).startswith("check_kl_controller(TorchRLAdaptive): 3 properties fail.")
+    assert "float32 rounding" not in str(info.value)
+    # one failing property: the same message as report="first"
+    with pytest.raises(AssertionError) as info:
+        check_kl_controller(SignGuarded, report="all", max_examples=20)
+    assert str(info.value) == ZERO_MULTIPLIER_VERDICT
 
 
 def test_released_trl_controller_fails_on_the_nan_kl_first():

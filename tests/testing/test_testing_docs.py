@@ -94,5 +94,12 @@ def test_controller_verdicts_quoted_without_code_are_the_asserted_ones():
     from tests.testing import test_testing as t
 
     text = DOC.read_text()
-    for verdict in (t.NEGATIVE_VERDICT, t.TARGET_ZERO_VERDICT, t.TARGET_ZERO_FLOAT_VERDICT):
+    quoted = (
+        t.NEGATIVE_VERDICT,
+        t.TARGET_ZERO_VERDICT,
+        t.TARGET_ZERO_FLOAT_VERDICT,
+        t.ZERO_MULTIPLIER_VERDICT,
+        t.FLOAT32_VERDICT,
+    )
+    for verdict in quoted:
         assert f"AssertionError: {verdict}" in text

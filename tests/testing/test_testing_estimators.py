@@ -80,7 +80,7 @@ FLOAT32_VERDICT = (
 )
 CLAMP_VERDICT = (
     "check_kl_estimator(k3_clamped): it clamps k3: its values are capped at 10.0 for log-ratios "
-    "log q - log p beyond 2.61 and below -11 (one value over 31 of 122 probed inputs). A clamp "
+    "log q - log p beyond 2.61 and below -11 (on 31 of 122 probed inputs). A clamp "
     "biases the mean under p; if it is intended, declare it with clamp=(-10.0, 10.0) to check "
     "the clamped estimator exactly and see what it costs.\n"
     "Falsifying input: logp=[-3.0], logq=[0.0]\n"
@@ -150,6 +150,107 @@ def test_clamped_k3_is_reported_as_a_clamp_with_cap_and_threshold():
 
     assert round(brentq(lambda x: math.expm1(x) - x - 10, 0, 5), 2) == 2.61
     assert round(brentq(lambda x: math.expm1(x) - x - 10, -20, 0)) == -11
+
+
+def openrlhf_approx_kl(kl_estimator):
+    """OpenRLHF's ``compute_approx_kl(log_probs, log_probs_base, kl_estimator)``, one estimator.
+
+    openrlhf/models/utils.py (OpenRLHF/OpenRLHF at commit
+    473f61bd290a1718381e65338316a87b4f722b5a): the log-ratio after ``.float()`` (a downcast to
+    float32), k1, k2 or k3 of it, then ``clamp(min=-10, max=10)`` for every estimator.
+    """
+
+    def fn(logp, logq):
+        log_ratio = torch.as_tensor(logp).float() - torch.as_tensor(logq).float()
+        if kl_estimator == "k2":
+            log_ratio = log_ratio**2 / 2.0
+        if kl_estimator == "k3":
+            log_ratio = -log_ratio
+            log_ratio = log_ratio.exp() - 1 - log_ratio
+        return log_ratio.clamp(min=-10, max=10)
+
+    fn.__name__ = f"openrlhf_{kl_estimator}"
+    return fn
+
+
+def _clamp_verdict(name, estimator, said, example, expected):
+    return (
+        f"check_kl_estimator({name}): it clamps {estimator}: its values are {said}. A clamp "
+        "biases the mean under p; if it is intended, declare it with clamp=(-10.0, 10.0) to check "
+        "the clamped estimator exactly and see what it costs.\n"
+        f"Falsifying input: {example}\n"
+        f"expected [{expected}], got [10.0]"
+    )
+
+
+_K1_SAID = (
+    "capped at 10.0 for log-ratios log q - log p below -10 (on {n} of 122 probed inputs) and "
+    "floored at -10.0 for log-ratios log q - log p beyond 10 (on {n} of 122 probed inputs)"
+)
+_K3_SAID = (
+    "capped at 10.0 for log-ratios log q - log p beyond 2.61 and below -11 "
+    "(on {n} of 122 probed inputs)"
+)
+_AT_12 = "logp=[-1.0], logq=[-13.0]"
+_AT_3 = "logp=[-3.0], logq=[0.0]"
+
+
+@pytest.mark.parametrize(
+    ("estimator", "dtype", "verdict"),
+    [
+        ("k1", None, _clamp_verdict("openrlhf_k1", "k1", _K1_SAID.format(n=12), _AT_12, "12.0")),
+        (
+            "k1",
+            "float32",
+            _clamp_verdict("openrlhf_k1", "k1", _K1_SAID.format(n=11), _AT_12, "12.0"),
+        ),
+        (
+            "k2",
+            None,
+            _clamp_verdict(
+                "openrlhf_k2",
+                "k2",
+                "capped at 10.0 for log-ratios log q - log p beyond 4.47 and below -4.47 "
+                "(on 34 of 122 probed inputs)",
+                _AT_12,
+                "72.0",
+            ),
+        ),
+        (
+            "k3",
+            None,
+            _clamp_verdict("openrlhf_k3", "k3", _K3_SAID.format(n=31), _AT_3, "16.085536923187668"),
+        ),
+        (
+            "k3",
+            "float32",
+            _clamp_verdict("openrlhf_k3", "k3", _K3_SAID.format(n=29), _AT_3, "16.085536923187668"),
+        ),
+    ],
+    ids=["k1", "k1-float32", "k2", "k3", "k3-float32"],
+)
+def test_a_float32_clamp_is_named_first_at_any_dtype(estimator, dtype, verdict):
+    # OpenRLHF computes in float32 and clamps at +-10: the clamp is the finding (it biases the
+    # mean), named before float32 rounding at the default dtype and through float32 noise at
+    # dtype="float32"; a cap and a floor are two values, each with its own count
+    assert _fail(check_kl_estimator, openrlhf_approx_kl(estimator), estimator, dtype=dtype) == (
+        verdict
+    )
+
+
+def test_openrlhf_passes_with_its_clamp_and_dtype_declared():
+    for estimator in ("k1", "k3"):
+        with pytest.warns(ClampBiasWarning, match=f"biases {estimator}"):
+            check_kl_estimator(
+                openrlhf_approx_kl(estimator),
+                estimator,
+                dtype="float32",
+                clamp=(-10, 10),
+                max_examples=30,
+            )
+    # with the clamp declared and float64 expected, what is left is float32 rounding
+    msg = _fail(check_kl_estimator, openrlhf_approx_kl("k1"), "k1", clamp=(-10, 10))
+    assert msg.startswith("check_kl_estimator(openrlhf_k1): it computes in float32, not float64")
 
 
 @pytest.mark.slow
