@@ -282,7 +282,7 @@ def _overoptimization(ax) -> None:
     def gao(d):
         return d * (fit.a - fit.b * np.log(d))
 
-    ax.figure.set_size_inches(7.5, 6.4)
+    ax.figure.set_size_inches(7.5, 7.2)
     plotting.kl_budget(
         c.d,
         c.gold_gain,

@@ -668,7 +668,7 @@ def kl_budget(
             spec = ax.get_subplotspec()
             if spec is None:
                 raise ValueError("`proxy_axis='panel'` needs an `ax` made by subplots")
-            grid = spec.subgridspec(2, 1, hspace=0.08)
+            grid = spec.subgridspec(2, 1)
             ax.set_subplotspec(grid[0])
             target = ax.figure.add_subplot(grid[1], sharex=ax)
             target.set_ylabel("proxy reward\n(reward units)")
@@ -681,9 +681,10 @@ def kl_budget(
         ax.plot(xs, fn(xs), label=name, color=_COLOURS[i + 2], linestyle=":")
         lines.append(ax.get_lines()[-1])
     d_label = r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$ ($\sqrt{\mathrm{nats}}$)"
-    if split:
+    if split:  # each panel stands alone on a slide: its own x label and title
+        ax.set_xlabel(d_label)
         target.set_xlabel(d_label)
-        ax.tick_params(labelbottom=False)
+        target.set_title("The proxy reward the policy optimises", fontsize=14)
         ax.set_ylabel("gold reward\n(reward units)")
     else:
         ax.set_xlabel(d_label)
