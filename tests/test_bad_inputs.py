@@ -969,6 +969,9 @@ ROWS.append(
         title=(_opt(TEXT), "t"),
     )
 )
+ROWS.append(
+    row(_PL + "highlighted_actions", ref=(PROB, P), reward=(REWARD, R), top=(_opt(COUNT), 2))
+)
 
 # --- estimators' registry, GRPO / token-k3 targets, preference solvers -------------------------
 _E = "klpolicy.estimators."

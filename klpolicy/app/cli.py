@@ -153,7 +153,9 @@ def _beta_grid(a: argparse.Namespace, n: int) -> np.ndarray:
 def _plot_beta_sweep(a: argparse.Namespace, ax):
     from .. import plotting
 
-    return plotting.beta_sweep(a.ref, a.reward, betas=_beta_grid(a, 400), mark=a.mark or (), ax=ax)
+    return plotting.beta_sweep(
+        a.ref, a.reward, betas=_beta_grid(a, 400), mark=a.mark or (), top=a.top, ax=ax
+    )
 
 
 def _plot_frontier(a: argparse.Namespace, ax):
@@ -244,7 +246,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
             raise ValueError(f"`--animate` writes a GIF; got {animate!r} (name it *.gif)")
         try:
             animate_beta_sweep(
-                args.ref, args.reward, frames=args.frames, fps=args.fps, path=animate, dpi=args.dpi
+                args.ref,
+                args.reward,
+                frames=args.frames,
+                fps=args.fps,
+                path=animate,
+                dpi=args.dpi,
+                hold=args.hold,
             )
         except OSError as exc:
             raise ValueError(
@@ -256,7 +264,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         if args.output is None:
             return 0
     try:
-        save_figure(
+        written = save_figure(
             lambda ax: args.draw(args, ax),
             args.output,
             dpi=args.dpi,
@@ -265,9 +273,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise ValueError(f"cannot write `-o` {args.output!r}: {exc.strerror or exc}") from None
+    except ValueError as exc:  # the library names `path`/`format`; the user typed -o/--format
+        msg = str(exc).replace("`path`", "`-o`").replace("`format`", "`--format`")
+        msg = msg.replace("`dpi`", "`--dpi`")
+        raise ValueError(msg) from None
     finally:
         plt.close("all")
-    print(args.output)
+    print(written)
     return 0
 
 
@@ -297,6 +309,10 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise _ArgumentError(message)
 
+    def convert_arg_line_to_args(self, arg_line: str) -> list[str]:
+        # an @file holds arguments separated by spaces, commas or newlines; # starts a comment
+        return [a for a in re.split(r"[\s,]+", arg_line.split("#", 1)[0]) if a]
+
 
 _SOLVE_EXAMPLES = """examples:
   klpolicy solve --ref 0.5 0.5 --reward 1 0 --beta 0.5
@@ -310,10 +326,21 @@ _SOLVE_EXAMPLES = """examples:
 """
 
 
+_FILE_ARGS = """long inputs:
+  any argument @FILE is replaced by the numbers (or arguments) in FILE, separated by
+  spaces, commas or newlines (# starts a comment): the shell refuses argument lists
+  past about 1 MB, a file has no limit.
+  klpolicy solve --ref @ref.txt --reward @reward.txt --beta 0.5
+  klpolicy plot beta-sweep --ref @ref.txt --reward @reward.txt -o sweep.png
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="klpolicy",
         description="Exact KL-regularised policies: pi* = ref * exp(r / beta) / Z.",
+        epilog=_FILE_ARGS,
+        fromfile_prefix_chars="@",
     )
     p.add_argument("--version", action="version", version=f"klpolicy {__version__}")
     sub = p.add_subparsers(dest="command", title="commands")
@@ -371,22 +398,31 @@ def _add_plot_parser(sub) -> None:
         help="draw one figure into a file (needs matplotlib)",
         description="Draw one figure of klpolicy.plotting into a file; "
         "klpolicy plot FIGURE -h lists its options.",
-        epilog=_plot_epilog(),
+        epilog=_plot_epilog() + "\n" + _FILE_ARGS,
     )
     figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
 
     def fig(name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True):
-        f = figs.add_parser(name, help=help, description=help, epilog=_plot_epilog(name))
+        f = figs.add_parser(
+            name, help=help, description=help, epilog=_plot_epilog(name) + "\n" + _FILE_ARGS
+        )
         f.add_argument(
-            "-o", "--output", required=output_required, metavar="FILE", help="image file"
+            "-o",
+            "--output",
+            required=output_required,
+            metavar="FILE",
+            help="image file; its suffix (.png, .svg, .pdf) sets the format",
         )
         f.add_argument(
             "--format",
             choices=("png", "svg", "pdf"),
-            help="file format for slides (default: from the suffix of FILE)",
+            help="file format for slides, for a FILE without a suffix (default: from the "
+            "suffix of FILE; a suffix naming another format is refused)",
         )
         f.add_argument("--title", help="replace the figure's title")
-        f.add_argument("--dpi", type=float, default=150.0, help="resolution (default 150)")
+        f.add_argument(
+            "--dpi", type=float, default=150.0, help="resolution, 1 to 1200 (default 150)"
+        )
         f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
         return f
 
@@ -407,7 +443,13 @@ def _add_plot_parser(sub) -> None:
     f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)", output_required=False)
     problem(f)
     beta_range(f, 1e-2, 1e2)
-    f.add_argument("--mark", type=float, nargs="*", default=[0.5, 2.0], help="betas to mark")
+    f.add_argument(
+        "--mark",
+        type=float,
+        nargs="*",
+        default=[0.5, 2.0],
+        help="betas at which to mark the best action's probability (default 0.5 2)",
+    )
     f.add_argument(
         "--animate",
         metavar="GIF",
@@ -415,6 +457,18 @@ def _add_plot_parser(sub) -> None:
     )
     f.add_argument("--frames", type=int, default=60, help="frames of the animation (default 60)")
     f.add_argument("--fps", type=float, default=10.0, help="frames per second (default 10)")
+    f.add_argument(
+        "--hold",
+        type=float,
+        default=1.0,
+        help="seconds the animation holds its first and last frames (default 1)",
+    )
+    f.add_argument(
+        "--top",
+        type=int,
+        help="actions drawn one by one, 1 to 6 (default: all up to 6, else 4: the best, "
+        "the reference's most likely, the next best; the rest as a total and a band)",
+    )
 
     f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
     problem(f)

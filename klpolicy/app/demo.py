@@ -207,8 +207,16 @@ def _token_kl(ax) -> None:
     from .. import plotting
     from ..sequences import per_token_kl
 
-    policy, ref = token_problem()
-    plotting.token_kl(per_token_kl(policy, ref), ax=ax)
+    beta = 0.5
+    policy, ref = token_problem(beta)
+    kl = per_token_kl(policy, ref)
+    plotting.token_kl(kl, ax=ax)
+    ax.set_title(
+        rf"Where the KL sits: $\pi^*_\beta$ at $\beta$ = {beta:g} (total {kl.sum():.3g} nats)"
+        "\n3-token vocabulary, 5 tokens; reward +1 for token 0 at each of the first two"
+        "\npositions, +2 for token 2 last; reference conditionals Dirichlet(1, 1, 1), seed 7",
+        fontsize=13,
+    )
 
 
 def _controller(ax) -> None:
@@ -219,7 +227,15 @@ def _controller(ax) -> None:
     ctl = AdaptiveKLController(c["init_kl_coef"], target=c["target"], horizon=c["horizon"])
     tr = simulate(ctl, c["ref"], c["reward"], steps=c["steps"], lag=c["lag"])
     plotting.controller_trace(tr, ax=ax)
-    ax.set_title(f"Adaptive KL controller (horizon {c['horizon']:g}, lag {c['lag']:g})")
+    step = 0.2 / c["horizon"]  # TRL's rule: beta *= 1 + clip(KL / target - 1, +-0.2) / horizon
+    ax.set_title(
+        f"Adaptive KL controller (TRL's rule), target {c['target']:g} nats\n"
+        f"horizon {c['horizon']:g}: " + r"$\beta$" + f" moves at most {100 * step:.3g}% a step; "
+        f"lag {c['lag']:g}: the policy moves {100 * (1 - c['lag']):.0f}% of the way to "
+        + r"$\pi^*_\beta$"
+        + " a step",
+        fontsize=13,
+    )
 
 
 def overoptimization_problem() -> dict[str, Any]:
@@ -266,16 +282,17 @@ def _overoptimization(ax) -> None:
     def gao(d):
         return d * (fit.a - fit.b * np.log(d))
 
+    ax.figure.set_size_inches(7.5, 7.2)
     plotting.kl_budget(
         c.d,
         c.gold_gain,
         o["proxy_gain"],
         fits={r"Gao et al. fit $d\,(a - b\log d)$": gao},
-        proxy_axis="right",
+        proxy_axis="panel",
         ax=ax,
     )
-    ax.set_ylabel("gold reward gained")
-    ax.right_ax.set_ylabel("proxy reward gained")
+    ax.set_ylabel("gold reward gained\n(reward units)")
+    ax.proxy_ax.set_ylabel("proxy reward gained\n(reward units)")
     ax.set_title("Over-optimisation: the proxy over-rates rare outcomes")
 
 

@@ -10,12 +10,14 @@ A leaf: it uses the library's public API and nothing in the library imports it.
 """
 
 from .figures import (
+    MAX_SERIES,
     OKABE_ITO,
     beta_sweep,
     controller_trace,
     estimator_histograms,
     fixed_points,
     frontier,
+    highlighted_actions,
     kl_budget,
     lecture_style,
     token_kl,
@@ -24,6 +26,7 @@ from .lecture import animate_beta_sweep, explore
 from .save import save_figure
 
 __all__ = [
+    "MAX_SERIES",
     "OKABE_ITO",
     "animate_beta_sweep",
     "beta_sweep",
@@ -32,6 +35,7 @@ __all__ = [
     "explore",
     "fixed_points",
     "frontier",
+    "highlighted_actions",
     "kl_budget",
     "lecture_style",
     "save_figure",

@@ -27,12 +27,14 @@ from .. import core as _cf
 from ..core.internal import validation as V
 
 __all__ = [
+    "MAX_SERIES",
     "OKABE_ITO",
     "beta_sweep",
     "controller_trace",
     "estimator_histograms",
     "fixed_points",
     "frontier",
+    "highlighted_actions",
     "kl_budget",
     "lecture_style",
     "token_kl",
@@ -130,8 +132,163 @@ def _lecture(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
+def _at_most_one_colour_each(name: str, series: Sequence[Any]) -> None:
+    """Refuse more series than one axes tells apart by colour (beside a black reference)."""
+    if len(series) > MAX_SERIES:
+        raise ValueError(
+            f"`{name}` must hold at most {MAX_SERIES} entries, one colour each in one axes; "
+            f"got {len(series)}: draw them over several axes"
+        )
+
+
 def _style(i: int) -> dict[str, Any]:
     return {"color": _COLOURS[i % len(_COLOURS)], "linestyle": _STYLES[i % len(_STYLES)]}
+
+
+#: At most this many actions are drawn one by one in a figure of one series per action;
+#: with more, the figure draws a few and summarises the rest (one colour per series).
+MAX_SERIES = 6
+#: Up to this many positions get a bar each in :func:`token_kl`; longer, a filled step curve.
+_POSITION_BARS = 200
+#: Probability entries computed at once when a figure sweeps beta over many actions.
+_BLOCK = 1 << 21
+
+
+def _one_d(name: str, x: ArrayLike) -> None:
+    """Refuse anything but one 1-D array, naming ``name`` (a figure shows one problem)."""
+    try:
+        shape = np.shape(x)
+    except (TypeError, ValueError):  # ragged or not numbers: the core validators name it
+        return
+    if len(shape) != 1:
+        raise ValueError(
+            f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
+        )
+
+
+def _one_problem(ref: ArrayLike, reward: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """``ref`` and ``reward`` as one 1-D problem (float64), or a ValueError naming the argument."""
+    _one_d("ref", ref)
+    _one_d("reward", reward)
+    ref_a = np.asarray(_cf.optimal_policy(ref, reward, np.inf), dtype=float)  # validates both
+    return ref_a, np.asarray(reward, dtype=float)
+
+
+def _labels(labels: Sequence[str] | None, size: int) -> list[str] | None:
+    if labels is None:
+        return None
+    if not all(isinstance(s, str) for s in labels):
+        raise ValueError(f"`labels` must be a sequence of strings; got {V.describe(labels)}")
+    labels = list(labels)
+    if len(labels) != size:
+        raise ValueError(
+            f"`labels` must hold one label per action ({size}); got {len(labels)} labels"
+        )
+    return labels
+
+
+def highlighted_actions(ref: ArrayLike, reward: ArrayLike, top: int | None = None) -> np.ndarray:
+    """The actions a figure draws one by one: the best, the reference's most likely, the next best.
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem.
+    top : int, optional
+        How many actions (1 to :data:`MAX_SERIES`); by default all of them when
+        ``V <= MAX_SERIES``, else 4.
+
+    Returns
+    -------
+    ndarray of int
+        Indices in decreasing order of reward: the action of highest reward inside the
+        reference's support (ties: the likelier under the reference), the reference's
+        most likely action, then the next highest rewards inside the support.
+
+    Raises
+    ------
+    ValueError
+        For an invalid problem or ``top`` outside 1 to :data:`MAX_SERIES`.
+
+    Examples
+    --------
+    >>> from klpolicy.plotting import highlighted_actions
+    >>> highlighted_actions([0.1, 0.6, 0.1, 0.1, 0.1], [0.0, 0.1, 0.9, 0.3, 0.2], top=3).tolist()
+    [2, 3, 1]
+    """
+    ref_a, rew_a = _one_problem(ref, reward)
+    size = ref_a.size
+    if top is None:
+        top = size if size <= MAX_SERIES else 4
+    top = V.as_count("top", top, lo=1)
+    if top > MAX_SERIES:
+        raise ValueError(
+            f"`top` must be at most {MAX_SERIES}, the series one axes tells apart by colour; "
+            f"got {top}"
+        )
+    support = np.flatnonzero(ref_a > 0)
+    # highest reward first, the likelier under ref on ties (a stable order)
+    order = support[np.lexsort((-ref_a[support], -rew_a[support]))]
+    chosen = [int(order[0])]
+    mode = int(np.argmax(ref_a))
+    if top > 1 and mode != chosen[0]:
+        chosen.append(mode)
+    for i in order[1:]:
+        if len(chosen) >= min(top, size):
+            break
+        if int(i) not in chosen:
+            chosen.append(int(i))
+    if len(chosen) < min(top, size):  # actions off the support come last
+        chosen += [i for i in range(size) if i not in chosen][: min(top, size) - len(chosen)]
+    return np.array(sorted(chosen, key=lambda i: (-rew_a[i], -ref_a[i], i)), dtype=np.intp)
+
+
+def _sweep_summary(ref_a, rew_a, grid, idx):
+    """pi*_beta on ``grid`` for the actions ``idx``, and the others' total, min and max.
+
+    Computed in blocks of betas, so memory stays near ``_BLOCK`` entries at any V.
+    """
+    n, size = grid.size, ref_a.size
+    sel = np.empty((n, idx.size))
+    rest = np.ones(size, dtype=bool)
+    rest[idx] = False
+    n_rest = int(rest.sum())
+    total = np.empty(n)
+    lo = np.empty(n)
+    hi = np.empty(n)
+    step = max(1, _BLOCK // size)
+    for s in range(0, n, step):
+        pi = np.asarray(_cf.optimal_policy(ref_a, rew_a, grid[s : s + step, None]), dtype=float)
+        sel[s : s + step] = pi[:, idx]
+        if n_rest:
+            others = pi[:, rest] if n_rest < size else pi
+            total[s : s + step] = others.sum(axis=1)
+            lo[s : s + step] = others.min(axis=1)
+            hi[s : s + step] = others.max(axis=1)
+    return sel, (total, lo, hi) if n_rest else None
+
+
+def _declutter(ax, texts, pad: float = 2.0, up: bool = True) -> None:
+    """Move the offset-point annotations ``texts`` up (or down) until no two overlap."""
+    if len(texts) < 2:
+        return
+    fig = ax.figure
+    try:
+        renderer = fig.canvas.get_renderer()
+    except AttributeError:  # a backend without a renderer to measure with
+        return
+    placed = []
+    for t in texts:
+        for _ in range(12):
+            box = t.get_window_extent(renderer).expanded(1.0, 1.0)
+            clash = next((b for b in placed if box.overlaps(b)), None)
+            if clash is None:
+                break
+            x, y = t.get_position() if t.get_anncoords() == "offset points" else (0, 0)
+            gap = (clash.y1 - box.y0) if up else (box.y1 - clash.y0)
+            shift = gap * 72.0 / fig.dpi + pad
+            t.set_position((x, y + shift if up else y - shift))
+        placed.append(t.get_window_extent(renderer))
 
 
 @_lecture
@@ -142,23 +299,36 @@ def beta_sweep(
     betas: ArrayLike | None = None,
     labels: Sequence[str] | None = None,
     mark: Sequence[float] = (0.5, 2.0),
+    top: int | None = None,
     ax=None,
 ):
     r"""Probability of each action under :math:`\pi^*_\beta` against :math:`\beta` (log axis).
 
     .. math:: \pi^*_\beta(y) = \pi_{ref}(y) e^{r(y)/\beta} / Z_\beta
 
+    Up to :data:`MAX_SERIES` actions get a curve each; with more, the figure draws
+    the best action, the reference's most likely one and the next best rewards
+    (:func:`highlighted_actions`), and summarises the others by their total
+    probability and the band between their smallest and largest single
+    probability. Any number of actions draws in about the same time (1e5 actions
+    in seconds: ``benchmarks/plot_bench.py``).
+
     Parameters
     ----------
     ref, reward : array_like, shape (V,)
         One problem; the defaults are the worked example (0.5/0.5, rewards 1/0).
     betas : array_like, optional
-        The grid (default ``geomspace(1e-2, 1e2, 400)``).
+        The grid (default ``geomspace(1e-2, 1e2, 400)``; 100 to 400 betas past
+        25,000 actions, so the cost stays near 10^7 probabilities).
     labels : sequence of str, optional
-        One label per action (default ``"y=i, r=..."``).
+        One label per action (default ``"y=i (r=...)"``); only the highlighted
+        actions' labels are shown.
     mark : sequence of float, optional
-        Betas to mark with a dot and the probability of action 0 (the worked
-        example's 0.88 at 0.5 and 0.62 at 2 by default).
+        Betas to mark with a dot and the probability of the best action (the
+        worked example's 0.88 at 0.5 and 0.62 at 2 by default).
+    top : int, optional
+        How many actions to draw one by one (1 to :data:`MAX_SERIES`; default all
+        when ``V <= MAX_SERIES``, else 4).
     ax : matplotlib Axes, optional
 
     Returns
@@ -168,12 +338,15 @@ def beta_sweep(
     Raises
     ------
     ValueError
-        For invalid ``ref``, ``reward`` or ``betas`` (as :func:`klpolicy.optimal_policy`).
+        For invalid ``ref``, ``reward`` or ``betas`` (as :func:`klpolicy.optimal_policy`),
+        a 2-D ``ref`` or ``reward``, ``labels`` of the wrong length or a bad ``top``.
 
     Notes
     -----
     The left end shows the greedy limit (all mass on the best reward in the
-    support), the right end the reference: beta is a temperature.
+    support), the right end the reference: beta is a temperature. The
+    probabilities are computed in blocks of betas, so memory stays bounded at any
+    number of actions.
 
     References
     ----------
@@ -187,24 +360,59 @@ def beta_sweep(
     >>> ax = beta_sweep()
     >>> ax.get_xscale()
     'log'
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> ax = beta_sweep(rng.dirichlet(np.ones(1000)), rng.standard_normal(1000))
+    >>> len(ax.get_legend().get_texts())  # 4 actions, the others' total and their band
+    6
     """
+    ref_a, rew_a = _one_problem(ref, reward)
+    # the default grid thins to 100 betas (25 a decade) for many actions: the cost is V * betas
+    n_default = int(np.clip(10_000_000 // ref_a.size, 100, 400))
     grid = (
-        np.geomspace(1e-2, 1e2, 400)
+        np.geomspace(1e-2, 1e2, n_default)
         if betas is None
         else V.check_beta_values("betas", betas).reshape(-1)
     )
-    pi = _cf.optimal_policy(ref, reward, grid[:, None])
-    r = np.asarray(reward, dtype=float)
+    names = _labels(labels, ref_a.size)
+    mark = [float(b) for b in V.check_beta_values("mark", mark).reshape(-1)] if len(mark) else []
+    idx = highlighted_actions(ref_a, rew_a, top)
+    best, mode = int(idx[0]), int(np.argmax(ref_a))
+    if idx.size == ref_a.size:  # every action drawn: in their own order
+        idx = np.arange(ref_a.size)
+    unique_mode = np.count_nonzero(ref_a == ref_a[mode]) == 1
+    sel, rest = _sweep_summary(ref_a, rew_a, grid, idx)
     ax = _axes(ax)
-    for i in range(pi.shape[1]):
-        lab = labels[i] if labels is not None else f"$y={i}$, $r={r[i]:g}$"
-        ax.plot(grid, pi[:, i], label=lab, **_style(i))
-    for j, b in enumerate(mark):
-        p0 = float(_cf.optimal_policy(ref, reward, b)[0])
-        ax.plot([b], [p0], marker=_MARKERS[j % 7], color="black", linestyle="none", zorder=5)
-        ax.annotate(
-            rf"{p0:.2f} at $\beta$={b:g}", (b, p0), textcoords="offset points", xytext=(8, 6)
-        )
+    for j, i in enumerate(idx):
+        if names is not None:
+            lab = names[i]
+        else:
+            roles = [f"$r={rew_a[i]:.3g}$"] + (["best"] if i == best else [])
+            if i == mode and unique_mode:
+                roles.append(r"mode of $\pi_{\mathrm{ref}}$")
+            lab = f"$y={i}$ ({', '.join(roles)})"
+        ax.plot(grid, sel[:, j], label=lab, **_style(j))
+    if rest is not None:
+        total, lo, hi = rest
+        n_rest = ref_a.size - idx.size
+        what = "1 other" if n_rest == 1 else f"{n_rest:,} others"
+        if n_rest > 1:
+            ax.fill_between(
+                grid, lo, hi, color="0.55", alpha=0.35, linewidth=0,
+                label=f"{what}: range of each",
+            )  # fmt: skip
+        ax.plot(grid, total, color="0.35", linestyle=(0, (1, 1)), label=f"{what}: total")
+    texts = []
+    for j, b in enumerate(sorted(mark)):
+        pb = float(_cf.optimal_policy(ref_a, rew_a, b)[best])
+        ax.plot([b], [pb], marker=_MARKERS[j % 7], color="black", linestyle="none", zorder=5)
+        who = "" if best == 0 else f" ($y={best}$)"
+        texts.append(
+            ax.annotate(
+                rf"{pb:.2f} at $\beta$={b:g}{who}", (b, pb), textcoords="offset points",
+                xytext=(8, 6), zorder=6,
+            )
+        )  # fmt: skip
     ax.set_xscale("log")
     ax.set_xlim(grid[0], grid[-1])
     # the two limits, at the two ends of the axis
@@ -229,11 +437,13 @@ def beta_sweep(
         va="top",
         bbox=box,
     )
-    ax.set_xlabel(r"$\beta$ (KL coefficient, log scale)")
-    ax.set_ylabel(r"$\pi^*_\beta(y)$")
+    ax.set_xlabel(r"$\beta$ (KL coefficient, reward units per nat; log scale)")
+    ax.set_ylabel(r"$\pi^*_\beta(y)$ (probability)")
     ax.set_ylim(-0.02, 1.25)
     ax.set_title(r"$\beta$ as a temperature")
-    ax.legend(loc="center left")
+    # below the axes: inside, a legend covers some curve at some beta
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    _declutter(ax, texts)
     return ax
 
 
@@ -256,7 +466,8 @@ def frontier(
     ref, reward : array_like, shape (V,)
     betas : array_like, optional
         The beta grid for the curve (default: 301 betas evenly spaced in KL from
-        0 to the greedy KL, so the curve is smooth at both ends).
+        0 to the greedy KL, so the curve is smooth at both ends; past 10^4 actions
+        fewer, down to 25, plus 8 close to KL = 0, so 10^5 actions draw in seconds).
     best_of_n : sequence of int or None, optional
         Values of n whose exact (KL, E[r]) points are drawn
         (:mod:`klpolicy.best_of_n`); None for none.
@@ -292,9 +503,15 @@ def frontier(
     >>> ax.get_xlabel()
     '$\\mathrm{KL}(\\pi\\,\\|\\,\\pi_{\\mathrm{ref}})$ (nats)'
     """
+    ref, reward = _one_problem(ref, reward)
     if betas is None:
         kmax = float(_cf.max_kl(ref, reward))
-        grid = np.asarray(_cf.beta_for_kl(ref, reward, np.linspace(0.0, kmax, 301)), dtype=float)
+        # 301 KLs, fewer past 10^4 actions (each costs a root search over all of them), and
+        # a few close to 0, where the curve rises like sqrt(KL)
+        n = int(np.clip(3_000_000 // ref.size, 25, 301))
+        near0 = np.geomspace(1e-4, 1.0 / n, 8) if n < 301 else np.empty(0)
+        targets = kmax * np.unique(np.concatenate([np.linspace(0.0, 1.0, n), near0]))
+        grid = np.asarray(_cf.beta_for_kl(ref, reward, targets), dtype=float)
     else:
         grid = V.check_beta_values("betas", betas).reshape(-1)
     f = _cf.frontier(ref, reward, grid)
@@ -311,29 +528,47 @@ def frontier(
             if not chosen or k - float(_cf.optimal_kl(ref, reward, chosen[-1])) > kmax / 6:
                 chosen.append(b)
         mark = chosen[:5]
+    texts = []
     for b in mark:
         pi_b = _cf.optimal_policy(ref, reward, b)
         x, y = float(_cf.optimal_kl(ref, reward, b)), float(np.dot(pi_b, reward))
-        ax.plot([x], [y], marker="o", color="black", markersize=6, linestyle="none", zorder=5)
-        ax.annotate(
-            rf"$\beta$={b:g}", (x, y), textcoords="offset points", xytext=(-8, 8), ha="right"
-        )
+        ax.plot(
+            [x], [y], marker="o", color="black", markersize=6, linestyle="none", zorder=5,
+            clip_on=False,
+        )  # fmt: skip
+        # above-left of the point, outside the concave curve; below-right near KL = 0,
+        # where the left has no room (the axis starts at KL = 0: there is no negative KL)
+        left = x > 0.2 * kmax
+        texts.append(
+            ax.annotate(
+                rf"$\beta$={b:g}", (x, y), textcoords="offset points",
+                xytext=(-8, 8) if left else (10, -6), ha="right" if left else "left",
+                va="bottom" if left else "top",
+            )
+        )  # fmt: skip
     if best_of_n is not None:
         from .. import best_of_n as bon
 
         ns = [int(n) for n in V.as_positive_int_array("best_of_n", best_of_n).reshape(-1)]
         kl = [float(bon.best_of_n_kl(ref, reward, n)) for n in ns]
         er = [float(np.dot(bon.best_of_n_policy(ref, reward, n), reward)) for n in ns]
-        ax.plot(kl, er, marker="s", linestyle="none", color=_COLOURS[1], label="best-of-n")
+        # hollow squares: a best-of-n point on the curve leaves the beta dot visible
+        ax.plot(
+            kl, er, marker="s", markersize=10, markerfacecolor="none", markeredgewidth=2,
+            linestyle="none", color=_COLOURS[1], label="best-of-n", clip_on=False,
+        )  # fmt: skip
         for n, x, y in zip(ns, kl, er):
-            if n == 1:  # the reference itself, at KL 0: labelled inside the axes
-                ax.annotate("$n=1$", (x, y), textcoords="offset points", xytext=(10, -4), va="top")
-            else:
-                ax.annotate(f"$n={n}$", (x, y), textcoords="offset points", xytext=(8, -18))
+            texts.append(
+                ax.annotate(
+                    f"$n={n}$", (x, y), textcoords="offset points", xytext=(10, -6), va="top"
+                )
+            )
     ax.margins(y=0.1)
-    ax.set_xlim(left=-0.12 * kmax)  # room for the labels of the points near KL = 0
+    ax.set_xlim(0.0, 1.03 * kmax)  # KL >= 0: the axis starts at 0
+    # labels of points close together (beta = 0.1 next to n = 32) move apart, downwards
+    _declutter(ax, texts, up=False)
     ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
-    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ (reward units)")
     ax.set_title("Reward-KL frontier")
     ax.legend(loc="lower right")
     return ax
@@ -365,9 +600,12 @@ def kl_budget(
         fitted forms).
     label : str, optional
         Prefix for the legend entries.
-    proxy_axis : {"left", "right"}, optional
+    proxy_axis : {"left", "right", "panel"}, optional
         ``"right"`` draws the proxy on its own axis (``ax.right_ax``), so that a
-        proxy that keeps rising does not squeeze the gold curve flat.
+        proxy that keeps rising does not squeeze the gold curve flat; ``"panel"``
+        draws it in a panel of its own below, sharing the :math:`d` axis
+        (``ax.proxy_ax``): two scales whose curves never cross by accident, the
+        clearer choice for slides.
     ax : matplotlib Axes, optional
 
     Returns
@@ -377,7 +615,8 @@ def kl_budget(
     Raises
     ------
     ValueError
-        When the arrays differ in length or hold non-finite values.
+        When the arrays differ in length or hold non-finite values, or ``fits`` holds
+        more curves than the palette has colours left (5).
 
     References
     ----------
@@ -403,10 +642,16 @@ def kl_budget(
     pre = f"{label} " if label else ""
     # dense sweeps: markers evenly spaced along the drawn curve, not one per point
     every = None if d_a.size <= 25 else 0.04
-    if proxy_axis not in ("left", "right"):
-        raise ValueError(f"`proxy_axis` must be 'left' or 'right'; got {proxy_axis!r}")
+    if proxy_axis not in ("left", "right", "panel"):
+        raise ValueError(f"`proxy_axis` must be 'left', 'right' or 'panel'; got {proxy_axis!r}")
+    if fits is not None and len(fits) > len(_COLOURS) - 2:
+        raise ValueError(
+            f"`fits` must hold at most {len(_COLOURS) - 2} curves (one colour each beside "
+            f"gold and proxy); got {len(fits)}: draw the others on another axes"
+        )
     ax.plot(d_a, g_a, marker="o", markevery=every, label=f"{pre}gold reward", **_style(0))
     lines = list(ax.get_lines()[-1:])
+    split = proxy is not None and proxy_axis == "panel"
     if proxy is not None:
         p_a = V.as_rewards("proxy", proxy)
         if p_a.shape != d_a.shape:
@@ -418,14 +663,36 @@ def kl_budget(
             target.set_ylabel("proxy reward", color=_COLOURS[1])
             target.tick_params(axis="y", colors=_COLOURS[1])
             ax.right_ax = target
+        elif split:
+            # a panel of its own below, sharing d: two scales that never cross by accident
+            spec = ax.get_subplotspec()
+            if spec is None:
+                raise ValueError("`proxy_axis='panel'` needs an `ax` made by subplots")
+            grid = spec.subgridspec(2, 1)
+            ax.set_subplotspec(grid[0])
+            target = ax.figure.add_subplot(grid[1], sharex=ax)
+            target.set_ylabel("proxy reward\n(reward units)")
+            ax.proxy_ax = target
         target.plot(d_a, p_a, marker="^", markevery=every, label=f"{pre}proxy reward", **_style(1))
-        lines.append(target.get_lines()[-1])
+        if not split:
+            lines.append(target.get_lines()[-1])
     for i, (name, fn) in enumerate((fits or {}).items()):
         xs = np.linspace(max(d_a.min(), 1e-6), d_a.max(), 200)
-        ax.plot(xs, fn(xs), label=name, color=_COLOURS[(i + 2) % 7], linestyle=":")
+        ax.plot(xs, fn(xs), label=name, color=_COLOURS[i + 2], linestyle=":")
         lines.append(ax.get_lines()[-1])
-    ax.set_xlabel(r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$")
-    ax.set_ylabel("gold reward" if proxy_axis == "right" and proxy is not None else "reward")
+    d_label = r"$d = \sqrt{\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})}$ ($\sqrt{\mathrm{nats}}$)"
+    if split:  # each panel stands alone on a slide: its own x label and title
+        ax.set_xlabel(d_label)
+        target.set_xlabel(d_label)
+        target.set_title("The proxy reward the policy optimises", fontsize=14)
+        ax.set_ylabel("gold reward\n(reward units)")
+    else:
+        ax.set_xlabel(d_label)
+        ax.set_ylabel(
+            "gold reward (reward units)"
+            if proxy_axis == "right" and proxy is not None
+            else "reward (reward units)"
+        )
     ax.set_title("Over-optimisation: the KL budget as a safety margin")
     if proxy_axis == "right" and proxy is not None:
         # below the axes: the rising proxy crosses every corner inside
@@ -452,7 +719,8 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     ----------
     kl : array_like, shape (T,) or (B, T)
         Per-position KL (e.g. :func:`klpolicy.sequences.per_token_kl`, or the
-        per-token values of :func:`klpolicy.sequences.token_kl_profile`).
+        per-token values of :func:`klpolicy.sequences.token_kl_profile`). Past 200
+        positions one sequence is drawn as a filled step curve, not one bar each.
     ax : matplotlib Axes, optional
     cmap : str, optional
         Colour map of the heatmap (``cividis`` is colour-blind safe).
@@ -482,20 +750,24 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     a = V.as_rewards("kl", kl)
     ax = _axes(ax)
     if a.ndim == 1:
-        ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        if a.size <= _POSITION_BARS:
+            ax.bar(np.arange(a.size), a, color=_COLOURS[0], edgecolor="black")
+        else:  # one bar per position would be slow and unreadable: one filled step curve
+            ax.fill_between(np.arange(a.size), a, step="mid", color=_COLOURS[0], linewidth=0)
+            ax.set_xlim(-0.5, a.size - 0.5)
         ax.set_axisbelow(True)
         ax.set_ylabel(r"KL at position $t$ (nats)")
         ax.set_title(f"Where the KL sits (total {a.sum():.3g} nats)")
     elif a.ndim == 2:
         im = ax.imshow(a, aspect="auto", cmap=cmap, interpolation="nearest")
         ax.figure.colorbar(im, ax=ax, label="KL (nats)")
-        ax.set_ylabel("sequence")
+        ax.set_ylabel("sequence (batch row)")
         ax.set_title("Per-token KL across a batch")
         ax.grid(False)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     else:
         raise ValueError(f"`kl` must have shape (T,) or (B, T); got shape {a.shape}")
-    ax.set_xlabel(r"position $t$")
+    ax.set_xlabel(r"position $t$ (token index)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     return ax
 
@@ -537,7 +809,7 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     >>> from klpolicy.plotting import controller_trace
     >>> ax = controller_trace(SimpleNamespace(kl=[1.0, 0.5, 0.4], beta=[0.1, 0.2, 0.25]), target=0.4)
     >>> ax.right_ax.get_ylabel()
-    '$\\beta$'
+    '$\\beta$ (reward units per nat)'
     """
     if not (hasattr(trace, "kl") and hasattr(trace, "beta")):
         raise ValueError(f"`trace` must have `.kl` and `.beta` arrays; got {type(trace).__name__}")
@@ -555,11 +827,11 @@ def controller_trace(trace: Any, *, target: float | None = None, ax=None):
     ax.plot(steps, kl, label="KL", **_style(0))
     if target is not None:
         ax.axhline(float(target), color="black", linestyle=":", label="target")
-    ax.set_xlabel("step")
+    ax.set_xlabel("step (controller updates)")
     ax.set_ylabel("KL (nats)")
     right = ax.twinx()
     right.plot(steps, beta, label=r"$\beta$", **_style(1))
-    right.set_ylabel(r"$\beta$")
+    right.set_ylabel(r"$\beta$ (reward units per nat)")
     right.grid(False)
     ax.right_ax = right
     lines = ax.get_lines() + right.get_lines()
@@ -637,13 +909,18 @@ def estimator_histograms(
         estimators = (estimators,)
     for name in estimators:  # a mistyped name: the registry's message, naming `estimators`
         est.get_estimator(name, argument="estimators")
+    _at_most_one_colour_each("estimators", estimators)
     from ..core import kl_divergence
 
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     bins = V.as_positive_int("bins", bins, hi=10**6)
     gen = np.random.default_rng(rng)
+    _one_d("p", p)
+    _one_d("q", q)
     p_a = V.as_probabilities("p", p)
     q_a = V.as_probabilities("q", q)
+    if p_a.shape != q_a.shape:
+        raise ValueError(f"`q` must have the shape of `p`; got {q_a.shape} and {p_a.shape}")
     x = gen.choice(p_a.size, size=n, p=p_a / p_a.sum())
     with np.errstate(divide="ignore"):
         logp, logq = np.log(p_a[x]), np.log(q_a[x])
@@ -661,7 +938,7 @@ def estimator_histograms(
         )
         label = f"{math} (mean {vals.mean():.3f})"
         if not finite.all():
-            label = f"{math} ({np.count_nonzero(~finite)} of {n} samples infinite: $q = 0$)"
+            label = f"{math}: {np.count_nonzero(~finite):,} of {n:,} samples infinite ($q = 0$)"
         if finite.any():
             ax.hist(vals[finite], bins=bins, histtype="step", linewidth=2, label=label, **_style(i))
         else:
@@ -678,10 +955,12 @@ def estimator_histograms(
             label=r"true KL $= \infty$ ($p > 0$ where $q = 0$)",
         )
     ax.set_xlabel("per-sample estimate (nats)")
-    ax.set_ylabel("count")
+    ax.set_ylabel(f"count (of {n:,} samples)")
     ax.set_title("KL estimators: per-sample spread")
-    # below the plot: tall spikes can fill any corner inside
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
+    # below the plot: tall spikes can fill any corner inside; one column when a label is
+    # long (the counts of infinite samples), so the legend is never wider than the figure
+    long = max(len(t) for t in ax.get_legend_handles_labels()[1]) > 30
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=1 if long else 2, frameon=False)
     return ax
 
 
@@ -743,6 +1022,7 @@ def fixed_points(
         if betas is None
         else V.check_beta_values("betas", betas).reshape(-1)
     )
+    _at_most_one_colour_each("combos", combos)
     exact = _cf.frontier(ref, reward, grid).expected_reward  # validates ref and reward
     r = np.asarray(reward, dtype=float)
     ax = _axes(ax)
@@ -761,8 +1041,8 @@ def fixed_points(
             **_style(i),
         )
     ax.set_xscale("log")
-    ax.set_xlabel(r"$\beta$ (log scale)")
-    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ at convergence")
+    ax.set_xlabel(r"$\beta$ (reward units per nat; log scale)")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ at convergence (reward units)")
     ax.set_title("Where each KL estimator placement converges")
     ax.legend(loc="best")
     return ax

@@ -9,6 +9,53 @@ from typing import Any
 
 __all__ = ["save_figure"]
 
+#: Resolutions a figure may be saved at: 1200 dpi is print quality (a 7.5 x 4.8 inch
+#: figure is then 9000 x 5760 pixels); more only exhausts memory.
+DPI_RANGE = "[1, 1200]"
+#: Suffixes that name the same format.
+_ALIASES = {"jpg": "jpeg", "tif": "tiff"}
+
+
+def as_dpi(dpi: object) -> float:
+    """``dpi`` as a resolution in :data:`DPI_RANGE`, or a ValueError naming ``dpi``."""
+    from ..core.internal import validation as V
+
+    return V.as_scalar("dpi", dpi, DPI_RANGE, what="dots per inch")
+
+
+def figure_path(path: str | os.PathLike[str], format: str | None, formats) -> tuple[Path, str]:
+    """The file a figure is written to and its format, refusing a suffix that names another.
+
+    ``path`` without a suffix gets ``.png`` (matplotlib's convention) unless ``format``
+    is given, in which case it is written as named.
+    """
+    from ..core.internal import validation as V
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"`path` must be a file path (str or os.PathLike); got {V.describe(path)}")
+    out = Path(path)
+    suffix = out.suffix[1:].lower()
+    known = sorted(formats)
+    if format is not None:
+        if not isinstance(format, str) or format.lower() not in formats:
+            raise ValueError(f"`format` must be one of {', '.join(known)}; got {format!r}")
+        format = format.lower()
+    if suffix in formats:
+        if format is not None and _ALIASES.get(format, format) != _ALIASES.get(suffix, suffix):
+            raise ValueError(
+                f"`format` {format!r} does not match the suffix of `path` {str(path)!r}: "
+                f"name the file *.{format} or drop the format"
+            )
+        return out, suffix
+    if format is not None:
+        return out, format
+    if suffix:
+        raise ValueError(
+            f"`path` {str(path)!r} has the suffix .{suffix}, which names no image format; "
+            f"use one of {', '.join('.' + k for k in known)} or give `format`"
+        )
+    return out.with_name(out.name.rstrip(".") + ".png"), "png"
+
 
 def save_figure(
     draw: Callable[[Any], Any],
@@ -22,7 +69,11 @@ def save_figure(
 
     The figure is closed afterwards, so a loop of calls does not accumulate open
     figures. The file format follows the suffix of ``path`` (``.png``, ``.svg``,
-    ``.pdf``, ...), as :meth:`matplotlib.figure.Figure.savefig` decides.
+    ``.pdf``, ...); ``format`` names it for a path without a suffix and must agree
+    with a suffix that names a format (``x.png`` with ``format="svg"`` is refused,
+    never SVG bytes in a ``.png`` file). A path with no suffix and no ``format`` is
+    written as PNG with ``.png`` appended, as matplotlib does, and the returned path
+    says so.
 
     Parameters
     ----------
@@ -32,7 +83,7 @@ def save_figure(
     path : str or os.PathLike
         Where to write the figure.
     dpi : float, optional
-        Resolution; the lecture style's 150 by default.
+        Resolution, 1 to 1200 dots per inch; the lecture style's 150 by default.
     title : str, optional
         A title set after drawing.
     format : str, optional
@@ -42,13 +93,15 @@ def save_figure(
     Returns
     -------
     pathlib.Path
-        ``path``.
+        The file written: ``path``, or ``path`` with ``.png`` appended when it has no
+        suffix and no ``format`` was given.
 
     Raises
     ------
     ValueError
-        When ``draw`` is not callable, ``path`` is not a path, ``dpi`` is not a
-        positive finite number or ``title`` is not a string.
+        When ``draw`` is not callable, ``path`` is not a path, ``dpi`` is outside 1 to
+        1200, ``title`` is not a string, ``format`` is unknown or disagrees with the
+        suffix of ``path``, or the suffix names no format.
     OSError
         When the file cannot be written.
 
@@ -59,7 +112,9 @@ def save_figure(
     >>> with tempfile.TemporaryDirectory() as d:
     ...     p = save_figure(lambda ax: beta_sweep([0.5, 0.5], [1.0, 0.0], ax=ax), pathlib.Path(d) / "s.png")
     ...     p.stat().st_size > 0
+    ...     save_figure(lambda ax: beta_sweep(ax=ax), pathlib.Path(d) / "t").name
     True
+    't.png'
     """
     import matplotlib
     import matplotlib.pyplot as plt
@@ -69,23 +124,19 @@ def save_figure(
 
     if not callable(draw):
         raise ValueError(f"`draw` must be a callable taking the axes; got {V.describe(draw)}")
-    if not isinstance(path, (str, os.PathLike)):
-        raise ValueError(f"`path` must be a file path (str or os.PathLike); got {V.describe(path)}")
     if dpi is not None:
-        dpi = V.as_positive_scalar("dpi", dpi)
+        dpi = as_dpi(dpi)
     if title is not None and not isinstance(title, str):
         raise ValueError(f"`title` must be a string; got {V.describe(title)}")
-    path = Path(path)
     with matplotlib.rc_context(lecture_style()):
         ax = _axes(None)
         try:
+            out, fmt = figure_path(path, format, ax.figure.canvas.get_supported_filetypes())
             draw(ax)
             if title is not None:
                 ax.set_title(title)
             kwargs: dict[str, Any] = {} if dpi is None else {"dpi": dpi}
-            if format is not None:
-                kwargs["format"] = format
-            ax.figure.savefig(path, **kwargs)
+            ax.figure.savefig(out, format=fmt, **kwargs)
         finally:
             plt.close(ax.figure)
-    return path
+    return out

@@ -13,6 +13,7 @@ Public names are re-exported by :mod:`klpolicy.preference`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -71,11 +72,12 @@ def population_loss(
     preferences: ArrayLike,
     beta: float,
     *,
-    loss: str = "sigmoid",
+    loss: str | Sequence[str] = "sigmoid",
     mu: ArrayLike | None = None,
     divergence: str = "reverse_kl",
     alpha: float | None = None,
     alpha_clamp: float | None = None,
+    loss_weights: Sequence[float] | None = None,
     **options: float,
 ) -> float:
     r"""Expected loss of a tabular policy for any pair loss of :data:`LOSSES`.
@@ -122,6 +124,10 @@ def population_loss(
     alpha, alpha_clamp : float, optional
         TRL's ``f_alpha_divergence_coef`` and its exponent clamp (80 in
         float32/bfloat16, 11 in float16; ``None``: none), for the alpha divergence.
+    loss_weights : sequence of float, optional
+        With a list of losses (TRL's ``loss_type`` list): the weight of each
+        (non-negative; default 1 each, as TRL); the population loss is
+        :math:`\sum_k w_k \mathcal{L}_k`, each row taking the options it knows.
     **options
         The loss's options (see ``LOSSES[loss].options``), validated by name.
 
@@ -158,10 +164,48 @@ def population_loss(
     >>> round(population_loss([0.5, 0.5], [0.5, 0.5], P, 1.0, loss="hinge"), 6)
     1.0
     """
+    if not isinstance(loss, str) and isinstance(loss, Sequence) and len(loss) > 0:
+        names = [get_loss(n).name for n in loss]
+        weights = _loss_weights(loss_weights, len(names))
+        known = {o.name for n in names for o in LOSSES[n].options}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ValueError(
+                f"no loss in `loss` {names} has the option `{unknown[0]}`; their options: "
+                + (", ".join(f"`{k}`" for k in sorted(known)) or "none")
+            )
+        total = 0.0
+        for n, wk in zip(names, weights):
+            own = {k: v for k, v in options.items() if k in {o.name for o in LOSSES[n].options}}
+            total += wk * population_loss(
+                policy,
+                ref,
+                preferences,
+                beta,
+                loss=n,
+                mu=mu,
+                divergence=divergence,
+                alpha=alpha,
+                alpha_clamp=alpha_clamp,
+                **own,
+            )
+        return total
+    if loss_weights is not None:
+        raise ValueError(
+            f"`loss_weights` go with a list of losses (TRL's loss_type list); got "
+            f"loss={loss!r} and loss_weights={loss_weights!r}"
+        )
     row = get_loss(loss)
     o = row.resolve_options(options)
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
+    if row.name == "sft":  # -log pi(chosen): the chosen marginal's cross-entropy
+        w = _win_weights(ref_a, preferences, mu)
+        g = _log_ratio(policy, ref_a, w)
+        chosen = w.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lp = np.where(chosen > 0, g + np.log(np.where(chosen > 0, ref_a, 1.0)), 0.0)
+        return float(-np.sum(chosen * lp))
     if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
         frow, a, _ = resolve_divergence(divergence, alpha)
         clamp = _as_clamp(alpha_clamp, frow.name)
@@ -208,6 +252,18 @@ def population_loss(
 # ---------------------------------------------------------------------------
 # population optima
 # ---------------------------------------------------------------------------
+
+
+def _loss_weights(weights, n: int) -> list[float]:
+    """TRL's loss_weights for n losses: default 1 each; finite, non-negative, one per loss."""
+    if weights is None:
+        return [1.0] * n
+    arr = V.as_finite_array("loss_weights", weights).astype(np.float64).reshape(-1)
+    if arr.size != n:
+        raise ValueError(f"`loss_weights` must have one weight per loss ({n}); got {arr.size}")
+    if (arr < 0).any():
+        raise ValueError(f"`loss_weights` must be non-negative; got {arr.tolist()}")
+    return arr.tolist()
 
 
 def _pair_probability(w: NDArray) -> NDArray:
@@ -686,11 +742,21 @@ def population_optimum(
     >>> population_optimum([0.5, 0.5], P, 1.0).round(4)  # DPO: pi* = sigma(1)
     array([0.7311, 0.2689])
     """
+    if not isinstance(loss, str) and isinstance(loss, Sequence):
+        raise ValueError(
+            f"`loss` {list(loss)!r}: population_optimum takes one loss; a weighted sum of losses "
+            "(TRL's loss_type list with loss_weights, e.g. sigmoid + sft as in RPO) has no "
+            "closed-form minimiser here (population_loss evaluates it)"
+        )
     row = get_loss(loss)
     o = row.resolve_options(options)
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     name = row.name
+    if name == "sft":  # maximum likelihood of the chosen responses: their marginal law
+        w = _win_weights(ref_a, preferences, mu)
+        chosen = np.where(ref_a > 0, w.sum(axis=1), 0.0)
+        return chosen / chosen.sum()
     f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
     if f_dpo or name == "chi_po":
         if name == "chi_po":

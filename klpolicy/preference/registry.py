@@ -308,6 +308,44 @@ def _apo_down_grad(a, b, beta, o):
     return beta * _sig(u) * _sig(-u) + dx, -dx
 
 
+def _make_sft():
+    """TRL's ``sft`` term per pair: the chosen response's negative log-likelihood -pc."""
+
+    def value(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> NDArray[np.floating]:
+        (pc, *_), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        V.as_positive_scalar("beta", beta)
+        LOSSES["sft"].resolve_options(options)
+        return (-pc).astype(dtype)[()]
+
+    def gradient(
+        policy_chosen_logps: ArrayLike,
+        policy_rejected_logps: ArrayLike,
+        ref_chosen_logps: ArrayLike,
+        ref_rejected_logps: ArrayLike,
+        beta: float,
+        **options: float,
+    ) -> PairGradient:
+        (pc, *_), dtype = _inputs(
+            policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
+        )
+        V.as_positive_scalar("beta", beta)
+        LOSSES["sft"].resolve_options(options)
+        one, zero = np.full_like(pc, -1.0, dtype=dtype), np.zeros_like(pc, dtype=dtype)
+        return PairGradient(one[()], zero[()], zero[()], zero[()])
+
+    value.__name__, gradient.__name__ = "sft_value", "sft_gradient"
+    return value, gradient
+
+
 def _chipo_x(a, b, beta):
     with np.errstate(over="ignore", invalid="ignore"):
         return beta * ((np.exp(a) + a) - (np.exp(b) + b))
@@ -621,6 +659,18 @@ _SPECS: list[tuple] = [
         "",
     ),
     (
+        "sft",
+        r"-\log\pi(y_w)",
+        "sft",
+        (),
+        "Ouyang et al., 2022, arXiv:2203.02155 (an SFT term beside a preference loss, as in "
+        "RPO: Pang et al., 2024, arXiv:2404.19733)",
+        "TRL's sft is the token-mean cross-entropy of the chosen completions over the batch; "
+        "on whole responses (a tabular problem) it is the chosen response's negative "
+        "log-likelihood, the value here. Combine it with another loss through "
+        "population_loss(loss=[...], loss_weights=[...])",
+    ),
+    (
         "chi_po",
         r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
         (_chipo_ell, _chipo_grad),
@@ -636,6 +686,12 @@ _SPECS: list[tuple] = [
 def _build() -> dict[str, PairLoss]:
     rows: dict[str, PairLoss] = {}
     for name, formula, kind, options, reference, notes in _SPECS:
+        if kind == "sft":
+            value, gradient = _make_sft()
+            rows[name] = PairLoss(
+                name, formula, value, gradient, options, False, False, reference, notes
+            )
+            continue
         if kind in ("aot", "aot_pair", "aot_unpaired"):
             value, gradient = _make_sorted(name, "aot" if kind == "aot" else "aot_pair")
             rows[name] = PairLoss(

@@ -67,9 +67,15 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
         )
     for name in ("label_smoothing", "epsilon", "tau", "delta"):
         if name in opts and opts[name] != 0:
+            why = "(uses the default)"
+            if row.name == "sigmoid" and name == "label_smoothing":
+                why = (
+                    "(as TRL's current DPOTrainer does for sigmoid; TRL 0.1x applied it as "
+                    "cDPO: check a current trainer with label_smoothing=0)"
+                )
             alts.append(
                 (
-                    f"it ignores the option {name}={opts[name]!r} (uses the default).",
+                    f"it ignores the option {name}={opts[name]!r} {why}.",
                     lambda name=name: v(pc, pr, rc, rr, beta, **{name: _default(row, name)}),
                 )
             )
@@ -80,6 +86,22 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
         )
     )
     return alts
+
+
+def _reduce(x, reduction: str):
+    """fn's reduction applied to exact per-pair values."""
+    x = np.asarray(x, dtype=np.float64)
+    return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+
+
+def _call_shaped(fn, reduction, pc, pr, rc, rr, beta):
+    """Call fn on one case; its output reshaped, or Falsified when its shape is wrong."""
+    inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
+    got = call(fn, inputs, pc, pr, rc, rr, beta)
+    shape = pc.shape if reduction == "none" else ()
+    if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
+        raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
+    return inputs, got.reshape(shape)
 
 
 def _nonfinite_sentence(row, opts, pc, pr, rc, rr, beta, got, reduction):
@@ -224,8 +246,7 @@ def check_pair_loss(
         return
 
     def reduce(x):
-        x = np.asarray(x, dtype=np.float64)
-        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+        return _reduce(x, reduction)
 
     def slack(pc, pr, rc, rr, beta):
         g = row.gradient(pc, pr, rc, rr, beta, **opts)
@@ -236,12 +257,7 @@ def check_pair_loss(
 
     def prop(case):
         (pc, pr, rc, rr), beta = case
-        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
-        got = call(fn, inputs, pc, pr, rc, rr, beta)
-        shape = pc.shape if reduction == "none" else ()
-        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
-            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
-        got = got.reshape(shape)
+        inputs, got = _call_shaped(fn, reduction, pc, pr, rc, rr, beta)
         with np.errstate(all="ignore"):
             exact = reduce(row.value(pc, pr, rc, rr, beta, **opts))
         detail = f"expected {fmt(exact)}, got {fmt(got)}"
@@ -352,8 +368,7 @@ def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, m
     """check_pair_loss with a divergence: values only, the clamp named when it explains."""
 
     def reduce(x):
-        x = np.asarray(x, dtype=np.float64)
-        return x if reduction == "none" else (x.mean() if reduction == "mean" else x.sum())
+        return _reduce(x, reduction)
 
     def score_slope(l):
         t = np.exp(np.clip(l, -700, 700))
@@ -366,12 +381,7 @@ def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, m
 
     def prop(case):
         (pc, pr, rc, rr), beta = case
-        inputs = {"pc": pc, "pr": pr, "rc": rc, "rr": rr, "beta": beta}
-        got = call(fn, inputs, pc, pr, rc, rr, beta)
-        shape = pc.shape if reduction == "none" else ()
-        if got.size != int(np.prod(shape)) or (reduction == "none" and got.shape != shape):
-            raise Falsified(f"it returns shape {got.shape}; expected {shape}.", inputs)
-        got = got.reshape(shape)
+        inputs, got = _call_shaped(fn, reduction, pc, pr, rc, rr, beta)
         with np.errstate(all="ignore"):
             exact = reduce(_f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta))
             sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)

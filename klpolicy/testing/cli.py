@@ -115,6 +115,11 @@ _HELP = {
     "factor": "the dead-zone rule's factor (default %(default)s)",
     "grad": "a function returning the gradients, checked on every example",
     "min_entry": "the smallest probability drawn (default: the suite's, per dtype)",
+    "divergence": "f-DPO: the f-divergence whose score replaces the log-ratios (TRL's "
+    "f_divergence_type; default %(default)s)",
+    "alpha": "f-DPO: the alpha divergence's coefficient (TRL's f_alpha_divergence_coef)",
+    "alpha_clamp": "f-DPO: the clamp of the alpha exponent the function applies (TRL: 80 in "
+    "float32/bfloat16, 11 in float16; default: none)",
 }
 # the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
@@ -193,7 +198,7 @@ def _option(
             choices=["first", "all"],
             help="first: the first failing property (default); all: every one, numbered",
         )
-    elif name in ("atol", "min_entry"):
+    elif name in ("atol", "min_entry", "alpha", "alpha_clamp"):
         parser.add_argument(flag, type=float, default=None, metavar="X")
     else:
         choices = _choices(name, suite)
@@ -223,6 +228,10 @@ def _choices(name: str, suite: str = "") -> list[str] | None:
         from ..preference import LOSSES
 
         return list(LOSSES)
+    if name == "divergence":
+        from ..core import DIVERGENCES
+
+        return [n for n in DIVERGENCES if n != "tv"] + ["js_divergence", "alpha_divergence"]
     if name == "reduction":
         if suite != "kl-estimator":
             return ["none", "mean", "sum"]

@@ -18,12 +18,6 @@ import klpolicy  # noqa: E402
 from klpolicy import plotting  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
 def _sigmoid(x: float) -> float:
     return float(np.exp(x) / (np.exp(x) + 1.0))
 
@@ -56,7 +50,10 @@ def test_beta_sweep_marks_the_worked_example():
         "greedy\n" r"($\beta \to 0$)",  # the two limits, at the two ends of the axis
         "reference\n" r"($\beta \to \infty$)",
     ]
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["$y=0$, $r=1$", "$y=1$, $r=0$"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "$y=0$ ($r=1$, best)",
+        "$y=1$ ($r=0$)",
+    ]
 
 
 def test_beta_sweep_custom_problem_labels_and_marks():
@@ -68,8 +65,9 @@ def test_beta_sweep_custom_problem_labels_and_marks():
         ax.lines[2].get_ydata(),
         klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], [[0.1], [1], [10]])[:, 2],
     )
+    # the mark follows the best action (y=2), not action 0
     assert float(ax.lines[3].get_ydata()[0]) == pytest.approx(
-        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], 1.0)[0], rel=1e-15
+        klpolicy.optimal_policy([0.2, 0.3, 0.5], [0, 1, 2], 1.0)[2], rel=1e-15
     )
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b", "c"]
 
@@ -127,7 +125,7 @@ def test_frontier_default_grid_is_smooth_and_marks_beta_on_the_curve():
             (float(klpolicy.optimal_kl(ref, reward, b)), float(np.dot(pi, reward))), rel=1e-12
         )
     # mathtext labels with real subscripts
-    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$"
+    assert ax.get_ylabel() == r"$\mathbb{E}_\pi[r]$ (reward units)"
     assert r"\pi_{\mathrm{ref}}" in ax.get_xlabel()
     assert ax.get_legend().get_texts()[0].get_text().startswith(r"$\pi^*_\beta$")
 
@@ -181,12 +179,17 @@ def test_demo_overoptimization_figure_fits_and_is_not_squeezed(tmp_path):
     assert c.gold_gain.argmax() not in (0, c.d.size - 1) and c.gold_gain[-1] < 0
     # the beta grid is uniform in d
     np.testing.assert_allclose(np.diff(c.d), np.diff(c.d)[0], rtol=1e-6)
-    # drawn: the proxy has its own axis, so the gold curve fills most of the left one
+    # drawn: the proxy has a panel of its own below (no twin axes whose crossing means
+    # nothing), so the gold curve fills most of its panel, and both share the d axis
     ax = plt.figure().add_subplot()
     demo.FIGURES["overoptimization"][0](ax)
     lo, hi = ax.get_ylim()
     assert span / (hi - lo) > 0.8
-    np.testing.assert_array_equal(ax.right_ax.lines[0].get_ydata(), o["proxy_gain"])
+    assert not hasattr(ax, "right_ax")
+    np.testing.assert_array_equal(ax.proxy_ax.lines[0].get_ydata(), o["proxy_gain"])
+    assert ax.proxy_ax.get_position().y1 < ax.get_position().y0  # below, not on top
+    assert ax.proxy_ax.get_shared_x_axes().joined(ax, ax.proxy_ax)
+    assert "reward units" in ax.get_ylabel() and "reward units" in ax.proxy_ax.get_ylabel()
     names = [p.name for p in demo.write_figures(tmp_path, ["overoptimization"])]
     assert names == ["overoptimization.png"]
 
@@ -227,7 +230,7 @@ def test_token_kl_bar_chart_and_heatmap():
     batch = np.arange(6.0).reshape(2, 3) / 10
     ax = plotting.token_kl(batch)
     np.testing.assert_array_equal(ax.images[0].get_array(), batch)
-    assert ax.get_ylabel() == "sequence"
+    assert ax.get_ylabel() == "sequence (batch row)"
     with pytest.raises(
         ValueError, match=re.escape("`kl` must have shape (T,) or (B, T); got shape (1, 1, 2)")
     ):
@@ -386,8 +389,9 @@ def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
     assert f"= {float(pi @ reward):.3f}" in text.get_text()
     heights = [p.get_height() for p in fig.axes[0].patches[3:]]
     np.testing.assert_allclose(heights, pi, rtol=1e-15)
-    # shown as a notebook shows it: every frame rendered into the page
-    assert anim.to_jshtml().count("data:image/png;base64") == 9
+    # shown as a notebook shows it: every frame rendered into the page, the first and the
+    # last held for 1 s (10 more frames each at 10 fps)
+    assert anim.to_jshtml().count("data:image/png;base64") == 9 + 2 * 10
     with pytest.raises(ValueError, match=re.escape("`frames` must be an integer >= 3; got 2")):
         plotting.animate_beta_sweep(ref, reward, frames=2)
 
@@ -445,9 +449,10 @@ def test_explore_without_ipywidgets_is_a_static_figure(monkeypatch):
     import matplotlib.figure
 
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
-    fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
+    with pytest.warns(UserWarning, match="ipywidgets is not installed"):
+        fig = plotting.explore([0.5, 0.3, 0.2], [1.0, 0.0, 0.5])
     assert isinstance(fig, matplotlib.figure.Figure)
-    assert len(fig.axes) == 5
+    assert len(fig.axes) == 6
     # first panel the reference, last the greedy policy
     first = [p.get_height() for p in fig.axes[0].patches[3:]]
     last = [p.get_height() for p in fig.axes[-1].patches[3:]]

@@ -250,6 +250,7 @@ def test_bad_input_names_the_argument(kwargs, message):
         population_optimum(ref, prefs, 1.0, **kwargs)
 
 
+@pytest.mark.slow  # hypothesis runs and shrinks four suites: about 10 s
 def test_check_pair_loss_names_the_clamp():
     from klpolicy.testing import check_pair_loss
 
@@ -274,3 +275,33 @@ def test_check_pair_loss_names_the_clamp():
 
     with pytest.raises(AssertionError, match="it ignores the divergence"):
         check_pair_loss(js_as_dpo, "sigmoid", divergence="js_divergence", max_examples=30)
+
+
+def test_sft_row_loss_weights_and_label_smoothing_note():
+    row = LOSSES["sft"]
+    pc, pr = np.array([-1.0, -2.5]), np.array([-0.5, -3.0])
+    np.testing.assert_array_equal(row.value(pc, pr, pc, pr, 0.1), -pc)
+    ref, r, prefs = _problem(4, 7)
+    pi = kp.optimal_policy(ref, r, 1.0)
+    w = np.outer(ref, ref) * 2 * prefs
+    chosen = w.sum(1)
+    sft = population_loss(pi, ref, prefs, 0.5, loss="sft")
+    assert sft == pytest.approx(float(-np.sum(chosen * np.log(pi))), rel=1e-14)
+    # its minimiser is the chosen responses' marginal law (maximum likelihood)
+    np.testing.assert_allclose(
+        population_optimum(ref, prefs, 0.5, loss="sft"), chosen / chosen.sum(), rtol=1e-15
+    )
+    # TRL's loss_type list with loss_weights: the weighted sum, each row with its options
+    both = population_loss(
+        pi, ref, prefs, 0.5, loss=["sigmoid", "sft"], loss_weights=[1.0, 0.25], label_smoothing=0.1
+    )
+    want = population_loss(pi, ref, prefs, 0.5, label_smoothing=0.1) + 0.25 * sft
+    assert both == pytest.approx(want, rel=1e-14)
+    assert population_loss(pi, ref, prefs, 0.5, loss=["ipo", "sft"]) == pytest.approx(
+        population_loss(pi, ref, prefs, 0.5, loss="ipo") + sft, rel=1e-14
+    )
+    with pytest.raises(ValueError, match="`loss_weights` must have one weight per loss"):
+        population_loss(pi, ref, prefs, 0.5, loss=["ipo", "sft"], loss_weights=[1.0])
+    with pytest.raises(ValueError, match="population_optimum takes one loss"):
+        population_optimum(ref, prefs, 0.5, loss=["sigmoid", "sft"])
+    assert "ignores label_smoothing for sigmoid" in LOSSES["sigmoid"].notes

@@ -27,7 +27,9 @@ NAMES = [
     "apo_down",
     "discopop",
 ]
-NOT_TRL = ["chi_po"]  # rows that are not a TRL loss_type (checked in tests/preference/test_fdpo.py)
+# rows not transcribed from TRL's per-pair block (checked in tests/preference/test_fdpo.py):
+# sft is a TRL loss_type but TRL computes it from token logits, chi_po is not a TRL loss
+NOT_TRL = ["sft", "chi_po"]
 
 
 def _trl(loss_type, pc, pr, rc, rr, beta, label_smoothing=0.0, delta=0.0, tau=0.05):
