@@ -595,7 +595,7 @@ def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
     return arr.astype(np.float64)
 
 
-# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+# --- klpolicy.behaviour: diversity and retention -------------------------------
 
 
 def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
