@@ -358,7 +358,7 @@ def check_kl_controller(
                 why = f"the coefficient is {new!r}; the exact rule gives {want!r}"
             raise Falsified(f"{why}, {where}.", inputs)
 
-    # the three failures found in released adaptive controllers, tried first: one NaN KL,
+    # the three failures of released adaptive controllers, first (issue 17): one NaN KL,
     # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar
     explicit = [
         (0.2, 6.0, 10000, [(math.nan, 256), (6.0, 256)], 1),

@@ -43,7 +43,7 @@ SUITES = {
     "optimal-policy": "check_optimal_policy",
     "soft-value": "check_soft_value",
 }
-# the pair-loss suite, listed only when its module is installed
+# the pair-loss suite of issue 19, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}
 
 
