@@ -16,11 +16,17 @@ Baselines:
 * ``optimal_policy``: one call on the same array (for ``beta_for_kl`` and the
   token tree).
 
+The ``careful path`` lines time inputs that the one-exponential fast path leaves to
+the careful method (a large ``beta``, the greedy limit ``beta = 0``).
+
 The ``floor`` line, ``np.exp(r) * ref`` (no shift, no sum, no checks), is the
 least any single-threaded numpy implementation reads, computes and writes: both
 inputs, one exponential, one output array. The ``workers=-1`` line runs
-``optimal_policy`` on a thread pool over row blocks (every core) and is reported
-as a ratio to that single-threaded floor.
+``optimal_policy`` on a thread pool over row blocks (every core, as many as the
+batch's size warrants) and is reported as a ratio to that single-threaded floor.
+The threads crossover table times ``workers=-1`` and threads forced on every row
+block against ``workers=1`` over batch sizes: "threads" is what ``workers=-1``
+uses there.
 
 Peak memory is measured with :mod:`tracemalloc` (numpy reports its buffers to
 it) as the largest traced allocation during the call, in units of one input
@@ -40,6 +46,7 @@ import numpy as np
 import scipy.special
 
 from klpolicy import beta_for_kl, kl_divergence, max_kl, optimal_kl, optimal_policy, soft_value
+from klpolicy.core import _tilt
 from klpolicy.sequences import joint, soft_bellman
 
 
@@ -76,6 +83,36 @@ def problem(rows: int, n: int, dtype, seed: int = 0):
     ref /= ref.sum(-1, keepdims=True, dtype=np.float64).astype(dtype)
     reward = rng.normal(size=(rows, n)).astype(dtype)
     return ref, reward
+
+
+def threads_crossover(rows_list, n: int, beta: float, rep: int) -> list:
+    """``workers=-1`` (threads chosen by size) and threads forced from one row block each,
+    as ratios to ``workers=1``, over batch sizes: where threads start to pay off."""
+    out = []
+    for dtype in (np.float64, np.float32):
+        for rows in rows_list:
+            ref, reward = problem(rows, n, dtype, seed=4)
+
+            def forced(a=ref, b=reward):
+                saved = _tilt._MIN_BLOCKS_PER_THREAD
+                _tilt._MIN_BLOCKS_PER_THREAD = 1
+                try:
+                    return optimal_policy(a, b, beta, workers=-1)
+                finally:
+                    _tilt._MIN_BLOCKS_PER_THREAD = saved
+
+            t = interleaved(
+                {
+                    "one": lambda a=ref, b=reward: optimal_policy(a, b, beta),
+                    "auto": lambda a=ref, b=reward: optimal_policy(a, b, beta, workers=-1),
+                    "forced": forced,
+                },
+                rep,
+            )
+            blocks = -(-rows // _tilt._rows_per_block(n, np.dtype(dtype).itemsize))
+            used = _tilt._threads(os.cpu_count() or 1, blocks)
+            out.append((np.dtype(dtype).name, rows, n, blocks, used, t))
+    return out
 
 
 def row(table: list, name: str, ratio: float, baseline: str, t: float, extra: str = "") -> None:
@@ -146,6 +183,25 @@ def main() -> None:
             t_div["kl_div"],
         )
 
+    # the careful path (the array-API kernel of klpolicy.core._careful with numpy's
+    # namespace): a large beta (the soft value's mean-centred form), the greedy limit
+    ref, reward = problem(*small, np.float64, seed=3)
+    t = interleaved(
+        {
+            "exp": lambda: np.exp(reward),
+            "value": lambda: soft_value(ref, reward, 50.0),
+            "kl": lambda: optimal_kl(ref, reward, 50.0),
+            "greedy": lambda: optimal_policy(ref, reward, 0.0),
+        },
+        rep,
+    )
+    for key, name in (
+        ("value", "soft_value beta=50"),
+        ("kl", "optimal_kl beta=50"),
+        ("greedy", "optimal_policy beta=0"),
+    ):
+        row(table, f"careful path: {name} {small} float64", t[key] / t["exp"], "np.exp", t[key])
+
     # beta_for_kl: a KL budget per row, half of the largest reachable
     ref, reward = problem(*small, np.float64, seed=1)
     target = 0.5 * max_kl(ref, reward)
@@ -187,11 +243,24 @@ def main() -> None:
         t["bellman"],
     )
 
+    cross = threads_crossover(
+        (8, 16, 64, 256) if args.quick else (16, 64, 128, 256, 512, 1024), 4096, beta, rep
+    )
+
     print(f"klpolicy core benchmark, beta={beta}, minimum of {rep} interleaved runs")
     print(f"{'case':58s} {'ratio':>8s}  {'to':16s} {'time (machine-dependent)':>24s}")
     for name, ratio, base, secs, extra in table:
         when = "" if np.isnan(secs) else f"{secs * 1e3:10.1f} ms"
         print(f"{name:58s} {ratio:8.2f}x {base:16s} {when:>24s}  {extra}")
+
+    print()
+    print(f"threads crossover: optimal_policy time / workers=1 ({os.cpu_count()} cores)")
+    print(f"{'batch':24s} {'blocks':>6s} {'threads':>7s} {'workers=-1':>11s} {'forced':>8s}")
+    for name, rows, n, blocks, used, t in cross:
+        print(
+            f"{f'({rows}, {n}) {name}':24s} {blocks:6d} {used:7d} "
+            f"{t['auto'] / t['one']:10.2f}x {t['forced'] / t['one']:7.2f}x"
+        )
 
 
 if __name__ == "__main__":

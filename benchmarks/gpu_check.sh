@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device checks of issue 20, in one run on a machine with a CUDA GPU:
+# The device checks of the array-API kernel, in one run on a machine with a CUDA GPU:
 #   1. the CUDA tests (values, gradients and trainers on CUDA tensors, `-m gpu`);
 #   2. benchmarks/gpu_trainers.py: every trainer on CPU and CUDA, distances and ms/step;
 #   3. benchmarks/torch_bench.py: the kernel against torch.softmax on CPU and on CUDA at

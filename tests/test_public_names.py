@@ -1,4 +1,4 @@
-"""Every public name importable before the re-layout (issue 15) is importable where it was.
+"""Every public name importable from the flat package is importable where it was.
 
 ``tests/data/public_names.json`` was written from the flat package (commit ea69a4a): each
 module's ``__all__`` plus its public submodules. Moving code must never break an import

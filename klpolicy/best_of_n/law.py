@@ -13,7 +13,7 @@ distributed as :math:`\pi_{ref}` restricted to the level:
     \pi_n(y) = \pi_{ref}(y)\, \frac{F_g^n - (F^-_g)^n}{q_g}, \qquad g = r(y).
 
 The numerical method (one sort, then linear passes in log space) is described
-in ``klpolicy/_best_of_n_law.py``. Curves along ``n``, the largest ``n``
+in ``klpolicy/best_of_n/_law.py``. Curves along ``n``, the largest ``n``
 within a KL budget and the comparison with the KL-regularised optimum live in
 :mod:`klpolicy.best_of_n.frontier` and are re-exported here.
 """
@@ -88,7 +88,7 @@ def best_of_n_policy(
     ``n = 1`` returns the reference. Cost: one ``argsort`` per row and a few
     linear passes, :math:`O(V \log V)`; a million outcomes take a fraction of a
     second (``benchmarks/best_of_n_bench.py``). Accurate to about 1e-13
-    relative for ``n`` up to 2**53 (see the notes of ``klpolicy/_best_of_n_law.py``
+    relative for ``n`` up to 2**53 (see the notes of ``klpolicy/best_of_n/_law.py``
     for the log/expm1 form).
 
     References

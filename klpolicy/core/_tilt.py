@@ -5,12 +5,15 @@ Two paths compute the same quantities for validated rows (probability axis last)
 * the **fast path**, row block by row block: ``w = ref * exp((r - c) / beta)``,
   ``pi = w / sum(w)``; one exponential per entry and a few multiply/add passes
   over a block that stays in the CPU cache;
-* the **careful path** (:func:`_tilt_careful`): the log-space method of the
-  module docstring of :mod:`klpolicy.core.closed_form` (log1p of an expm1 sum at large
-  beta, mean-centred soft value, greedy and reference limits).
+* the **careful path** (:func:`_tilt_careful`): the log-space method, which is the
+  array-API kernel of :mod:`klpolicy.core._careful` run with the numpy namespace, the
+  same code torch, JAX and CuPy input runs (log1p of an expm1 sum at large beta,
+  log-ratios centred on the optimum's mode, mean-centred soft value, greedy and
+  reference limits). The fast path is numpy's own specialisation (in place, threaded
+  over row blocks), which the array API cannot express.
 
 A row takes the fast path only when that is provably as accurate as the careful
-path (see :func:`_fast_rows`): every ``ref * exp(z)`` on the support is a normal
+path (see :func:`_fast_ok`): every ``ref * exp(z)`` on the support is a normal
 float (no underflow, no subnormal reference entry), ``beta`` is finite and
 positive, and, when statistics are requested, ``beta`` is small enough
 (``spread / beta >= 2``) that the careful path would not use its large-beta
@@ -26,23 +29,17 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from ._numerics import expm1mx, kl_terms, kl_unit_series
+from ._careful import _mode_log_ratio as _careful_mode
+from ._careful import _tilt as _careful_tilt
+from ._numerics import kl_unit_series
 
 # Bytes per array in one row block: the block's reference, reward, output and a
 # few scratch arrays stay within a 2 MiB L2 cache.
 _BLOCK_BYTES = 1 << 18
-# Statistics take the fast path only when spread / beta >= this (see _fast_rows).
+# Statistics take the fast path only when spread / beta >= this (see _fast_ok).
 _STATS_MIN_SPREAD = 2.0
 
 ALL = frozenset({"pi", "u", "value", "kl", "mean"})
-
-
-def _exp_limit(dtype) -> float:
-    """Largest argument whose ``exp`` is comfortably finite: 707 in float64, 86 in float32.
-
-    (A fixed 700 let float32 overflow: ``ref = [1, 1e-44]`` gave a probability of inf.)
-    """
-    return float(np.floor(np.log(np.finfo(dtype).max))) - 2.0
 
 
 class _Tilt(NamedTuple):
@@ -59,188 +56,43 @@ class _Tilt(NamedTuple):
     var: NDArray | None = None  # E_pi*[((r - mean) / beta)^2] = Var_pi*(r) / beta^2, keepdims
 
 
-def _mode_log_ratio(
-    q: NDArray,
-    r: NDArray,
-    beta: NDArray,
-    total: NDArray,
-    pi: NDArray,
-    fill: float = -np.inf,
-    with_mode: bool = False,
-):
-    """``u = log(pi*/ref_n)`` on the support, computed relative to each row's mode.
+def _numpy_namespace():
+    """The array-API namespace of numpy: numpy itself from numpy 2 (its main namespace
+    follows the standard, and the kernel's calls then cost no wrapper), else
+    array-api-compat's, imported on first use (``import klpolicy`` does not)."""
+    if _NUMPY_2:
+        return np
+    import array_api_compat.numpy as xnp
 
-    With ``k`` the most likely outcome of ``pi*`` and ``d = (r - r_k) / beta``,
-    ``u = d - log(sum(ref * exp(d)) / sum(ref))``, and the log is taken as
-    ``log1p(sum(ref * expm1(d)) / sum(ref))``. The mode's own log-ratio ``-log1p(S)``
-    is then exact even when it is 1e-34 (a reference of 1 - 1e-33 whose tiny
-    alternative gains weight), where ``z - log Z`` with ``z`` centred on the best
-    reward carries a rounding of eps * |z| that, squared, would swamp such a KL.
-    ``q``, ``r``, ``pi``: (rows, n); ``beta`` and ``total``: (rows,) or (rows, 1). The
-    division by ``beta`` (not a product with ``1/beta``) keeps subnormal betas finite.
-    Entries off the support get ``fill``.
+    return xnp
 
-    ``with_mode=True`` returns ``(u, k, pi_k, value)``: also each row's mode and its
-    probability as a quotient, ``ref_k / sum(ref * exp(d))``, or
-    ``ref_n_k / (1 + S)`` with the same ``S``, rather than ``ref_n_k * exp(u_k)``:
-    no exponential of a large log-ratio, so a mode of 1 - 5e-135 with a reference
-    entry of 1e-300 comes out 1.0, not 1 - 2e-14; and the soft value anchored on the
-    mode, ``V = r_k + beta log1p(S)``. Its rounding is a few ulp of
-    ``|r_k| + |V - r_k| + E_pi|r - r_k|``, where ``c + beta log Z`` with ``c`` the best
-    reward carries a few ulp of ``|c|``: with ``ref = (1e-100, 1)``, ``r = (1, 0)`` and
-    ``beta = 0.01``, V is 2.7e-59, which ``1 + 0.01 (-100 + 2.7e-57)`` rounds to 0.
-    """
-    beta = np.reshape(beta, (-1, 1))
-    total = np.reshape(total, (-1, 1))
-    rows = np.arange(q.shape[0])
-    k = np.argmax(pi, axis=-1)
-    rk = r[rows, k][:, None]
-    off = q <= 0
-    any_off = bool(off.any())
-    with np.errstate(all="ignore"):
-        d = np.subtract(r, rk, dtype=q.dtype)
-        d /= beta
-        if any_off:
-            d[off] = 0.0  # off the support: no weight, and no overflow below
-        term = np.expm1(d)
-        term *= q
-        big = d >= _exp_limit(q.dtype)  # exp(d) would overflow: a subnormal reference entry
-        if big.any():
-            term[big] = np.exp(np.log(q[big]) + d[big])
-        s = term.sum(axis=-1, keepdims=True) / total
-        log_zk = np.log1p(s)
-        if with_mode:
-            mode_pi = q[rows, k][:, None] / total / (1 + s)
-        far = np.nonzero(s[:, 0] <= -0.5)[0]  # the mode holds little reference mass
-        if far.size:
-            w = q[far] * np.exp(d[far])
-            big_far = big[far]
-            if big_far.any():  # exp(log q + d), as in the sum above (not q * inf)
-                w[big_far] = term[far][big_far]
-            w_sum = w.sum(axis=-1, keepdims=True)
-            log_zk[far] = np.log(w_sum / total[far])
-            if with_mode:
-                mode_pi[far] = q[far, k[far]][:, None] / w_sum
-            # A mode on a reference entry below tiny / eps (1e-292): its weight ref_k is then
-            # so small that the other weights ref e^d, which can still matter next to it,
-            # are subnormal or zero (ref = (1, 5e-321), r = (-50, 700), beta = 1: e^-750
-            # beside 5e-321 lost five digits). Sum them relative to ref_k, in log space.
-            qk = q[far, k[far]]
-            finfo = np.finfo(q.dtype)
-            low = np.nonzero(qk < finfo.tiny / finfo.eps)[0]
-            if low.size:
-                rows_low = far[low]
-                log_qk = np.log(qk[low])[:, None]
-                a = d[rows_low] + (np.log(q[rows_low]) - log_qk)  # -inf off the support
-                s_rel = np.exp(a).sum(axis=-1, keepdims=True)  # in [1, n]: the mode's is 1
-                log_zk[rows_low] = log_qk - np.log(total[rows_low]) + np.log(s_rel)
-                if with_mode:
-                    mode_pi[rows_low] = 1 / s_rel
-        if with_mode:
-            value = rk + beta * log_zk
-        d -= log_zk
-        if any_off:
-            d[off] = fill
-        return (d, k, mode_pi[:, 0], value[:, 0]) if with_mode else d
+
+_NUMPY_2 = int(np.__version__.split(".")[0]) >= 2
 
 
 def _tilt_careful(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL) -> _Tilt:
-    """pi*_beta and its statistics by the log-space method (probability axis last).
+    """pi*_beta and its statistics by the careful method (probability axis last).
 
-    ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
-    (greedy limit) and inf (reference) alongside finite positive values.
+    The array-API kernel of :mod:`klpolicy.core._careful` with the numpy namespace: the
+    one careful method of every array library. ``beta`` has shape (..., 1) broadcasting
+    against ``ref``; it may contain 0 (greedy limit) and inf (reference) alongside finite
+    positive values. Fields not in ``want`` are ``None``.
     """
-    dtype = ref.dtype
-    support = ref > 0
-    total = ref.sum(axis=-1, keepdims=True)
-    ref_n = ref / total
-    neg_inf = np.asarray(-np.inf, dtype=dtype)
-    c = np.max(np.where(support, reward, neg_inf), axis=-1, keepdims=True)
+    want = frozenset(want)
+    shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape[:-1] + (1,))
+    b = np.broadcast_to(beta.astype(ref.dtype, copy=False), shape[:-1] + (1,))
+    out = _careful_tilt(
+        _numpy_namespace(), np.broadcast_to(ref, shape), np.broadcast_to(reward, shape), b, want
+    )
+    return _Tilt(**{k: (out[k] if k in want else None) for k in _Tilt._fields})
 
-    finite = (beta > 0) & np.isfinite(beta)
-    beta_s = np.where(finite, beta, np.ones_like(beta))
-    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        # z = (r - c) / beta <= 0 on the support
-        z = np.where(support, (reward - c) / beta_s, neg_inf)
-        s = np.sum(ref * np.expm1(z), axis=-1, keepdims=True) / total
-        direct = np.log(np.sum(ref * np.exp(z), axis=-1, keepdims=True) / total)
-        log_z = np.where(s > -0.5, np.log1p(s), direct)
-        u = z - log_z
-        # pi = ref_n e^u; the second form only for subnormal reference entries
-        pi = np.where(u < _exp_limit(dtype), ref_n * np.exp(u), np.exp(np.log(ref_n) + u))
-        pi = np.where(support, pi, 0).astype(dtype, copy=False)
-        value = c + beta_s * log_z
-        # Large beta: re-centre on the reference mean m, where
-        # V = m + beta log1p(E[expm1mx(x)] + E[x]), x = (r - m)/beta, has no cancellation
-        # between m and the O(Var/beta) correction.
-        m = np.sum(ref_n * reward, axis=-1, keepdims=True)
-        x = np.where(support, (reward - m) / beta_s, 0)
-        near = np.max(np.abs(x), axis=-1, keepdims=True) < 1
-        if near.any():
-            x = np.where(near, x, 0)
-            s2 = np.sum(ref_n * expm1mx(x), axis=-1, keepdims=True) + np.sum(
-                ref_n * x, axis=-1, keepdims=True
-            )
-            value = np.where(near, m + beta_s * np.log1p(s2), value)
 
-        # beta = 0: all mass on the best rewards inside the support, split as ref
-        best = support & (reward == c)
-        rest = np.sum(np.where(best, 0, ref), axis=-1, keepdims=True) / total
-        best_mass = np.sum(np.where(best, ref, 0), axis=-1, keepdims=True)
-        # log of the reference mass on the best set: log1p(-rest) is exact when the mass is
-        # near 1; log(mass) when it is small (even subnormal, where 1 - rest rounds to 0)
-        greedy_log_mass = np.where(rest < 0.5, np.log1p(-rest), np.log(best_mass / total))
-        pi0 = np.where(best, ref / best_mass, 0)
-        u0 = np.where(best, -greedy_log_mass, neg_inf)
-
-        if want & {"u", "kl", "pi", "value"}:
-            shape = np.broadcast_shapes(ref.shape, reward.shape, pi.shape)
-            u_mode, k, mode_pi, v_mode = _mode_log_ratio(
-                np.broadcast_to(ref, shape).reshape(-1, shape[-1]),
-                np.broadcast_to(reward, shape).reshape(-1, shape[-1]),
-                np.broadcast_to(beta_s, shape[:-1] + (1,)).reshape(-1, 1),
-                np.broadcast_to(total, shape[:-1] + (1,)).reshape(-1, 1),
-                np.broadcast_to(pi, shape).reshape(-1, shape[-1]),
-                with_mode=True,
-            )
-            # pi from the mode-centred u, whose log-partition sums weights ref e^d <= ref_k
-            # (centred on the best reward, the weights of a row whose mode sits 710 beta
-            # below it are subnormal and pi lost five digits). The KL's summands keep this
-            # pi, which matches u, so that their errors cancel in pi (u - 1) + ref_n.
-            u = u_mode.reshape(shape)
-            ref_nb = np.broadcast_to(ref_n, shape)
-            small_u = u < _exp_limit(dtype)
-            pi = np.where(small_u, ref_nb * np.exp(np.where(small_u, u, 0)), 0)
-            if not small_u.all():  # only for subnormal reference entries
-                pi = np.where(small_u, pi, np.exp(np.log(ref_nb) + u))
-            pi = np.where(support, pi, 0).astype(dtype, copy=False)
-            # the returned mode's probability as a quotient (see _mode_log_ratio)
-            pi_out = np.array(pi).reshape(-1, shape[-1])
-            ok = np.isfinite(mode_pi) & (mode_pi > 0) & (mode_pi <= 1)
-            rows = np.nonzero(ok)[0]
-            pi_out[rows, k[rows]] = mode_pi[rows]
-            pi_out = pi_out.reshape(shape)
-            # the soft value anchored on the mode (see _mode_log_ratio), except where the
-            # mean-centred form above applies (large beta)
-            v_mode = v_mode.reshape(shape[:-1] + (1,))
-            value = np.where(near, value, v_mode) if near.any() else v_mode
-
-        zero = beta == 0
-        inf = np.isinf(beta)
-        pi = np.where(zero, pi0, np.where(inf, ref_n, pi)).astype(dtype, copy=False)
-        u = np.where(zero, u0, np.where(inf, 0, u))
-        kl = np.sum(np.where(support, kl_terms(pi, ref_n, u), 0), axis=-1, keepdims=True)
-        if "pi" in want:
-            pi = np.where(zero, pi0, np.where(inf, ref_n, pi_out)).astype(dtype, copy=False)
-        mean = np.sum(pi * reward, axis=-1, keepdims=True)
-        value = np.where(zero, c, np.where(inf, m, value))
-        kl = np.where(zero, -greedy_log_mass, np.where(inf, 0, kl))
-        var = None
-        if "var" in want:
-            xm = np.where(support, (reward - mean) / beta_s, 0)
-            var = np.sum(pi * xm * xm, axis=-1, keepdims=True)
-            var = np.where(finite, var, 0).astype(dtype, copy=False)
-    return _Tilt(pi, u, value.astype(dtype), kl.astype(dtype), mean.astype(dtype), var)
+def _mode_log_ratio(q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: NDArray):
+    """``u = log(pi*/ref_n)`` centred on each row's mode, 0 off the support: the careful
+    kernel's :func:`klpolicy.core._careful._mode_log_ratio` with the numpy namespace.
+    ``q``, ``r``, ``pi``: (rows, n); ``beta`` and ``total``: (rows, 1)."""
+    with np.errstate(all="ignore"):
+        return _careful_mode(_numpy_namespace(), q, r, beta, total, pi, q > 0)[0]
 
 
 # --------------------------------------------------------------------------- fast path
@@ -356,20 +208,17 @@ def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
         # eps * scale * sqrt(2 KL) (first order) and (eps * scale)^2 (second order): where
         # that is not below 1e-14 KL, u is recomputed relative to the row's mode, whose own
         # log-ratio is then exact (a reference of 1 - 1e-33 gives KLs of 1e-34).
-        recentre = kl < 1e-4 * scale * scale
+        recentre = need[kl[need] < 1e-4 * scale[need] ** 2]
+        if recentre.size:  # one call of the careful kernel for the block's rows concerned
+            z[recentre] = _mode_log_ratio(
+                q[recentre],
+                r[recentre],
+                1 / ib[recentre, None],
+                total[recentre, None],
+                pi[recentre],
+            )
+            t[recentre] = (z[recentre] - 1) * pi[recentre] + qn[recentre]
         for i in need:
-            if recentre[i]:
-                z[i] = _mode_log_ratio(
-                    q[i : i + 1],
-                    r[i : i + 1],
-                    1 / ib[i : i + 1],
-                    total[i : i + 1],
-                    pi[i : i + 1],
-                    0.0,
-                )[0]
-                np.subtract(z[i], 1, out=t[i])
-                np.multiply(t[i], pi[i], out=t[i])
-                np.add(t[i], qn[i], out=t[i])
             _series_where_small(t[i], qn[i], z[i], buf("m", 1)[0])
             kl[i] = t[i].sum()
         res["kl"][s, 0] = kl
@@ -426,6 +275,19 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 # Tasks per thread in a parallel sweep: the pool hands out small row chunks as threads
 # free up, so a core slowed by another process (a shared VM) does not hold up the rest.
 _TASKS_PER_WORKER = 8
+# Row blocks (of _BLOCK_BYTES per array) each thread must have before a sweep uses it:
+# below that, handing out chunks and joining them costs more than the thread saves.
+# Measured with benchmarks/core_bench.py's crossover table on 2 shared cores: threads
+# pay off from about 32 blocks (a (256, 4096) float64 or (512, 4096) float32 batch,
+# 8 MiB per array), and cost up to several times workers=1 below; 16 per thread keeps
+# every smaller batch on one thread.
+_MIN_BLOCKS_PER_THREAD = 16
+
+
+def _threads(workers: int, blocks: int) -> int:
+    """Threads for a sweep of ``blocks`` row blocks: at most ``workers``, one per
+    ``_MIN_BLOCKS_PER_THREAD`` blocks, at least one."""
+    return max(1, min(workers, blocks // _MIN_BLOCKS_PER_THREAD))
 
 
 def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
@@ -433,13 +295,15 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
 
     Each chunk is a whole number of cache blocks, so every thread runs exactly the
     single-threaded sweep on its rows, and the results are the same to the bit.
+    ``workers`` is an upper bound: a batch gets one thread per ``_MIN_BLOCKS_PER_THREAD``
+    row blocks, so a small batch runs on the calling thread as with ``workers=1``.
     The rows are cut into about ``_TASKS_PER_WORKER`` chunks per thread, taken by
     whichever thread is free (a static split in halves waits for the slower core).
     """
     rows, n = ref.shape
     step = _rows_per_block(n, ref.dtype.itemsize)
     blocks = -(-rows // step)
-    workers = min(workers, blocks)
+    workers = _threads(workers, blocks)
     if workers <= 1:
         return _sweep(ref, reward, ib, want, pi_out, res)
     per = -(-blocks // (workers * _TASKS_PER_WORKER)) * step

@@ -424,7 +424,7 @@ def as_positive_int(name: str, x: Any, *, hi: int = MAX_EXACT_COUNT) -> int:
 
 
 # --------------------------------------------------------------------------------------
-# sequences.py, token_trees.py, token_kl_diagnostics.py: token trees, sequence rewards,
+# klpolicy.sequences (trees.py, bellman.py, diagnostics.py): token trees, sequence rewards,
 # log-prob arrays and masks
 # --------------------------------------------------------------------------------------
 
@@ -595,7 +595,7 @@ def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
     return arr.astype(np.float64)
 
 
-# --- klpolicy.diversity / klpolicy.retention (issue 12) ------------------------
+# --- klpolicy.behaviour: diversity and retention -------------------------------
 
 
 def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:

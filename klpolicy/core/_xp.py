@@ -3,34 +3,16 @@ r"""The closed form written once against the Python array API: torch, JAX, CuPy 
 :func:`klpolicy.optimal_policy` and its siblings hand numpy input to the
 blocked fast path of :mod:`klpolicy.core._tilt`. Any other array library that
 `array-api-compat <https://data-apis.org/array-api-compat/>`_ recognises
-(torch tensors on any device, JAX arrays, CuPy arrays) comes here, and runs
-the same careful algorithm as the numpy core's :func:`klpolicy.core._tilt._tilt_careful`,
-expressed with array-API operations only:
-
-* the tilt relative to the best reward **on the reference's support**
-  ``c``: ``z = (r - c) / beta <= 0``; the log-partition as
-  ``log1p(sum(ref * expm1(z)) / sum(ref))`` when that sum is above -1/2 and as
-  ``log(sum(ref * exp(z)) / sum(ref))`` otherwise;
-* the soft value re-centred on the reference mean at large ``beta``
-  (``m + beta log1p(E[expm1mx(x)] + E[x])``, ``x = (r - m) / beta``);
-* the KL of the optimum summed from non-negative terms with the log-ratio
-  centred on the optimum's mode (exact when the KL is 1e-34);
-* the greedy (``beta = 0``) and reference (``beta = inf``) limits; the
-  reference's zeros stay exactly zero.
+(torch tensors on any device, JAX arrays, CuPy arrays) comes here. Where a
+one-exponential fast path (:func:`_fast_policy`, :func:`_fast_stats`) is not provably
+as accurate, it runs the careful kernel of :mod:`klpolicy.core._careful`, the same
+code the numpy core falls back to (log-space tilt relative to the best reward on the
+reference's support, log-ratios and soft value centred on the optimum's mode, the
+mean-centred soft value at large ``beta``, non-negative KL summands, the greedy and
+reference limits; its module docstring says how every branch stays gradient-safe).
 
 Results come back in the caller's array type, device and dtype; float16 and
 bfloat16 are computed in float32 and returned in their own dtype.
-
-Gradients
----------
-Every branch is computed on *safe inputs*: entries that a ``where`` will
-discard are replaced before the operation that could overflow or divide by
-zero (``0 * inf = nan`` never appears in a backward pass). The best reward
-``c`` and the mode's reward are constants for autograd (the result does not
-depend on them: their derivatives cancel exactly, but as ``1/beta - 1/beta``,
-which is ``inf - inf`` for a subnormal ``beta``). Entries whose weight
-``exp((r - c) / beta)`` is below ``exp(-10^4)`` (zero in any float format) get
-the constant log-weight ``-10^4``: their gradient is zero, as it is exactly.
 
 Validation
 ----------
@@ -50,14 +32,8 @@ from typing import Any
 import numpy as np
 
 from . import _validation as V
+from ._careful import _const, _device, _div, _expm1mx, _kl_terms, _stop, _tilt
 from ._tilt import _NO_SHIFT, _RANGE, _value_resolved
-
-# Log-weights below -_DEAD are replaced by -_DEAD: exp(-1e4) is zero in every float format,
-# while a reference entry is at least 5e-324 (log > -745), so nothing representable is lost.
-_DEAD = 1.0e4
-_SERIES_RADIUS = 0.2
-_EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]  # exp(x) - 1 - x
-_KLUNIT = [(k - 1) / math.factorial(k) for k in range(2, 18)]  # u e^u - e^u + 1
 
 __all__ = [
     "cross_entropy",
@@ -100,19 +76,6 @@ def _namespace(*xs: Any):
     return aac.array_namespace(np.asarray(xs[0])), None
 
 
-def _stop(x):
-    """``x`` without gradient (torch: detach; JAX: stop_gradient; others: itself)."""
-    import array_api_compat as aac
-
-    if aac.is_torch_array(x):
-        return x.detach()
-    if aac.is_jax_array(x):
-        import jax
-
-        return jax.lax.stop_gradient(x)
-    return x
-
-
 def _to_numpy(x) -> np.ndarray:
     """A host copy, for wording an error (never on the success path)."""
     import array_api_compat as aac
@@ -128,17 +91,6 @@ def _to_numpy(x) -> np.ndarray:
     if (arr.dtype.kind == "f" and arr.dtype.itemsize < 4) or arr.dtype.kind == "V":
         arr = np.asarray(x, dtype=np.float32)
     return arr
-
-
-def _device(template):
-    import array_api_compat as aac
-
-    return None if template is None else aac.device(template)
-
-
-def _const(xp, value: float, like):
-    """A 0-d array of ``like``'s dtype on its device."""
-    return xp.asarray(value, dtype=like.dtype, device=_device(like))
 
 
 def _has_float64(xp, template) -> bool:
@@ -341,270 +293,6 @@ def _problem(
     rew_b = xp.broadcast_to(rew_m, shape)
     b = xp.broadcast_to(b, shape[:-1] + (1,))
     return xp, ref_b, rew_b, b, out_dt, ax - ndim, limits
-
-
-# --------------------------------------------------------------------------- numerics
-
-
-def _horner_x2(xp, x, coeffs):
-    """x^2 * sum_j coeffs[j] x^j."""
-    acc = xp.zeros_like(x) + coeffs[-1]
-    for c in coeffs[-2::-1]:
-        acc = acc * x + c
-    return acc * x * x
-
-
-def _expm1mx(xp, x):
-    """``exp(x) - 1 - x`` to a few ulp (series for |x| < 0.2, on safe inputs)."""
-    small = xp.abs(x) < _SERIES_RADIUS
-    xs = xp.where(small, x, xp.zeros_like(x))
-    return xp.where(small, _horner_x2(xp, xs, _EXPM1MX), xp.expm1(x) - x)
-
-
-def _kl_terms(xp, p, q, u):
-    """``q * kl_unit(u) = p (u - 1) + q >= 0`` with the series where |u| < 0.2 (u finite)."""
-    small = xp.abs(u) < _SERIES_RADIUS
-    us = xp.where(small, u, xp.zeros_like(u))
-    return xp.where(small, q * _horner_x2(xp, us, _KLUNIT), p * (u - 1) + q)
-
-
-def _exp_limit(xp, dtype) -> float:
-    """Largest argument with exp() comfortably finite: 707 in float64, 86 in float32."""
-    return math.floor(math.log(float(xp.finfo(dtype).max))) - 2.0
-
-
-def _may_need_grad(*xs) -> bool:
-    """False when no argument can carry a gradient (numpy, CuPy, torch without grad)."""
-    import array_api_compat as aac
-
-    for x in xs:
-        if aac.is_torch_array(x):
-            if x.requires_grad:
-                import torch
-
-                if torch.is_grad_enabled():
-                    return True
-        elif aac.is_jax_array(x):
-            return True  # a tracer may be differentiated: keep the scaled form
-    return False
-
-
-def _div(xp, num, beta):
-    """``num / beta`` (``beta > 0``) whose derivative in ``beta`` never forms ``beta**2``.
-
-    Numerator and denominator are scaled by two constant powers of two ``p1 p2 ~ 1/beta``
-    (exact: the quotient is the same float), so autograd differentiates ``n' / m`` with
-    ``m = beta p1 p2`` in [1, 2): JAX's ``-x * y**-2`` and torch's ``(x / y) / y`` stay
-    finite (and zero where the incoming gradient is zero) even for ``beta = 1e-310``.
-    """
-    if not _may_need_grad(num, beta):
-        return num / beta  # the same float: the scaling matters only to the derivative
-    b = _stop(beta)
-    e = xp.floor(xp.log2(b))
-    e1 = xp.floor(e * 0.5)
-    p1 = xp.pow(_const(xp, 2.0, b), -e1)
-    p2 = xp.pow(_const(xp, 2.0, b), -(e - e1))
-    return ((num * p1) * p2) / ((beta * p1) * p2)
-
-
-def _scaled_diff(xp, a, b, beta, dead):
-    """``(a - b) / beta`` with ``-_DEAD`` where it is below that or where ``dead`` is set.
-
-    ``a - b`` may overflow (rewards of 1e308): those entries are computed as
-    ``(a/2 - b/2) / beta * 2``. The discarded entries are zeroed *before* the
-    division, so neither value nor gradient sees an infinity.
-    """
-    diff = a - b
-    big = xp.isinf(diff)
-    half = a * 0.5 - b * 0.5
-    num = xp.where(big, half, diff)
-    scale = xp.where(big, _const(xp, 2.0, a), _const(xp, 1.0, a))
-    raw = (_stop(num) / _stop(beta)) * scale
-    drop = (raw < -_DEAD) | dead
-    num = xp.where(drop, xp.zeros_like(num), num)
-    return xp.where(drop, _const(xp, -_DEAD, a), _div(xp, num, beta) * scale)
-
-
-def _expm1_sum(xp, q, z, w, total):
-    """``sum(q * expm1(z)) / total`` whose gradient is that of ``sum(w) / total``, w = q e^z.
-
-    ``expm1``'s derivative is formed as ``expm1(z) + 1`` by torch and JAX: 0 once
-    ``expm1(z)`` rounds to -1 (z < -37), where the true ``e^z`` (1e-22 at z = -50) still
-    carries the gradient of an unlikely outcome. Forward value from expm1, gradient from exp.
-    """
-    s = xp.sum(q * xp.expm1(z), axis=-1, keepdims=True) / total
-    e = xp.sum(w, axis=-1, keepdims=True) / total
-    return _stop(s) + (e - _stop(e))
-
-
-def _safe_exp_times(xp, q, u, limit):
-    """``q * exp(u)`` for ``q >= 0``; as ``exp(log q + u)`` where ``exp(u)`` would overflow."""
-    big = u >= limit
-    zero = xp.zeros_like(u)
-    lo = q * xp.exp(xp.where(big, zero, u))
-    q_hi = xp.where(big, q, xp.ones_like(q))
-    hi = xp.exp(xp.log(q_hi) + xp.where(big, u, zero))
-    return xp.where(big, hi, lo), big
-
-
-def _mode_log_ratio(xp, q, r, beta, total, pi, support):
-    """``u = log(pi*/ref_n)`` centred on each row's mode (see klpolicy.core._tilt._mode_log_ratio).
-
-    Returns ``(u, is_mode, pi_mode, value)``: also a mask of each row's mode, its
-    probability as a quotient (``ref_k / sum(ref e^d)``, or ``ref_n_k / (1 + S)``) and the
-    soft value anchored on the mode, ``r_k + beta log1p(S)``. ``r_k`` enters as a constant
-    (the gradient reaches it through ``d_k``), so ``dV/dr = pi`` and ``dV/dbeta = -KL``.
-    """
-    dt = q.dtype
-    k = xp.argmax(_stop(pi), axis=-1, keepdims=True)
-    rk = xp.take_along_axis(_stop(r), k, axis=-1)
-    d = _scaled_diff(xp, r, rk, beta, ~support)
-    limit = _exp_limit(xp, dt)
-    w, big = _safe_exp_times(xp, q, d, limit)
-    d_lo = xp.where(big, xp.zeros_like(d), d)
-    term = xp.where(big, w, q * xp.expm1(d_lo))
-    s = xp.sum(term, axis=-1, keepdims=True) / total
-    e = xp.sum(w, axis=-1, keepdims=True) / total
-    s = _stop(s) + (e - _stop(e))  # expm1's gradient, from exp (see _expm1_sum)
-    far = s <= -0.5  # the mode holds little reference mass
-    near_s = xp.where(far, xp.zeros_like(s), s)
-    w_sum = xp.sum(w, axis=-1, keepdims=True)
-    log_zk = xp.where(far, xp.log(w_sum / total), xp.log1p(near_s))
-    # a mode on a reference entry below tiny / eps: the weights beside it are subnormal;
-    # sum them relative to ref_k in log space (see klpolicy.core._tilt._mode_log_ratio)
-    qk = xp.take_along_axis(q, k, axis=-1)
-    fi = xp.finfo(dt)
-    low = far & (_stop(qk) < float(fi.smallest_normal) / float(fi.eps))
-    # ref_k enters the shift as a constant: log Z_k = log ref_k + log sum e^a then has the
-    # exact gradient in every ref_i (e^{d_i} / sum(ref e^d)), without 1/ref_k - 1/ref_k
-    one = xp.ones_like(qk)
-    log_qk = xp.log(_stop(xp.where(low, qk, one)))  # select, then take logs
-    keep = low & support
-    a = xp.where(keep, d, xp.zeros_like(d)) + (xp.log(xp.where(keep, q, xp.ones_like(q))) - log_qk)
-    w_rel = xp.where(keep, xp.exp(xp.where(keep, a, xp.zeros_like(a))), xp.zeros_like(a))
-    s_rel = xp.sum(w_rel, axis=-1, keepdims=True)  # >= 1 on the rows used (the mode's 1)
-    s_rel = xp.where(low, s_rel, one)
-    log_zk = xp.where(low, log_qk - xp.log(total) + xp.log(s_rel), log_zk)
-    u = xp.where(support, d - log_zk, xp.zeros_like(d))
-    # w_k = ref_k e^{d_k} is ref_k in value (d_k = 0) and carries d_k's gradient (r_k enters
-    # every d_j, but through rk only as a constant: see the module docstring)
-    wk = xp.take_along_axis(w, k, axis=-1)
-    # _div: JAX differentiates x / y as -x * y**-2, which overflows for w_sum ~ 1e-300
-    pi_k = xp.where(far, _div(xp, wk, w_sum), (wk / total) / (1 + near_s))
-    # 1 in value (a_k = 0), with d_k's gradient, as w_k above
-    pi_k = xp.where(low, xp.take_along_axis(w_rel, k, axis=-1) / s_rel, pi_k)
-    is_mode = xp.arange(q.shape[-1], device=_device(q)) == k
-    return u, is_mode, pi_k, rk + beta * log_zk
-
-
-def _tilt(xp, ref, reward, beta, want, limits=True):
-    """pi*_beta and the statistics in ``want`` ("pi", "value", "kl", "mean", "max_kl").
-
-    ``ref``, ``reward``: (..., n) one float dtype; ``beta``: (..., 1), >= 0, inf allowed.
-    Discarded branches may overflow in the forward pass (never in a selected value or a
-    gradient); numpy's warnings about them are silenced.
-    """
-    with np.errstate(all="ignore"):
-        return _tilt_body(xp, ref, reward, beta, want, limits)
-
-
-def _tilt_body(xp, ref, reward, beta, want, limits):
-    """The kernel; ``limits=False`` when ``beta`` is known (on the host) to be finite and > 0:
-    the greedy and reference branches, which every row would discard, are not computed."""
-    zero_t = xp.zeros_like(ref)
-    one_b = xp.ones_like(beta)
-    neg_inf = _const(xp, -math.inf, ref)
-    support = ref > 0
-    total = xp.sum(ref, axis=-1, keepdims=True)
-    ref_n = ref / total
-    c = xp.max(xp.where(support, _stop(reward), neg_inf), axis=-1, keepdims=True)
-    out = {}
-    if limits or want == {"max_kl"}:
-        zero = beta == 0
-        inf = xp.isinf(beta)
-        beta_s = xp.where(~(zero | inf), beta, one_b)
-    else:
-        beta_s = beta
-
-    if not limits and want != {"max_kl"}:
-        return _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
-    # beta = 0: all mass on the best rewards inside the support, split as ref
-    best = support & (reward == c)
-    rest = xp.sum(xp.where(best, zero_t, ref), axis=-1, keepdims=True) / total
-    best_mass = xp.sum(xp.where(best, ref, zero_t), axis=-1, keepdims=True)
-    low_rest = rest < 0.5
-    greedy_log_mass = xp.where(
-        low_rest,
-        xp.log1p(-xp.where(low_rest, rest, xp.zeros_like(rest))),
-        xp.log(best_mass / total),
-    )
-    if want == {"max_kl"}:
-        return {"max_kl": -greedy_log_mass}
-    pi0 = _div(xp, xp.where(best, ref, zero_t), best_mass)  # select, then divide
-    f = _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c)
-    out["pi"] = pi = xp.where(zero, pi0, xp.where(inf, ref_n, f["pi"]))
-    if "value" in want:
-        # beta = 0: the best reward on the support, with the greedy policy as its gradient
-        v0 = c + xp.sum(pi0 * xp.where(best, reward - c, zero_t), axis=-1, keepdims=True)
-        out["value"] = xp.where(zero, v0, xp.where(inf, f["m"], f["value"]))
-    if "mean" in want:
-        out["mean"] = xp.sum(pi * reward, axis=-1, keepdims=True)
-    if "kl" in want:
-        kl = f["kl"]
-        out["kl"] = xp.where(zero, -greedy_log_mass, xp.where(inf, xp.zeros_like(kl), kl))
-    return out
-
-
-def _finite_rows(xp, ref, reward, beta_s, want, support, total, ref_n, c):
-    """pi, soft value (and the reference mean m), KL at a finite positive ``beta_s``."""
-    dt = ref.dtype
-    zero_t = xp.zeros_like(ref)
-    out = {}
-    z = _scaled_diff(xp, reward, c, beta_s, ~support)  # <= 0; -_DEAD off the support
-    w = ref * xp.exp(z)
-    s = _expm1_sum(xp, ref, z, w, total)
-    low = s <= -0.5
-    direct = xp.log(xp.sum(w, axis=-1, keepdims=True) / total)
-    log_z = xp.where(low, direct, xp.log1p(xp.where(low, xp.zeros_like(s), s)))
-    limit = _exp_limit(xp, dt)
-    pi, _ = _safe_exp_times(xp, ref_n, z - log_z, limit)
-    out["pi"] = pi
-    if want & {"pi", "mean", "kl", "value"}:
-        # u centred on the mode of pi, so that d = (r - r_mode) / beta_s stays below ~745
-        # and the weights ref e^d <= ref_mode do not underflow where the mode sits far below
-        # the best reward; pi from that u (the KL below keeps this pi, which matches u),
-        # and the mode's probability as a quotient, not exp of a large log-ratio (a mode
-        # of 1 - 5e-135 on a reference entry of 1e-300 is 1.0, not 1 - 2e-14).
-        u, is_mode, pi_k, v_mode = _mode_log_ratio(xp, ref, reward, beta_s, total, pi, support)
-        pi, _ = _safe_exp_times(xp, ref_n, u, limit)
-        out["pi"] = xp.where(is_mode & (pi_k > 0) & (pi_k <= 1), pi_k, pi)
-
-    if "value" in want:
-        value = v_mode  # anchored on the mode of pi (see _mode_log_ratio)
-        # large beta: re-centre on the reference mean m (no cancellation between m and
-        # the O(Var / beta) correction)
-        m = xp.sum(ref_n * reward, axis=-1, keepdims=True)
-        x_raw = _scaled_diff(xp, _stop(reward), _stop(m), _stop(beta_s), ~support)
-        near = xp.max(xp.where(support, xp.abs(x_raw), zero_t), axis=-1, keepdims=True) < 1
-        keep = near & support
-        x = _div(xp, xp.where(keep, reward - m, zero_t), beta_s)
-        e1 = xp.sum(ref_n * _expm1mx(xp, x), axis=-1, keepdims=True)
-        e1 = xp.where(near, e1, xp.zeros_like(e1))
-        # E_ref[x] is 0 in exact arithmetic (m = E_ref[r]) and only the rounding of m: the
-        # value keeps it, the gradient is that of m + beta log1p(e1), where it would
-        # otherwise swamp dV/dbeta = -KL ~ -Var / (2 beta^2)
-        mean_x = xp.where(near, xp.sum(ref_n * x, axis=-1, keepdims=True), xp.zeros_like(e1))
-        v_near = m + beta_s * xp.log1p(e1 + mean_x)
-        g_near = m + beta_s * xp.log1p(e1)
-        v_near = _stop(v_near) + (g_near - _stop(g_near))
-        out["value"] = xp.where(near, v_near, value)
-        out["m"] = m
-    if "mean" in want:
-        out["mean"] = xp.sum(out["pi"] * reward, axis=-1, keepdims=True)
-    if "kl" in want:
-        terms = xp.where(support, _kl_terms(xp, pi, ref_n, u), zero_t)
-        out["kl"] = xp.sum(terms, axis=-1, keepdims=True)
-    return out
 
 
 def _finish(xp, x, out_dt):

@@ -292,7 +292,7 @@ def total_variation(
     return (0.5 * np.abs(pa - qa).sum(axis=-1))[()]
 
 
-# --- entropy-type quantities (issue 12: diversity, mode collapse) -------------
+# --- entropy-type quantities (diversity, mode collapse) -----------------------
 
 
 def _entropy_last(p: NDArray) -> NDArray:

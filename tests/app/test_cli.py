@@ -336,7 +336,7 @@ def test_plot_estimator_figures(capsys, tmp_path, argv):
     assert (tmp_path / "e.png").read_bytes()[:8] == PNG
 
 
-# --------------------------------------------------------------------------- issue 16
+# ------------------------------ output formats and number parsing: JSON, tables, help
 
 
 def test_json_never_writes_strings_inside_number_arrays(capsys):

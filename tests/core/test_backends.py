@@ -603,7 +603,8 @@ def test_float32_in_float32_out_exact_and_never_inf(xb, beta):
 
 
 def test_numpy_float32_tiny_reference_entry_is_a_probability_not_inf():
-    # issue 20: a probability of inf from the careful path's float64 overflow threshold
+    # float32 keeps its own overflow threshold (86, not float64's 707): a tiny reference
+    # entry must not give a probability of inf
     got = kp.optimal_policy(np.float32([1, 1e-44]), np.float32([0, 1]), 1e-3)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, np.float32([0.0, 1.0]))
@@ -850,7 +851,8 @@ def _torch_cpu_peak(fn) -> int:
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
 def test_fast_path_holds_at_most_two_input_sized_arrays(dtype):
-    """Issue 20's memory goal, on the CPU allocator (the CUDA figure is benchmarks/gpu_check.sh's)."""
+    """The fast path holds at most two input-sized arrays, on the CPU allocator (the CUDA
+    figure is benchmarks/gpu_check.sh's)."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator().manual_seed(0)
     dt = getattr(torch, dtype)

@@ -271,7 +271,7 @@ def test_kernel_equals_the_careful_path(rows, n, log10_beta, log10_scale, seed):
     reward = rng.normal(size=(rows, n)) * 10.0**log10_scale
     beta = np.full((rows, 1), 10.0**log10_beta)
     fast = K.tilt(ref, reward, beta, {"pi", "value", "kl", "mean", "var"})
-    slow = K._tilt_careful(ref, reward, beta, {"var"})
+    slow = K._tilt_careful(ref, reward, beta, {"pi", "value", "kl", "mean", "var"})
     np.testing.assert_allclose(fast.pi, slow.pi, rtol=1e-12, atol=1e-290)
     spread = np.ptp(reward, axis=-1, keepdims=True)
     eps = np.finfo(float).eps

@@ -213,7 +213,7 @@ def test_import_klpolicy_loads_no_optional_dependency():
     assert out.returncode == 0, f"import klpolicy imported {out.stdout.strip()}"
 
 
-# ---------------------------------------------------------------- issue 16: generic checkers
+# ------------------------- generic checkers: sums, scalars, counts, one meaning of a budget
 
 from klpolicy.core.internal import validation as V  # noqa: E402
 

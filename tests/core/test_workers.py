@@ -28,9 +28,15 @@ def _problem(rows=64, n=4096, dtype=np.float64, seed=0):
     return ref, reward, beta
 
 
+@pytest.fixture
+def threads_from_one_block(monkeypatch):
+    """Threads even for a small batch (by default a batch this size runs on one thread)."""
+    monkeypatch.setattr(_tilt, "_MIN_BLOCKS_PER_THREAD", 1)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("workers", [2, 3, -1, 64])
-def test_threads_give_the_same_bits(dtype, workers):
+def test_threads_give_the_same_bits(dtype, workers, threads_from_one_block):
     ref, reward, beta = _problem(dtype=dtype)
     assert _tilt._rows_per_block(ref.shape[1], ref.dtype.itemsize) < ref.shape[0]  # many blocks
     for fn in (kp.optimal_policy, kp.soft_value, kp.optimal_kl):
@@ -40,7 +46,7 @@ def test_threads_give_the_same_bits(dtype, workers):
         np.testing.assert_array_equal(many, one)
 
 
-def test_invalid_values_in_a_later_chunk_give_the_same_message():
+def test_invalid_values_in_a_later_chunk_give_the_same_message(threads_from_one_block):
     ref, reward, beta = _problem()
     ref[57, 9] = -0.25
     with pytest.raises(ValueError) as one:
@@ -66,3 +72,18 @@ def test_workers_follow_scipy_fft():
             kp.optimal_policy([0.5, 0.5], [1.0, 0.0], 1.0, workers=bad)
     with pytest.raises(ValueError, match="fewer than one thread"):
         kp.optimal_policy([0.5, 0.5], [1.0, 0.0], 1.0, workers=-(cores + 1))
+
+
+def test_threads_are_chosen_from_the_size():
+    """A batch below ``_MIN_BLOCKS_PER_THREAD`` blocks per thread runs on one thread (threads
+    cost more than they save there); larger ones get one thread per that many blocks."""
+    per = _tilt._MIN_BLOCKS_PER_THREAD
+    assert per >= 2
+    assert _tilt._threads(2, 1) == 1
+    assert _tilt._threads(2, 2 * per - 1) == 1
+    assert _tilt._threads(2, 2 * per) == 2
+    assert _tilt._threads(8, 3 * per) == 3
+    assert _tilt._threads(1, 100 * per) == 1
+    # (16, 4096) float64, the batch of the crossover line in benchmarks/core_bench.py
+    blocks = -(-16 // _tilt._rows_per_block(4096, 8))
+    assert _tilt._threads(os.cpu_count() or 1, blocks) == 1

@@ -1,4 +1,4 @@
-"""Figures on valid inputs whose numbers are infinite (issue 16)."""
+"""Figures on valid inputs whose numbers are infinite: the infinities are counted and labelled."""
 
 from __future__ import annotations
 

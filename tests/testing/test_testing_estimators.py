@@ -1,4 +1,4 @@
-"""check_kl_estimator and check_kl_divergence on real RLHF code (issue 17).
+"""check_kl_estimator and check_kl_divergence on the KL code of real RLHF trainers.
 
 Resolution-aware verdicts (rounding, float32/bfloat16, clamps, "abs"), the
 ``dtype``, ``reduction`` and ``clamp`` knobs. Each mutant's verdict is asserted

@@ -1,4 +1,4 @@
-"""Torch trainers and policies on valid extremes and degenerate counts (issue 16)."""
+"""Torch trainers and policies on extremes and degenerate counts: refused by name, never NaN."""
 
 from __future__ import annotations
 
