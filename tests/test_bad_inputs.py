@@ -1065,7 +1065,7 @@ ROWS += [
     row(_T + "soft_value", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
 ]
 
-# --- sampling (issue 29) ------------------------------------------------------------------
+# --- sampling: the laws engines sample from, trees, logged mismatch ------------------------
 TEMPERATURE = Kind("temperature >= 0", lambda v: [(k, x) for k, x in _nonneg_bad(v) if k != "inf"])
 LONE_LOGITS = LOGITS  # a lone array: "mismatched" is skipped by _cases
 _S = "klpolicy.sampling."
@@ -1269,7 +1269,7 @@ def test_bad_input_is_refused_by_name(r, arg, bad):
         pytest.fail(f"{r.qualname}({arg}={bad!r}) accepted a bad input and returned {out!r:.200}")
 
 
-# --- KL terms as trainers write them (issue 25) ------------------------------------------------
+# --- KL terms as trainers write them: expected gradients, divergences, the term suite -----
 ROWS += [
     row(
         "klpolicy.estimators.fixed_point",

@@ -3,7 +3,7 @@
 A code cell's printed output is always right; the sentence around it is written by hand and
 can drift. Each test here recomputes one stated claim from scratch (scipy root finding,
 mpmath, or the formula written out) and checks that the tutorial's text states it. Each would
-have caught an error a student found in the third pass of the course (issue 30).
+have caught an error a student found working through the course.
 """
 
 from __future__ import annotations
