@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
-from .optima import dpo_optimum
+from .optima import dpo_optimum, ipo_optimum
 from .registry import LOSSES, get_loss
 from .solvers import (
     _check_connected,
@@ -663,11 +663,12 @@ def population_optimum(
     w = _win_weights(ref_a, preferences, mu)
     support = ref_a > 0
     if name == "ipo":
-        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+        # one code path with ipo_optimum; the loss leaves the mass of outcomes the pairs
+        # never connect free, which ipo_optimum's closed form (the objective's maximiser)
+        # would fix silently: refuse those here, as for every margin loss
         joint = V.as_pair_law(mu, ref_a)
-        sym = joint + joint.T
-        g = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1) / b, support)
-        return _normalise(ref_a, g)
+        _check_connected(joint + joint.T, np.flatnonzero(support))
+        return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
         g = _separable_optimum(name, ref_a, w, b, o)
         with np.errstate(over="ignore"):
@@ -691,7 +692,7 @@ def population_optimum(
         idx = np.flatnonzero(support)
         sub = w[np.ix_(idx, idx)].copy()
         np.fill_diagonal(sub, 0.0)
-        _check_connected(sub + sub.T, np.arange(idx.size))
+        _check_connected(w + w.T, idx)
         g = np.zeros(ref_a.shape)
         g[idx] = _hinge_scores(sub) / b
         return _normalise(ref_a, g)
