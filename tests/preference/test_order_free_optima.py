@@ -141,6 +141,8 @@ OPTIMA = [
     # exo_pair and discopop are not convex: population_optimum documents the local
     # stationary point Newton reaches, which can depend on rounding (not checked here)
     ("sppo_hard", {}),
+    # nca_pair / bco_pair: see test_per_outcome_optima_are_minimisers (1 problem in 180
+    # still differs between orders in a 1e-25 entry of the non-convex case)
 ]
 
 
@@ -185,7 +187,8 @@ def test_every_optimum_is_permutation_equivariant(case):
             a = population_optimum(ref, p, beta, loss="hinge")
             b = population_optimum(ref[perm], pp, beta, loss="hinge")[inv]
             la = population_loss(a, ref, p, beta, loss="hinge")
-            assert population_loss(b, ref, p, beta, loss="hinge") == pytest.approx(la, rel=1e-9)
+            # (to HiGHS's tolerances, ~1e-7 relative, on pairs of weight 1e-8)
+            assert population_loss(b, ref, p, beta, loss="hinge") == pytest.approx(la, rel=1e-7)
             continue
         _same(
             lambda name=name, opts=opts: population_optimum(ref, p, beta, loss=name, **opts),
@@ -228,3 +231,28 @@ def test_every_loss_and_set_is_permutation_invariant(case):
         b = optimum_set(ref[perm], pp, beta, loss=name)
         np.testing.assert_allclose(b.low[np.ix_(inv, inv)], a.low, rtol=1e-9, atol=1e-9)
         assert a.unique == b.unique
+
+
+def test_per_outcome_optima_are_minimisers_and_never_raise():
+    # was: nca_pair raised scipy's bracket error on 33 of 300 problems and bco_pair returned
+    # non-minimisers (up to 10 % above a lower point) or raised on 14; now every problem is
+    # solved and no random point near the answer on the simplex has a lower loss
+    rng = np.random.default_rng(5)
+    for _ in range(40):
+        n = int(rng.integers(2, 5))
+        ref = 10.0 ** rng.uniform(-35, 0, n)
+        ref /= ref.sum()
+        p = np.full((n, n), 0.5)
+        for i, j in itertools.combinations(range(n), 2):
+            p[i, j] = rng.uniform(0.0, 1.0)
+            p[j, i] = 1 - p[i, j]
+        beta = float(10 ** rng.uniform(-2, 1.5))
+        for name in ("bco_pair", "nca_pair"):
+            o = {"delta": float(rng.uniform(-1, 1))} if name == "bco_pair" else {}
+            pi = population_optimum(ref, p, beta, loss=name, **o)
+            f0 = population_loss(pi, ref, p, beta, loss=name, **o)
+            for _ in range(20):
+                q = pi * np.exp(rng.normal(0, 0.3, n))
+                q /= q.sum()
+                if q.min() > 0:
+                    assert population_loss(q, ref, p, beta, loss=name, **o) >= f0 - 1e-9 * abs(f0)
