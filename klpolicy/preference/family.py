@@ -246,18 +246,24 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     # variables: x_0..x_{k-2} (x_{k-1} = 0), s_1..s_m
     nx = k - 1
 
-    def diff_row(i, j):
-        row = np.zeros(nx)
-        if i < nx:
-            row[i] += 1.0
-        if j < nx:
-            row[j] -= 1.0
-        return row
+    from scipy.sparse import coo_array, vstack
 
-    a_ub = np.zeros((m, nx + m))
-    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
-        a_ub[r, :nx] = -diff_row(i, j)  # -(x_i - x_j) - s <= -1
-        a_ub[r, nx + r] = -1.0
+    def diff_rows(ii, jj, sign, ncols):
+        """sign * (x_i - x_j), one row per pair (the pinned x_{k-1} = 0 left out): sparse."""
+        r = np.arange(ii.size)
+        keep_i, keep_j = ii < nx, jj < nx
+        rows = np.concatenate([r[keep_i], r[keep_j]])
+        cols = np.concatenate([ii[keep_i], jj[keep_j]])
+        vals = np.concatenate([np.full(keep_i.sum(), sign), np.full(keep_j.sum(), -sign)])
+        return rows, cols, vals
+
+    # stage 1: -(x_i - x_j) - s_r <= -1 for every drawn ordered pair r = (i, j): 3 nonzeros
+    # a row, O(n^2) memory in all (a dense matrix would be pairs x pairs)
+    r1, c1, v1 = diff_rows(pi, pj, -1.0, nx)
+    rows = np.concatenate([r1, np.arange(m)])
+    cols = np.concatenate([c1, nx + np.arange(m)])
+    vals = np.concatenate([v1, -np.ones(m)])
+    a_ub = coo_array((vals, (rows, cols)), shape=(m, nx + m)).tocsr()
     b_ub = -np.ones(m)
     cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
     bounds = [(None, None)] * nx + [(0, None)] * m
@@ -265,35 +271,36 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     if res.status != 0:  # pragma: no cover - the LP is always feasible and bounded
         raise RuntimeError(f"hinge LP failed: {res.message}")
     best = float(res.fun)
-    # stage 2: t_p >= |x_i - x_j| for unordered drawn pairs
+    # stage 2: t_q >= |x_i - x_j| for unordered drawn pairs, the loss kept at its optimum
     sym = wn + wn.T
     ui, uj = np.nonzero(np.triu(sym > 0, 1))
     q = ui.size
     nv = nx + m + q
-    rows, rhs = [], []
-    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
-        row = np.zeros(nv)
-        row[:nx] = -diff_row(i, j)
-        row[nx + r] = -1.0
-        rows.append(row)
-        rhs.append(-1.0)
-    for r, (i, j) in enumerate(zip(ui, uj, strict=True)):
-        for sgn in (1.0, -1.0):
-            row = np.zeros(nv)
-            row[:nx] = sgn * diff_row(i, j)
-            row[nx + m + r] = -1.0
-            rows.append(row)
-            rhs.append(0.0)
-    row = np.zeros(nv)
-    row[nx : nx + m] = wn[pi, pj]
-    rows.append(row)
-    rhs.append(best + 1e-12 * max(1.0, abs(best)))
+    top = coo_array((vals, (rows, cols)), shape=(m, nv))
+    blocks = [top]
+    for sgn in (1.0, -1.0):
+        r2, c2, v2 = diff_rows(ui, uj, sgn, nv)
+        blocks.append(
+            coo_array(
+                (
+                    np.concatenate([v2, -np.ones(q)]),
+                    (
+                        np.concatenate([r2, np.arange(q)]),
+                        np.concatenate([c2, nx + m + np.arange(q)]),
+                    ),
+                ),
+                shape=(q, nv),
+            )
+        )
+    blocks.append(coo_array((wn[pi, pj], (np.zeros(m, int), nx + np.arange(m))), shape=(1, nv)))
+    a2 = vstack(blocks).tocsr()
+    b2 = np.concatenate([-np.ones(m), np.zeros(2 * q), [best + 1e-12 * max(1.0, abs(best))]])
     cost2 = np.zeros(nv)
     cost2[nx + m :] = sym[ui, uj]
     res2 = linprog(
         cost2,
-        A_ub=np.array(rows),
-        b_ub=np.array(rhs),
+        A_ub=a2,
+        b_ub=b2,
         bounds=[(None, None)] * nx + [(0, None)] * (m + q),
         method="highs",
     )
@@ -1098,6 +1105,11 @@ def compare_losses(
         target = population_optimum(ref_a, preferences, b, mu=mu)
     if losses is None:
         losses = {name: {} for name in LOSSES}
+    if not isinstance(losses, dict) or not all(isinstance(v, dict) for v in losses.values()):
+        raise ValueError(
+            "`losses` must be a dict {name: options dict}, e.g. {'sigmoid': {}}; "
+            f"got {V.describe(losses)}"
+        )
     rows = []
     for name, opts in losses.items():
         row = get_loss(name)

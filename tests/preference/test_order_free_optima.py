@@ -256,3 +256,11 @@ def test_per_outcome_optima_are_minimisers_and_never_raise():
                 q /= q.sum()
                 if q.min() > 0:
                     assert population_loss(q, ref, p, beta, loss=name, **o) >= f0 - 1e-9 * abs(f0)
+
+
+def test_compare_losses_refuses_a_string_for_losses():
+    # was: AttributeError ('str' object has no attribute 'items')
+    with pytest.raises(ValueError, match=r"`losses` must be a dict .*got 'sigmoid'"):
+        from klpolicy.preference import compare_losses
+
+        compare_losses([0.5, 0.5], [[0.5, 0.7], [0.3, 0.5]], 1.0, losses="sigmoid")
