@@ -28,7 +28,7 @@ from .solvers import (
     _minimise_margin_loss,
     laplacian_solve,
 )
-from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
+from .tabular import _dpo_value, _log_ratio, _ref_1d, _tilt_scores, _win_weights
 
 __all__ = [
     "LossComparison",
@@ -703,8 +703,12 @@ def population_optimum(
         ``apo_down`` (non-convex in the policy); for a margin loss whose pairs do not
         connect ``ref``'s support (the ratios between the parts are then free: see
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
-        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1); and
-        for the per-outcome losses in the non-convex case described below.
+        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1);
+        for the per-outcome losses in the non-convex case described below, and at a
+        ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
+        margin losses and ``ipo`` depend on ``beta`` only as a scale: there they return
+        the greedy limit of :math:`\pi_{ref}e^{x^*/\beta}`, as
+        :func:`klpolicy.optimal_policy` does at ``beta = 0``.
 
     Notes
     -----
@@ -806,6 +810,12 @@ def population_optimum(
         _check_connected(joint + joint.T, np.flatnonzero(support))
         return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
+        if not np.isfinite(1.0 / b):
+            raise ValueError(
+                f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
+                f"loss {name!r} (its population loss depends on beta, not only on a scale, "
+                f"and 1 / beta overflows); got {float(b)!r}"
+            )
         g = _separable_optimum(name, ref_a, w, b, o)
         with np.errstate(over="ignore"):
             pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
@@ -830,12 +840,12 @@ def population_optimum(
         np.fill_diagonal(sub, 0.0)
         _check_connected(w + w.T, idx)
         g = np.zeros(ref_a.shape)
-        g[idx] = _hinge_scores(sub) / b
-        return _normalise(ref_a, g)
+        g[idx] = _hinge_scores(sub)
+        return _tilt_scores(ref_a, g, b)
     x = _minimise_margin_loss(
         w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
     )
-    return _normalise(ref_a, x / b)
+    return _tilt_scores(ref_a, x, b)
 
 
 class OptimumSet(NamedTuple):

@@ -264,3 +264,24 @@ def test_compare_losses_refuses_a_string_for_losses():
         from klpolicy.preference import compare_losses
 
         compare_losses([0.5, 0.5], [[0.5, 0.7], [0.3, 0.5]], 1.0, losses="sigmoid")
+
+
+@pytest.mark.parametrize("name", [n for n, r in LOSSES.items() if not r.batch_dependent])
+def test_a_subnormal_beta_is_the_greedy_limit_or_a_clear_error(name):
+    # was: "`rhs` must be finite", a math domain error, scipy's bracket error, or a NaN
+    # policy (hinge, exo_pair, discopop), depending on the loss. Now: the margin losses
+    # and ipo (beta only scales the scores x = beta g) give the greedy limit of
+    # ref e^{x / beta}, as optimal_policy at beta 0; the per-outcome losses (whose loss
+    # depends on beta itself) raise a ValueError naming `beta`
+    ref = np.array([0.3, 0.3, 0.4])
+    p = np.array([[0.5, 0.7, 0.6], [0.3, 0.5, 0.55], [0.4, 0.45, 0.5]])
+    if name in ("apo_zero", "apo_down"):
+        pytest.skip("no population minimiser (refused at every beta)")
+    if name in ("nca_pair", "bco_pair", "sppo_hard"):
+        with pytest.raises(ValueError, match=r"`beta` must be at least 5.563e-309.*got 1e-320"):
+            population_optimum(ref, p, 1e-320, loss=name)
+        return
+    at_one = population_optimum(ref, p, 1.0, loss=name)
+    best = np.argmax(np.log(at_one) - np.log(ref))
+    got = population_optimum(ref, p, 1e-320, loss=name)
+    np.testing.assert_array_equal(got, np.eye(3)[best])
