@@ -102,10 +102,10 @@ def test_population_ipo_optimum_is_ipo_optimum_in_every_order():
         np.testing.assert_array_equal(a, b)
 
 
-def _random_prefs(rng, n):
+def _random_prefs(rng, n, lo=0.05, hi=0.95):
     p = np.full((n, n), 0.5)
     for i, j in itertools.combinations(range(n), 2):
-        p[i, j] = rng.uniform(0.05, 0.95)
+        p[i, j] = rng.uniform(lo, hi)
         p[j, i] = 1 - p[i, j]
     return p
 
@@ -242,10 +242,7 @@ def test_per_outcome_optima_are_minimisers_and_never_raise():
         n = int(rng.integers(2, 5))
         ref = 10.0 ** rng.uniform(-35, 0, n)
         ref /= ref.sum()
-        p = np.full((n, n), 0.5)
-        for i, j in itertools.combinations(range(n), 2):
-            p[i, j] = rng.uniform(0.0, 1.0)
-            p[j, i] = 1 - p[i, j]
+        p = _random_prefs(rng, n, 0.0, 1.0)
         beta = float(10 ** rng.uniform(-2, 1.5))
         for name in ("bco_pair", "nca_pair"):
             o = {"delta": float(rng.uniform(-1, 1))} if name == "bco_pair" else {}
