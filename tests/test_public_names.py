@@ -63,3 +63,26 @@ def test_moved_torch_names_warn_and_point_home():
     ]:
         with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
             assert getattr(klpolicy.torch, name) is getattr(home, name)
+
+
+def test_every_module_path_of_the_old_layout_still_imports():
+    # issue 26 item 14: `import klpolicy.cli` failed after the re-layout. The list is the
+    # public module paths of the tree before the re-layout commit (3a199fe~1):
+    # git ls-tree -r --name-only 3a199fe~1 klpolicy (*.py, no private names)
+    import importlib
+    import pathlib
+
+    paths = (pathlib.Path(__file__).parent / "data" / "old_module_paths.txt").read_text().split()
+    assert "klpolicy.cli" in paths and len(paths) > 20
+    for name in paths:
+        if name.startswith(("klpolicy.torch", "klpolicy.plotting", "klpolicy.testing")):
+            pytest.importorskip(
+                {"klpolicy.torch": "torch", "klpolicy.plotting": "matplotlib"}.get(
+                    ".".join(name.split(".")[:2]), "hypothesis"
+                )
+            )
+        importlib.import_module(name)
+    import klpolicy.app.cli
+    import klpolicy.cli
+
+    assert klpolicy.cli is klpolicy.app.cli

@@ -19,10 +19,10 @@ from typing import NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..core.internal import special
+from ..core.internal import monotone_root, special
 from ..core.internal import validation as V
 from .fdpo import _as_clamp, f_population_loss, f_population_optimum, resolve_divergence
-from .optima import dpo_optimum
+from .optima import dpo_optimum, ipo_optimum
 from .registry import LOSSES, get_loss
 from .solvers import (
     _check_connected,
@@ -30,7 +30,7 @@ from .solvers import (
     _minimise_margin_loss,
     laplacian_solve,
 )
-from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
+from .tabular import _dpo_value, _log_ratio, _ref_1d, _tilt_scores, _win_weights
 
 __all__ = [
     "LossComparison",
@@ -326,18 +326,24 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     # variables: x_0..x_{k-2} (x_{k-1} = 0), s_1..s_m
     nx = k - 1
 
-    def diff_row(i, j):
-        row = np.zeros(nx)
-        if i < nx:
-            row[i] += 1.0
-        if j < nx:
-            row[j] -= 1.0
-        return row
+    from scipy.sparse import coo_array, vstack
 
-    a_ub = np.zeros((m, nx + m))
-    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
-        a_ub[r, :nx] = -diff_row(i, j)  # -(x_i - x_j) - s <= -1
-        a_ub[r, nx + r] = -1.0
+    def diff_rows(ii, jj, sign, ncols):
+        """sign * (x_i - x_j), one row per pair (the pinned x_{k-1} = 0 left out): sparse."""
+        r = np.arange(ii.size)
+        keep_i, keep_j = ii < nx, jj < nx
+        rows = np.concatenate([r[keep_i], r[keep_j]])
+        cols = np.concatenate([ii[keep_i], jj[keep_j]])
+        vals = np.concatenate([np.full(keep_i.sum(), sign), np.full(keep_j.sum(), -sign)])
+        return rows, cols, vals
+
+    # stage 1: -(x_i - x_j) - s_r <= -1 for every drawn ordered pair r = (i, j): 3 nonzeros
+    # a row, O(n^2) memory in all (a dense matrix would be pairs x pairs)
+    r1, c1, v1 = diff_rows(pi, pj, -1.0, nx)
+    rows = np.concatenate([r1, np.arange(m)])
+    cols = np.concatenate([c1, nx + np.arange(m)])
+    vals = np.concatenate([v1, -np.ones(m)])
+    a_ub = coo_array((vals, (rows, cols)), shape=(m, nx + m)).tocsr()
     b_ub = -np.ones(m)
     cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
     bounds = [(None, None)] * nx + [(0, None)] * m
@@ -345,35 +351,36 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     if res.status != 0:  # pragma: no cover - the LP is always feasible and bounded
         raise RuntimeError(f"hinge LP failed: {res.message}")
     best = float(res.fun)
-    # stage 2: t_p >= |x_i - x_j| for unordered drawn pairs
+    # stage 2: t_q >= |x_i - x_j| for unordered drawn pairs, the loss kept at its optimum
     sym = wn + wn.T
     ui, uj = np.nonzero(np.triu(sym > 0, 1))
     q = ui.size
     nv = nx + m + q
-    rows, rhs = [], []
-    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
-        row = np.zeros(nv)
-        row[:nx] = -diff_row(i, j)
-        row[nx + r] = -1.0
-        rows.append(row)
-        rhs.append(-1.0)
-    for r, (i, j) in enumerate(zip(ui, uj, strict=True)):
-        for sgn in (1.0, -1.0):
-            row = np.zeros(nv)
-            row[:nx] = sgn * diff_row(i, j)
-            row[nx + m + r] = -1.0
-            rows.append(row)
-            rhs.append(0.0)
-    row = np.zeros(nv)
-    row[nx : nx + m] = wn[pi, pj]
-    rows.append(row)
-    rhs.append(best + 1e-12 * max(1.0, abs(best)))
+    top = coo_array((vals, (rows, cols)), shape=(m, nv))
+    blocks = [top]
+    for sgn in (1.0, -1.0):
+        r2, c2, v2 = diff_rows(ui, uj, sgn, nv)
+        blocks.append(
+            coo_array(
+                (
+                    np.concatenate([v2, -np.ones(q)]),
+                    (
+                        np.concatenate([r2, np.arange(q)]),
+                        np.concatenate([c2, nx + m + np.arange(q)]),
+                    ),
+                ),
+                shape=(q, nv),
+            )
+        )
+    blocks.append(coo_array((wn[pi, pj], (np.zeros(m, int), nx + np.arange(m))), shape=(1, nv)))
+    a2 = vstack(blocks).tocsr()
+    b2 = np.concatenate([-np.ones(m), np.zeros(2 * q), [best + 1e-12 * max(1.0, abs(best))]])
     cost2 = np.zeros(nv)
     cost2[nx + m :] = sym[ui, uj]
     res2 = linprog(
         cost2,
-        A_ub=np.array(rows),
-        b_ub=np.array(rhs),
+        A_ub=a2,
+        b_ub=b2,
         bounds=[(None, None)] * nx + [(0, None)] * (m + q),
         method="highs",
     )
@@ -427,121 +434,272 @@ def _hinge_descent(sub: NDArray, x: NDArray, *, secondary: NDArray | None) -> ND
     return x
 
 
-def _separable_parts(name, c, r, beta, o):
-    """f_i'(g) for the losses that split per outcome, and the free minimiser g0."""
-    if name in ("nca_pair", "bco_pair"):
-        if name == "nca_pair":
-            alpha, delta = 1.5 * c + 0.5 * r, 0.0
-        else:
-            alpha, delta = c + r, o["delta"]
+class _PerOutcome:
+    """The per-outcome losses f_i(g) = c_i A(g) + r_i B(g) (nca_pair, bco_pair, sppo_hard),
+    vectorised over outcomes: values, f', f'', the free minimisers g0 (f' = 0) and the peaks
+    of f'(g) e^{-g} (closed forms)."""
 
-        def f1(g, i):
-            return beta * (alpha[i] * special.expit(beta * g - delta) - c[i])
+    def __init__(self, name, c, r, beta, o):
+        self.name, self.c, self.r, self.beta = name, c, r, beta
+        if name == "sppo_hard":
+            self.k = 0.5 / beta
+            s = c + r
+            with np.errstate(divide="ignore", invalid="ignore"):
+                self.g0 = np.where(s > 0, self.k * (c - r) / s, np.nan)
+            self.peak = self.g0 + 1.0  # f' = 2 (c + r) (g - g0) = f'' there
+            return
+        self.alpha = 1.5 * c + 0.5 * r if name == "nca_pair" else c + r
+        self.delta = 0.0 if name == "nca_pair" else o["delta"]
+        a, b, d = self.alpha, beta, self.delta
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            self.g0 = (d + np.log(c) - np.log(a - c)) / b
+            # h = f' e^{-g} peaks where f'' = f': a b s^2 - a (b - 1) s - c = 0, s = sigma
+            disc = np.sqrt((a * (b - 1)) ** 2 + 4 * a * b * c)
+            s = (a * (b - 1) + disc) / (2 * a * b)
+            one_minus = (a * (b + 1) - disc) / (2 * a * b)  # 1 - s, its own rounding
+            self.peak = (np.log(s) - np.log(one_minus) + d) / b
 
-        with np.errstate(divide="ignore", invalid="ignore"):  # nan only where never compared
-            g0 = (delta + np.log(c) - np.log(alpha - c)) / beta
-        return f1, g0
-    k = 0.5 / beta  # sppo_hard
+    def value(self, g, rows):
+        c, r, b = self.c[rows], self.r[rows], self.beta
+        with np.errstate(over="ignore", invalid="ignore"):
+            if self.name == "sppo_hard":
+                return c * (g - self.k) ** 2 + r * (g + self.k) ** 2
+            if self.name == "nca_pair":
+                return c * (_sp(-b * g) + 0.5 * _sp(b * g)) + 0.5 * r * _sp(b * g)
+            d = self.delta
+            return c * _sp(d - b * g) + r * _sp(b * g - d)
 
-    def f1(g, i):
-        return 2 * (c[i] + r[i]) * g - 2 * k * (c[i] - r[i])
+    def d1(self, g, rows):
+        c, r, b = self.c[rows], self.r[rows], self.beta
+        if self.name == "sppo_hard":
+            return 2 * (c + r) * g - 2 * self.k * (c - r)
+        return b * (self.alpha[rows] * special.expit(b * g - self.delta) - c)
 
-    with np.errstate(divide="ignore", invalid="ignore"):  # nan only where never compared
-        return f1, k * (c - r) / (c + r)
+    def d2(self, g, rows):
+        if self.name == "sppo_hard":
+            return 2 * (self.c[rows] + self.r[rows]) + 0 * g
+        x = self.beta * g - self.delta
+        return self.beta**2 * self.alpha[rows] * special.expit(x) * special.expit(-x)
+
+    def log_d1(self, g, rows):
+        """log f'(g) for g above g0, without cancellation near the minimiser."""
+        if self.name == "sppo_hard":
+            with np.errstate(divide="ignore"):
+                return np.log(2 * (self.c[rows] + self.r[rows])) + np.log(g - self.g0[rows])
+        # f' = b (a s(x) - c) with a s(x0) = c: = b a (s(x) - s(x0))
+        b, x = self.beta, self.beta * g - self.delta
+        x0 = self.beta * self.g0[rows] - self.delta
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # s(x) - s(x0) = s(x) s(-x0) (1 - e^{-(x - x0)})
+            return (
+                np.log(b * self.alpha[rows])
+                + special.log_expit(x)
+                + special.log_expit(-x0)
+                + np.log(-np.expm1(-(x - x0)))
+            )
 
 
-def _fill_mass(name, f1, g0, lref, idx, w, beta, o) -> NDArray:
+def _sp(t):
+    with np.errstate(over="ignore", under="ignore"):
+        return np.logaddexp(0.0, t)
+
+
+def _roots(fn, dfn, lo, hi, *, increasing, what, ftol=0.0):
+    """Vectorised monotone roots (the core's safeguarded Newton); ValueError if any fails.
+
+    ``fn(x, live)`` / ``dfn(x, live)`` see the indices ``live`` of the rows still iterating.
+    The callers have checked the signs at both ends, so a row whose root lies beyond an
+    end to float precision (a marginal cost that jumps from -inf) is resolved at that end.
+    """
+    res = monotone_root(
+        lambda x, live: (fn(x, live), dfn(x, live)), lo, hi, increasing=increasing, ftol=ftol
+    )
+    ok = res.converged | (res.outside != 0)
+    if not ok.all():
+        raise ValueError(
+            f"the population per-outcome loss: a root ({what}) was not resolved; "
+            "population_optimum cannot certify this minimiser"
+        )
+    return res.x
+
+
+def _bracket(fn, x, direction, sign_wanted):
+    """Move x by doubling steps in ``direction`` until ``sign(fn(x)) == sign_wanted``."""
+    step = np.ones_like(x)
+    live = np.arange(x.size)
+    for _ in range(1100):
+        with np.errstate(all="ignore"):
+            f = fn(x, live)
+        bad = ~(np.sign(f) == sign_wanted)
+        if not bad.any():
+            return x
+        x = np.where(bad, x + direction * step, x)
+        step = np.where(bad, 2 * step, step)
+    raise ValueError("the population per-outcome loss: no bracket found for a root")
+
+
+def _lambda_g(fo, lref, rows, t):
+    """g_i solving f_i'(g) + e^{t + lref_i + g} = 0 (increasing in g) for outcomes ``rows``."""
+
+    def u(g, live):
+        rr = rows[live]
+        with np.errstate(over="ignore"):
+            return fo.d1(g, rr) + np.exp(t + lref[rr] + g)
+
+    def du(g, live):
+        rr = rows[live]
+        with np.errstate(over="ignore"):
+            return fo.d2(g, rr) + np.exp(t + lref[rr] + g)
+
+    g0 = fo.g0[rows]
+    start = np.where(np.isfinite(g0), g0, -lref[rows] - t)
+    hi = _bracket(u, start.copy(), 1.0, 1.0)
+    lo = _bracket(u, hi - 1.0, -1.0, -1.0)
+    # f' + lambda m is a difference of terms of size beta * alpha: its rounding level
+    scale = fo.beta * (fo.alpha[rows] if hasattr(fo, "alpha") else (fo.c + fo.r)[rows])
+    return _roots(
+        u, du, lo, hi, increasing=True, what="multiplier", ftol=64 * np.finfo(float).eps * scale
+    )
+
+
+def _nu_g(fo, lref, rows, lognu, *, rising):
+    """g with log(f_i'(g)) - lref_i - g = log nu on the rising branch [g0, peak] or the
+    falling branch [peak, -lref] (clipped to the branch's ends), one row per entry."""
+    gmax = -lref[rows]
+    pk = np.minimum(fo.peak[rows], gmax)
+    lo, hi = (fo.g0[rows], pk) if rising else (pk, gmax)
+
+    def u(g, live):
+        rr = rows[live]
+        return fo.log_d1(g, rr) - lref[rr] - g - lognu[live]
+
+    def du(g, live):
+        rr = rows[live]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fo.d2(g, rr) / fo.d1(g, rr) - 1.0
+
+    with np.errstate(invalid="ignore"):
+        f_lo, f_hi = u(lo, np.arange(rows.size)), u(hi, np.arange(rows.size))
+    out = np.empty(rows.size)
+    # rising: u from -inf (at g0) up to its top; falling: down from the top
+    below = f_hi <= 0 if rising else f_lo <= 0  # nu above the top: the peak
+    past = np.zeros(rows.size, bool) if rising else f_hi >= 0  # nu below h(gmax): all mass
+    out[below] = pk[below]
+    out[past & ~below] = gmax[past & ~below]
+    todo = ~below & ~past
+    if todo.any():
+        sel = np.flatnonzero(todo)
+
+        def u2(g, live):
+            return u(g, sel[live])
+
+        def du2(g, live):
+            return du(g, sel[live])
+
+        tol = 64 * np.finfo(float).eps * (1 + np.abs(lref[rows[sel]]) + np.abs(hi[sel]))
+        out[sel] = _roots(
+            u2, du2, lo[sel], hi[sel], increasing=rising, what="marginal cost", ftol=tol
+        )
+    return out
+
+
+def _log_mass(lref, g):
+    from scipy.special import logsumexp
+
+    with np.errstate(divide="ignore"):
+        return float(logsumexp(lref + g))
+
+
+def _scalar_root(fn, lo, hi, direction):
+    """A root of the monotone scalar ``fn`` (sign ``direction`` as t grows), bracket expanded."""
+    from scipy.optimize import brentq
+
+    step = 1.0
+    while fn(lo) * direction > 0:
+        lo, step = lo - step, 2 * step
+        if step > 1e6:
+            raise ValueError("the population per-outcome loss: no multiplier brackets the mass")
+    step = 1.0
+    while fn(hi) * direction < 0:
+        hi, step = hi + step, 2 * step
+        if step > 1e6:
+            raise ValueError("the population per-outcome loss: no multiplier brackets the mass")
+    return brentq(fn, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
+
+
+def _fill_mass(name, fo, lref, idx) -> NDArray:
     """Global minimiser of sum_i f_i(g_i) with sum_i e^{lref_i + g_i} = 1 when the free
     minimisers g0 carry less mass than 1 (every compared outcome chosen sometimes).
 
-    In the masses m_i = ref_i e^{g_i} the cost F_i(m) = f_i(log(m / ref_i)) is increasing
-    on [m0_i, 1] with derivative h_i = f_i'(g) / m, which rises from 0 and then falls
-    (checked on a grid of 4001 points; ValueError otherwise). At a minimiser every
-    h_i(g_i) equals one multiplier nu > 0 and at most one outcome sits on a falling branch
-    (F_i'' < 0 on two outcomes would give a descent direction e_j - e_k). So the
-    candidates are: all outcomes on their rising branch (one root in nu), or outcome k on
-    its falling branch (roots located on a grid of nu, refined by Brent); the one of
-    least loss is returned.
+    In the masses m_i = ref_i e^{g_i} each cost rises on [m0_i, 1] with a marginal cost
+    h_i = f_i'(g) e^{-g} / ref_i that rises from 0 to one peak (closed form: f'' = f'
+    there) and then falls. At a minimiser every h_i equals one multiplier nu > 0 and at
+    most one outcome sits on its falling branch (two would give the descent direction
+    e_j - e_k). The candidates: all outcomes rising (mass increasing in nu: one root), or
+    outcome k falling (roots located on a grid of nu, for all k at once, the most promising
+    refined by Brent); the least loss is returned.
     """
-    from scipy.optimize import brentq, minimize_scalar  # lazy
-
-    ell = LOSSES[name]._kernel[0]
-    sub = w[np.ix_(idx, idx)]
     k_n = idx.size
-    gmax = -lref
+    rows = np.arange(k_n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logtop = fo.log_d1(np.minimum(fo.peak, -lref), rows) - lref - np.minimum(fo.peak, -lref)
+    logcap = float(np.min(logtop))
 
-    def h(t, k):
-        return f1(t, idx[k]) * math.exp(-(t + lref[k]))
+    def loss(g):
+        return math.fsum(fo.value(g, rows).tolist())
 
-    peaks, tops = np.empty(k_n), np.empty(k_n)
-    for k in range(k_n):
-        grid = np.linspace(g0[k], gmax[k], 4001)
-        hv = np.array([h(t, k) for t in grid])
-        j = int(np.argmax(hv))
-        dv = np.diff(hv)
-        tol = 1e-12 * float(np.max(np.abs(hv)))
-        if np.any(dv[:j] < -tol) or np.any(dv[j:] > tol):
-            raise ValueError(
-                f"the population {name} loss: the marginal cost of mass on outcome {idx[k]} "
-                "is not unimodal; population_optimum does not solve this non-convex case"
-            )
-        if 0 < j < grid.size - 1:
-            res = minimize_scalar(
-                lambda t, k=k: -h(t, k),
-                bounds=(grid[j - 1], grid[j + 1]),
-                method="bounded",
-                options={"xatol": 1e-14},
-            )
-            peaks[k], tops[k] = res.x, -res.fun
-        else:
-            peaks[k], tops[k] = grid[j], hv[j]
+    def rising_g(lognu):
+        return _nu_g(fo, lref, rows, np.full(k_n, lognu), rising=True)
 
-    def left(nu, k):
-        if nu >= tops[k]:
-            return peaks[k]
-        return brentq(
-            lambda t: h(t, k) - nu, g0[k], peaks[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+    cands = []
+    # all outcomes on their rising branch
+    if _log_mass(lref, rising_g(logcap)) >= 0:
+        ln = _scalar_root(
+            lambda v: _log_mass(lref, rising_g(min(v, logcap))), logcap - 1.0, logcap, 1
         )
-
-    def right(nu, k):
-        if nu >= tops[k]:
-            return peaks[k]
-        if h(gmax[k], k) >= nu:
-            return gmax[k]
-        return brentq(
-            lambda t: h(t, k) - nu, peaks[k], gmax[k], xtol=1e-300, rtol=4 * np.finfo(float).eps
+        cands.append(rising_g(min(ln, logcap)))
+    # one outcome on its falling branch: a grid of nu for every k at once
+    # down to the smallest marginal cost at full mass (the falling branches' far ends)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logend = fo.log_d1(-lref, rows)
+    low = min(logcap - 28.0, float(np.min(np.where(np.isfinite(logend), logend, logcap))) - 1.0)
+    grid = np.unique(
+        np.concatenate(
+            [np.linspace(low, logcap - 7.0, 60), logcap + np.log(np.linspace(1e-3, 1.0, 100))]
         )
+    )
+    n_g = grid.size
+    rr = np.repeat(rows, n_g)
+    ln = np.tile(grid, k_n)
+    gl = _nu_g(fo, lref, rr, ln, rising=True).reshape(k_n, n_g)
+    gr = _nu_g(fo, lref, rr, ln, rising=False).reshape(k_n, n_g)
+    with np.errstate(over="ignore"):
+        ml, mr = np.exp(lref[:, None] + gl), np.exp(lref[:, None] + gr)
+    ex = ml.sum(axis=0)[None, :] - ml + mr - 1.0
+    vl, vr = fo.value(gl, rr.reshape(k_n, n_g)), fo.value(gr, rr.reshape(k_n, n_g))
+    approx = vl.sum(axis=0)[None, :] - vl + vr
+    kk, jj = np.nonzero((ex[:, :-1] == 0) | (ex[:, :-1] * ex[:, 1:] < 0))
+    order = np.argsort(approx[kk, jj], kind="stable")[:4]
+    for k, j in zip(kk[order], jj[order], strict=True):
 
-    def mass(gs):
-        return math.fsum(math.exp(lref[k] + gs[k]) for k in range(k_n))
+        def falling_g(v, k=k):
+            g = rising_g(v)
+            g[k] = _nu_g(fo, lref, rows[k : k + 1], np.array([v]), rising=False)[0]
+            return g
 
-    def loss(gs):
-        vals = ell(gs[:, None] + 0 * gs[None, :], gs[None, :] + 0 * gs[:, None], beta, o)
-        return math.fsum((sub * vals)[sub > 0].tolist())
+        if ex[k, j] == 0:
+            cands.append(falling_g(grid[j]))
+            continue
+        from scipy.optimize import brentq
 
-    def solve(branch_k):
-        """All roots nu of mass(g(nu)) = 1 with outcome branch_k (or none) falling."""
-        cap = float(np.min(tops))
-
-        def gs_of(nu):
-            return np.array([right(nu, k) if k == branch_k else left(nu, k) for k in range(k_n)])
-
-        def excess(nu):
-            return mass(gs_of(nu)) - 1.0
-
-        grid = cap * np.concatenate([np.geomspace(1e-12, 1e-3, 60), np.linspace(1e-3, 1, 400)])
-        ex = np.array([excess(v) for v in grid])
-        out = []
-        for a, b_, ea, eb in zip(grid[:-1], grid[1:], ex[:-1], ex[1:], strict=True):
-            if ea == 0:
-                out.append(gs_of(a))
-            elif ea * eb < 0:
-                out.append(gs_of(brentq(excess, a, b_, xtol=1e-300, rtol=4 * np.finfo(float).eps)))
-        return out
-
-    cands = solve(None)
-    for k in range(k_n):
-        cands.extend(solve(k))
+        v = brentq(
+            lambda v, k=k: _log_mass(lref, falling_g(v)),
+            grid[j],
+            grid[j + 1],
+            xtol=1e-15,
+            rtol=4 * np.finfo(float).eps,
+        )
+        cands.append(falling_g(v))
     if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
         raise ValueError(f"the population {name} loss: no stationary point found")
     return min(cands, key=loss)
@@ -549,15 +707,13 @@ def _fill_mass(name, f1, g0, lref, idx, w, beta, o) -> NDArray:
 
 def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
     """Minimise sum_i f_i(g_i) over policies pi << ref (pi = ref e^g, sum pi = 1)."""
-    from scipy.optimize import brentq  # lazy
-
     support = ref_a > 0
     c, r = w.sum(axis=1), w.sum(axis=0)
     compared = (c + r) > 0
     unseen = support & ~compared
     idx = np.flatnonzero(compared)
-    f1, g0_all = _separable_parts(name, c, r, beta, o)
-    g0 = g0_all[idx]
+    fo = _PerOutcome(name, c[idx], r[idx], beta, o)
+    g0 = fo.g0
     lref = np.log(ref_a[idx])
     with np.errstate(over="ignore"):
         s0 = float(np.sum(np.exp(lref + g0)))
@@ -578,38 +734,18 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
                 "compared and some is never chosen: the minimiser over normalised policies is "
                 "then a non-convex problem that population_optimum does not solve"
             )
-        g[idx] = _fill_mass(name, f1, g0, lref, idx, w, beta, o)
+        g[idx] = _fill_mass(name, fo, lref, idx)
         return g
+    # the free minimisers carry mass >= 1: a convex problem (sum ref e^g <= 1 is convex in
+    # g and active), solved by one multiplier lambda = e^t; outcomes never chosen (no
+    # finite free minimiser below) get mass 0
+    live = np.flatnonzero(~(np.isinf(g0) & (g0 < 0)))
 
-    def g_of(lam):
-        """Solve f_i'(g) + lam ref_i e^g = 0 for each compared outcome (increasing in g)."""
-        out = np.empty(idx.size)
-        for k, i in enumerate(idx):
-            if not np.isfinite(g0[k]) and g0[k] < 0:
-                out[k] = -np.inf  # never chosen: f_i' > 0, no stationary point; mass 0
-                continue
+    def log_mass(t):
+        return _log_mass(lref[live], _lambda_g(fo, lref, live, t))
 
-            def fn(t, i=i, k=k):
-                return f1(t, i) + math.exp(math.log(lam) + lref[k] + t)
-
-            hi = g0[k] if np.isfinite(g0[k]) else math.log(beta * c[i] / lam) - lref[k]
-            step, lo = 1.0, hi - 1.0
-            while fn(lo) >= 0:
-                step *= 2
-                lo = hi - step
-            out[k] = brentq(fn, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=500)
-        return out
-
-    def excess(t):
-        return math.log(float(np.sum(np.exp(lref + g_of(math.exp(t))))))
-
-    lo_t, hi_t = -1.0, 1.0
-    while excess(lo_t) <= 0:
-        lo_t -= 2 * abs(lo_t)
-    while excess(hi_t) >= 0:
-        hi_t += 2 * abs(hi_t)
-    t = brentq(excess, lo_t, hi_t, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500)
-    g[idx] = g_of(math.exp(t))
+    t = _scalar_root(log_mass, -1.0, 1.0, -1)
+    g[idx[live]] = _lambda_g(fo, lref, live, t)
     return g
 
 
@@ -653,8 +789,12 @@ def population_optimum(
         ``apo_down`` (non-convex in the policy); for a margin loss whose pairs do not
         connect ``ref``'s support (the ratios between the parts are then free: see
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
-        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1); and
-        for the per-outcome losses in the non-convex case described below.
+        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1);
+        for the per-outcome losses in the non-convex case described below, and at a
+        ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
+        margin losses and ``ipo`` depend on ``beta`` only as a scale: there they return
+        the greedy limit of :math:`\pi_{ref}e^{x^*/\beta}`, as
+        :func:`klpolicy.optimal_policy` does at ``beta = 0``.
 
     Notes
     -----
@@ -798,12 +938,19 @@ def population_optimum(
     w = _win_weights(ref_a, preferences, mu)
     support = ref_a > 0
     if name == "ipo":
-        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+        # one code path with ipo_optimum; the loss leaves the mass of outcomes the pairs
+        # never connect free, which ipo_optimum's closed form (the objective's maximiser)
+        # would fix silently: refuse those here, as for every margin loss
         joint = V.as_pair_law(mu, ref_a)
-        sym = joint + joint.T
-        g = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1) / b, support)
-        return _normalise(ref_a, g)
+        _check_connected(joint + joint.T, np.flatnonzero(support))
+        return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
+        if not np.isfinite(1.0 / b):
+            raise ValueError(
+                f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
+                f"loss {name!r} (its population loss depends on beta, not only on a scale, "
+                f"and 1 / beta overflows); got {float(b)!r}"
+            )
         g = _separable_optimum(name, ref_a, w, b, o)
         with np.errstate(over="ignore"):
             pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
@@ -826,14 +973,14 @@ def population_optimum(
         idx = np.flatnonzero(support)
         sub = w[np.ix_(idx, idx)].copy()
         np.fill_diagonal(sub, 0.0)
-        _check_connected(sub + sub.T, np.arange(idx.size))
+        _check_connected(w + w.T, idx)
         g = np.zeros(ref_a.shape)
-        g[idx] = _hinge_scores(sub) / b
-        return _normalise(ref_a, g)
+        g[idx] = _hinge_scores(sub)
+        return _tilt_scores(ref_a, g, b)
     x = _minimise_margin_loss(
         w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
     )
-    return _normalise(ref_a, x / b)
+    return _tilt_scores(ref_a, x, b)
 
 
 class OptimumSet(NamedTuple):
@@ -1103,6 +1250,11 @@ def compare_losses(
         target = population_optimum(ref_a, preferences, b, mu=mu)
     if losses is None:
         losses = {name: {} for name in LOSSES}
+    if not isinstance(losses, dict) or not all(isinstance(v, dict) for v in losses.values()):
+        raise ValueError(
+            "`losses` must be a dict {name: options dict}, e.g. {'sigmoid': {}}; "
+            f"got {V.describe(losses)}"
+        )
     rows = []
     for name, opts in losses.items():
         row = get_loss(name)

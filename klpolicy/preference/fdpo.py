@@ -209,10 +209,12 @@ def f_population_optimum(pi_kl, ref, beta, loss, divergence, alpha, alpha_clamp)
     if row.name == "reverse_kl" or (row.name == "alpha" and abs(a - 1.0) < 1e-6):
         return f_optimal_policy(ref, x, beta, divergence="reverse_kl")
     pi = f_optimal_policy(ref, x, c * beta, divergence=row.name, alpha=a)
-    zero = support & (pi == 0)
+    fp0 = row.fprime_zero(alpha=a)
+    # where f'(0) = -inf the optimum is interior in exact arithmetic: a zero is an entry
+    # below the smallest float (e.g. at a subnormal beta, the greedy limit), not a boundary
+    zero = support & (pi == 0) & bool(np.isfinite(fp0))
     if zero.any():
         k = int(np.flatnonzero(zero)[0])
-        fp0 = row.fprime_zero(alpha=a)
         raise ValueError(
             f"`divergence` {row.name!r}{'' if a is None else f' (alpha={a:g})'} has no interior "
             f"population optimum here: the score is bounded below by c f'(0) = {c * fp0:g}, "

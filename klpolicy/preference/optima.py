@@ -45,8 +45,8 @@ from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
 from .solvers import consistent_potentials, laplacian_solve, minimise_pair_loss
 from .tabular import (
-    _normalise,
     _ref_1d,
+    _tilt_scores,
     _win_weights,
 )
 
@@ -360,7 +360,9 @@ def dpo_optimum(
     a = consistent_potentials(logit, compared & np.outer(support, support), support)
     if a is not None:
         return optimal_policy(ref_a, a, b)
-    return _normalise(ref_a, minimise_pair_loss(w, support, b, kind="dpo"))
+    # the loss depends on g only through beta g: solve for x = beta g at beta 1, then tilt
+    # (a subnormal beta is then the greedy limit, as in optimal_policy)
+    return _tilt_scores(ref_a, minimise_pair_loss(w, support, 1.0, kind="dpo"), b)
 
 
 def ipo_optimum(
@@ -437,5 +439,5 @@ def ipo_optimum(
         return optimal_policy(ref_a, p @ m, t)
     joint = V.as_pair_law(mu, ref_a)
     sym = joint + joint.T
-    g = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1) / t, ref_a > 0)
-    return _normalise(ref_a, g)
+    x = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1), ref_a > 0)  # x = tau g
+    return _tilt_scores(ref_a, x, t)

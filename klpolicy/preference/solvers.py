@@ -11,8 +11,12 @@ observing ``i`` chosen over ``j``):
   with a weighted-Laplacian Hessian: Newton's method with a line search
   (:func:`minimise_pair_loss`).
 
-The gauge (a constant added to ``g``) is fixed by pinning the last
-coordinate to 0; the callers normalise.
+The gauge (a constant added to ``g``) is fixed by pinning one coordinate to 0:
+the outcome with the largest total pair weight (:func:`_anchor`), a choice that does
+not depend on the labelling of the outcomes. Pinning an outcome of tiny weight instead
+(say the last one, of reference mass 1e-18) leaves every other coordinate determined
+relative to it only through tiny weights: the solves lose the digits that the weights
+span, and the answer depends on the order of the outcomes. The callers normalise.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ..core.internal import validation as V
 __all__ = ["consistent_potentials", "laplacian_solve", "minimise_pair_loss"]
 
 _LOGIT_CLIP = 700.0
+_MAX_STEP = 8.0  # the largest Newton step of the margin solver, in log-odds units
 
 
 def _check_inputs(name: str, w, support) -> tuple[NDArray, NDArray]:
@@ -76,11 +81,28 @@ def _check_connected(sym: NDArray, idx: NDArray) -> None:
         )
 
 
+def _anchor(sym: NDArray) -> int:
+    """The coordinate pinned to 0: the outcome of largest total pair weight in ``sym``.
+
+    Independent of the labelling (up to exact ties, which are equally well determined):
+    every other coordinate is then tied to the anchor through its own, largest weights.
+    """
+    return int(np.argmax(np.sum(sym, axis=1)))
+
+
+def _others(k: int, anchor: int) -> NDArray:
+    return np.flatnonzero(np.arange(k) != anchor)
+
+
 def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.float64]:
     """Solve ``sum_j sym[i, j] (g_i - g_j) = rhs[i]`` on ``support`` (``g`` = 0 elsewhere).
 
     ``sym`` is symmetric and non-negative, ``rhs`` sums to 0 over the support.
-    The solution is unique up to a constant when the pairs connect the support.
+    The solution is unique up to a constant when the pairs connect the support; the one
+    returned is 0 at the outcome of largest total weight. Each entry is accurate relative
+    to its own row's weights, whatever the weights' span and the outcomes' order: the
+    Jacobi-scaled system is solved with the heaviest outcome pinned, then refined twice
+    on the residual written as ``rhs_i - sum_j sym_ij (g_i - g_j)``.
     """
     sym, support = _check_inputs("sym", sym, support)
     rhs = V.as_finite_array("rhs", rhs).astype(np.float64, copy=False)
@@ -93,14 +115,14 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
     _check_connected(sym, idx)
     a = sym[np.ix_(idx, idx)].copy()
     np.fill_diagonal(a, 0.0)
+    free = _others(idx.size, _anchor(a))
     lap = np.diag(a.sum(axis=1)) - a
-    try:
-        sub = np.linalg.solve(lap[:-1, :-1], rhs[idx][:-1])
-    except np.linalg.LinAlgError:
-        # weights spanning hundreds of decades (pair masses of 1e-300) can make the matrix
-        # numerically singular although the graph is connected: take the least-squares point
-        sub = np.linalg.lstsq(lap[:-1, :-1], rhs[idx][:-1], rcond=None)[0]
-    g[idx[:-1]] = sub
+    b = rhs[idx]
+    sub = np.zeros(idx.size)
+    for _ in range(3):  # solve, then refine twice on the exactly-formed residual
+        resid = b - np.sum(a * (sub[:, None] - sub[None, :]), axis=1)
+        sub[free] += _scaled_solve(lap[np.ix_(free, free)], resid[free])
+    g[idx] = sub
     return g
 
 
@@ -171,7 +193,7 @@ def _grad_hess(g: NDArray, w: NDArray, beta: float) -> tuple[NDArray, NDArray]:
 
 
 def _newton(w: NDArray, beta: float, max_iter: int = 200) -> NDArray[np.float64]:
-    """Minimise sum w_ij softplus(-beta (g_i - g_j)) over g with g[-1] = 0.
+    """Minimise sum w_ij softplus(-beta (g_i - g_j)) over g, 0 at the heaviest outcome.
 
     The directed graph of ``w > 0`` must be strongly connected (a finite minimiser).
     """
@@ -185,20 +207,23 @@ def _newton(w: NDArray, beta: float, max_iter: int = 200) -> NDArray[np.float64]
         logit = np.clip(np.log(w) - np.log(w.T), -_LOGIT_CLIP, _LOGIT_CLIP)
     logit = np.where(sym > 0, logit, 0.0)
     g = laplacian_solve(sym, np.sum(sym * logit, axis=1) / beta, np.ones(k, bool))
+    free = _others(k, _anchor(sym))
+    g = g - g[_anchor(sym)]
     f = _value(g, w, beta)
     grad, hess = _grad_hess(g, w, beta)
     for _ in range(max_iter):
-        if not grad.any():  # stationary to rounding
+        if not grad[free].any():  # stationary to rounding
             break
-        d = _scaled_solve(hess[:-1, :-1], -grad[:-1])
-        step = np.append(d, 0.0)
+        d = _scaled_solve(hess[np.ix_(free, free)], -grad[free])
+        step = np.zeros(k)
+        step[free] = d
         scale = max(1.0, float(np.max(np.abs(g))))
         if np.max(np.abs(step)) <= 1e-13 * scale:
             g = g + step
             break
         # Armijo on f; where f cannot resolve the change (directions carried only by
         # pairs of tiny probability), accept a step that shrinks the scaled gradient
-        t, slope = 1.0, float(grad[:-1] @ d)
+        t, slope = 1.0, float(grad[free] @ d)
         dscale = np.sqrt(np.maximum(np.diag(hess), np.finfo(float).tiny))
         gnorm = float(np.linalg.norm(grad / dscale))
         accepted = False
@@ -249,7 +274,7 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
         return g
     sub = w[np.ix_(idx, idx)].copy()
     np.fill_diagonal(sub, 0.0)
-    _check_connected(sub + sub.T, np.arange(idx.size))
+    _check_connected(w + w.T, idx)
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -291,7 +316,7 @@ def _minimise_margin_loss(
     The same connectivity and deterministic-limit logic as :func:`minimise_pair_loss`
     (for losses with ``phi(+inf) = inf phi``, so that a group that wins all its
     comparisons with probability one runs away), with ``solve(sub)`` the minimiser on a
-    strongly connected block (last coordinate pinned to 0). ``runaway=False`` for losses
+    strongly connected block (the heaviest coordinate pinned to 0). ``runaway=False`` for losses
     whose per-pair minimiser is finite also for deterministic pairs (solved directly).
     """
     n = w.shape[0]
@@ -304,7 +329,7 @@ def _minimise_margin_loss(
 
     sub = w[np.ix_(idx, idx)].copy()
     np.fill_diagonal(sub, 0.0)
-    _check_connected(sub + sub.T, np.arange(idx.size))
+    _check_connected(w + w.T, idx)
     n_scc, labels = connected_components(csr_matrix(sub > 0), directed=True, connection="strong")
     if n_scc == 1 or not runaway:
         g[idx] = solve(sub)
@@ -331,7 +356,7 @@ def _minimise_margin_loss(
 def _margin_newton(
     w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 300
 ) -> NDArray[np.float64]:
-    """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x`` with ``x[-1] = 0`` (``w`` zero-diagonal).
+    """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x``, 0 at the heaviest outcome (``w`` zero-diagonal).
 
     Newton's method with a Jacobi-scaled solve and an Armijo line search; where the
     Hessian is not positive definite on the gauge-fixed space (non-convex losses) the
@@ -346,6 +371,13 @@ def _margin_newton(
         d = x[:, None] - x[None, :]
         return float(np.sum(np.where(mask, w * phi(d), 0.0)))
 
+    def own(x):
+        # each outcome's own terms, resolved at its own scale (the total cannot see an
+        # outcome whose pairs weigh 1e-26 of the rest)
+        d = x[:, None] - x[None, :]
+        t = np.where(mask, w * phi(d), 0.0)
+        return t.sum(axis=1) + t.sum(axis=0)
+
     def grad_hess(x):
         d = x[:, None] - x[None, :]
         c = np.where(mask, w * d1(d), 0.0)
@@ -354,25 +386,36 @@ def _margin_newton(
         e = e + e.T
         return grad, np.diag(e.sum(axis=1)) - e
 
-    x = np.asarray(x0, float) - x0[-1]
+    anchor = _anchor(w + w.T)
+    free = _others(k, anchor)
+    x = np.asarray(x0, float) - x0[anchor]
     f = value(x)
     grad, hess = grad_hess(x)
     for _ in range(max_iter):
-        if not grad[:-1].any():
+        if not grad[free].any():
             break
-        h = hess[:-1, :-1]
+        h = hess[np.ix_(free, free)]
         dscale = np.sqrt(np.maximum(np.abs(np.diag(h)), np.finfo(float).tiny))
-        d = _scaled_solve(h, -grad[:-1])
-        slope = float(grad[:-1] @ d)
+        d = _scaled_solve(h, -grad[free])
+        slope = float(grad[free] @ d)
         if not np.isfinite(slope) or slope >= 0:  # not a descent direction: scaled gradient
-            d = -grad[:-1] / dscale**2
-            slope = float(grad[:-1] @ d)
-        step = np.append(d, 0.0)
+            d = -grad[free] / dscale**2
+            slope = float(grad[free] @ d)
+        # a box trust region, coordinate by coordinate: flat or non-convex directions of
+        # an outcome of tiny weight ask for huge steps, which must not shorten the others'
+        d = np.clip(d, -_MAX_STEP, _MAX_STEP)
+        slope = float(grad[free] @ d)
+        if not slope < 0:
+            d = np.clip(-grad[free] / dscale**2, -_MAX_STEP, _MAX_STEP)
+            slope = float(grad[free] @ d)
+        step = np.zeros(k)
+        step[free] = d
         scale = max(1.0, float(np.max(np.abs(x))))
         if np.max(np.abs(step)) <= 1e-15 * scale:
             x = x + step
             break
-        gnorm = float(np.linalg.norm(grad[:-1] / dscale))
+        gnorm = float(np.linalg.norm(grad[free] / dscale))
+        own_f = own(x)
         t, accepted = 1.0, False
         while t * np.max(np.abs(step)) > 1e-16 * scale:
             x_new = x + t * step
@@ -380,9 +423,13 @@ def _margin_newton(
             grad_new, hess_new = grad_hess(x_new)
             if f_new <= f + 1e-4 * t * slope:
                 accepted = True
-            elif abs(f_new - f) <= 1e-14 * abs(f) and (
-                np.linalg.norm(grad_new[:-1] / dscale) < gnorm
+            elif (
+                abs(f_new - f) <= 1e-14 * abs(f)
+                and np.linalg.norm(grad_new[free] / dscale) < gnorm
+                and np.all(own(x_new) <= own_f * (1 + 1e-14))
             ):
+                # f cannot resolve the change: accept a step that shrinks the scaled
+                # gradient without raising any outcome's own terms
                 accepted = True
             if accepted:
                 break

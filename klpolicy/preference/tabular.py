@@ -243,3 +243,19 @@ def _normalise(ref: NDArray, g: NDArray) -> NDArray[np.float64]:
     with np.errstate(invalid="ignore"):
         w = np.where(support, ref * np.exp(np.where(support, g - gmax, 0.0)), 0.0)
     return w / w.sum()
+
+
+def _tilt_scores(ref: NDArray, x: NDArray, beta: float) -> NDArray[np.float64]:
+    """pi = ref e^{x / beta} / Z from beta-free scores x (-inf: zero mass), 0 off the support.
+
+    The subtraction of the largest score comes before the division, so a subnormal beta
+    gives the greedy limit (all mass on the best scores, split in proportion to ``ref``),
+    as :func:`klpolicy.optimal_policy` does at ``beta = 0``, instead of inf / inf.
+    """
+    support = ref > 0
+    xmax = np.max(np.where(support, x, -np.inf))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
+        d = np.where(support & (x > -np.inf), x - xmax, -np.inf)
+        e = np.where(d == 0, 1.0, np.exp(d / beta))
+        w = np.where(support, ref * e, 0.0)
+    return w / w.sum()
