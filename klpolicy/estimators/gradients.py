@@ -912,7 +912,20 @@ def fixed_point_stability(
     pol = V.as_probabilities("policy", policy)
     with np.errstate(divide="ignore"):
         logits = np.log(pol)
-    th, ref_a, rew_a, b, _ = _prepare(logits, ref, reward, beta, axis)
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    moved = np.moveaxis(pol, V.normalise_axis(axis, pol.ndim, "policy"), -1)
+    try:  # shapes that do not broadcast are reported by the logits' own check below
+        np.broadcast_shapes(moved.shape, ref_a.shape)
+    except ValueError:
+        moved = None
+    if moved is not None:
+        off = np.argwhere((moved > 0) & (ref_a == 0))
+        if off.size:
+            raise ValueError(
+                f"`policy` puts probability where `ref` is zero (index {tuple(int(i) for i in off[0])}); "
+                "every KL estimate is infinite there"
+            )
+    th, ref_a, rew_a, b, _ = _with_logits(logits, ref_a, rew_a, b, ax, axis)
     shape = th.shape
     th2 = th.reshape(-1, shape[-1]).astype(np.float64)
     q2 = np.broadcast_to(ref_a, shape).reshape(-1, shape[-1]).astype(np.float64)

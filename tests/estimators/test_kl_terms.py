@@ -424,3 +424,12 @@ def test_known_fixed_points_are_stable():
         pts.astype(np.float32), ref, r, [[0.5], [1.0]], estimator="k1", placement="reward"
     )
     assert s.stable.shape == (2,) and s.stable.all()
+
+
+def test_fixed_point_stability_refusals():
+    kw = dict(estimator="k1", placement="reward")
+    with pytest.raises(ValueError, match=r"`policy` puts probability where `ref` is zero"):
+        E.fixed_point_stability([0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0], 1.0, **kw)
+    # a policy's zeros stay zero: the verdict is on its own support (here two outcomes)
+    s = E.fixed_point_stability([0.5, 0.0, 0.5], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0], 1.0, **kw)
+    assert s.stable and s.growth_rate == pytest.approx(-0.5, abs=1e-8)
