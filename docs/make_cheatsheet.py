@@ -184,21 +184,6 @@ def describe_point(fp: np.ndarray) -> str:
     return rf"another point, $\mathrm{{KL}}(\cdot\Vert\pi^*_\beta) = {kl:.4f}$"
 
 
-def _stable(fp: np.ndarray, kw: dict) -> bool:
-    """Whether gradient ascent returns to ``fp``: the Jacobian of the expected gradient in the
-    logits (the last one fixed, the softmax's gauge) has eigenvalues of negative real part."""
-
-    def field(z):
-        return E.expected_gradient(np.append(z, 0.0), REF, REWARD, BETA, **kw)[:-1]
-
-    z0 = np.log(fp[:-1] / fp[-1])
-    h = 1e-6
-    jac = np.stack(
-        [(field(z0 + h * e) - field(z0 - h * e)) / (2 * h) for e in np.eye(z0.size)], axis=1
-    )
-    return bool(np.max(np.linalg.eigvals(jac).real) < -1e-6)
-
-
 def lands(estimator: str, placement: str, ratio: str, clip, sampler=None) -> str:
     """Where training converges (``fixed_point``), or why it does not."""
     kw = dict(estimator=estimator, placement=placement, sampler=sampler, ratio=ratio)
@@ -207,6 +192,8 @@ def lands(estimator: str, placement: str, ratio: str, clip, sampler=None) -> str
     except ValueError as exc:
         if "every policy is stationary" in str(exc):
             return "nowhere: the gradient is zero"
+        if "is unstable" in str(exc):
+            return "an unstable stationary point: training leaves it"
         return "no interior fixed point (the support collapses)"
     if sampler is not None and clip is not None and placement == "reward":
         w = fp / np.exp(sampler - np.log(np.exp(sampler).sum()))
@@ -214,7 +201,9 @@ def lands(estimator: str, placement: str, ratio: str, clip, sampler=None) -> str
             # in the reward a clipped ratio passes no gradient: zero gradient, not a point
             return r"stalls where every ratio $\pi/\mu$ leaves the clip range"
     if not np.allclose(fp, kp.optimal_policy(REF, REWARD, 0.0), rtol=0, atol=1e-12):
-        if not _stable(fp, dict(kw, ratio_clip=clip)):
+        # the library's stability verdict (fixed_point checks its numerical points itself;
+        # the closed forms are checked here too)
+        if not E.fixed_point_stability(fp, REF, REWARD, BETA, ratio_clip=clip, **kw).stable:
             return "an unstable stationary point: training leaves it"
     return describe_point(fp)
 

@@ -1134,6 +1134,7 @@ RESULTS = {
     "klpolicy.sampling.CorrectedMoments",
     "klpolicy.sampling.CorrectedGradient",
     "klpolicy.estimators.Flow",
+    "klpolicy.estimators.Stability",
     "klpolicy.estimators.GaussianTable",
     "klpolicy.control.SimulationTrace",
     "klpolicy.control.StabilityRegion",
@@ -1271,6 +1272,18 @@ def test_bad_input_is_refused_by_name(r, arg, bad):
 
 # --- KL terms as trainers write them: expected gradients, divergences, the term suite -----
 ROWS += [
+    row(
+        "klpolicy.estimators.fixed_point_stability",
+        policy=(PROB, P),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+        estimator=(CHOICE, "k3"),
+        placement=(CHOICE, "loss"),
+        sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
+        ratio=(CHOICE, "detached"),
+        ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+    ),
     row(
         "klpolicy.estimators.fixed_point",
         ref=(PROB, P),

@@ -32,7 +32,15 @@ from ..core.internal import setup as _setup
 from ..core.internal import validation as V
 from .registry import ESTIMATORS, PLACEMENTS, estimator_names, get_estimator
 
-__all__ = ["Flow", "expected_gradient", "fixed_point", "gradient_flow", "objective_gradient"]
+__all__ = [
+    "Flow",
+    "Stability",
+    "expected_gradient",
+    "fixed_point",
+    "fixed_point_stability",
+    "gradient_flow",
+    "objective_gradient",
+]
 
 #: How a trainer weights the KL term when samples come from another policy: not at all,
 #: by pi/pi_old with no gradient through the weight, or by pi/pi_old differentiated.
@@ -584,7 +592,10 @@ def fixed_point(
         with :func:`gradient_flow`); where the expected gradient has no zero
         (``ratio_clip`` that excludes 1 with a differentiable ratio on-policy: the
         gradient is zero everywhere; a fixed ``sampler`` with ``ratio="none"``, whose
-        reward gradient does not depend on the policy); for invalid inputs.
+        reward gradient does not depend on the policy); where the numerical path (see
+        Notes) finds a stationary point that is unstable ("a stationary point at ... is
+        unstable: training moves away from it"; see :func:`fixed_point_stability`); for
+        invalid inputs.
 
     Notes
     -----
@@ -597,7 +608,12 @@ def fixed_point(
     solved numerically: Powell's hybrid method (``scipy.optimize.root``) on the logits
     of the reference's support, started at :math:`\pi^*_\beta`, accepted when the
     expected gradient there is below 1e-12 and no probability of the support below
-    1e-12 (otherwise training collapses the support and a ValueError says so).
+    1e-12 (otherwise training collapses the support and a ValueError says so), and only
+    when the point is stable: a root finder also finds stationary points that training
+    moves away from (k1 in the loss on a fixed sampler without a ratio, whose term pushes
+    :math:`\pi` away from the sampler), so an eigenvalue of positive real part of the
+    expected gradient's Jacobian in the free logits (:func:`fixed_point_stability`) is a
+    ValueError, not an answer.
 
     *k3 in the loss* (GRPO). The expected gradient is
     :math:`\pi_j (r_j - m) - \beta(\pi_j - \pi_{ref}(j))`; setting it to zero
@@ -753,5 +769,179 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
                 f"here (the expected gradient stays at {resid:.3g} or more, or a probability "
                 "goes to zero); simulate training with klpolicy.estimators.gradient_flow"
             )
+        growth, tol = _growth_rate(th, q, r, bb, name, place, phs, how, clip)
+        if growth > tol:
+            raise ValueError(
+                f"{name!r} in the {place} with ratio={how!r}: a stationary point at "
+                f"{np.array2string(p, precision=4, separator=', ')} is unstable: training moves "
+                f"away from it (the expected gradient's Jacobian in the logits has an eigenvalue "
+                f"of real part {growth:.3g} > 0), so it is not where training lands"
+            )
         out[i, sup] = p
     return _restore(out.reshape(shape).astype(ref_a.dtype), ax)
+
+
+#: central-difference step in the logits for the Jacobian of the ascent field
+_JAC_STEP = 1e-5
+
+
+def _free_growth_rate(full_field, th: NDArray) -> tuple[float, float]:
+    """(largest real part of the eigenvalues of an ascent field's Jacobian, its rounding).
+
+    ``full_field(theta) -> g``: the expected ascent direction in all the logits of one row's
+    support (``g`` sums to zero: adding a constant to every logit moves nothing); ``th``:
+    the logits of the point (any gauge). The Jacobian is taken in the free coordinates
+    z = theta[:-1] - theta[-1], whose flow is g[:-1] - g[-1] (its eigenvalues are those of
+    the full Jacobian less the gauge's zero), by central differences of step 1e-5
+    (truncation about 1e-10, rounding about 1e-11, relative). A real part above
+    ``1e-7 * max(1, max |J|)`` is beyond both: training leaves the point.
+    """
+    if th.size < 2:
+        return -np.inf, 0.0
+
+    def field(z):
+        g = full_field(np.append(z, 0.0))
+        return g[:-1] - g[-1]
+
+    z0 = th[:-1] - th[-1]
+    h = _JAC_STEP
+    jac = np.stack(
+        [(field(z0 + h * e) - field(z0 - h * e)) / (2 * h) for e in np.eye(z0.size)], axis=1
+    )
+    return float(np.max(np.linalg.eigvals(jac).real)), 1e-7 * max(1.0, float(np.abs(jac).max()))
+
+
+def _growth_rate(th, q, r, bb, name, place, phs, how, clip) -> tuple[float, float]:
+    """:func:`_free_growth_rate` of :func:`expected_gradient`'s field on one row's support."""
+
+    def full_field(theta):
+        return _grad_ratio(theta[None, :], q[None], r[None], bb, name, place, phs, how, clip)[0]
+
+    return _free_growth_rate(full_field, th)
+
+
+class Stability(NamedTuple):
+    """Result of :func:`fixed_point_stability`."""
+
+    growth_rate: NDArray  # largest real part of the Jacobian's eigenvalues, batch shape
+    stable: NDArray  # bool, batch shape: growth_rate is not above rounding
+
+
+def fixed_point_stability(
+    policy: ArrayLike,
+    ref: ArrayLike,
+    reward: ArrayLike,
+    beta: ArrayLike,
+    *,
+    estimator: str,
+    placement: str,
+    sampler: ArrayLike | None = None,
+    ratio: str = "none",
+    ratio_clip: tuple[float, float] | None = None,
+    axis: int = -1,
+) -> Stability:
+    r"""Whether gradient training returns to a stationary policy or moves away from it.
+
+    .. math::
+
+        \dot z = g(z),\quad z_j = 	heta_j - 	heta_n,\qquad
+        \lambda_{max} = \max \operatorname{Re}\,\operatorname{eig}
+          \Big(rac{\partial g}{\partial z}\Big|_{\pi}\Big)
+
+    with :math:`g` the exact expected ascent direction of :func:`expected_gradient` in the
+    free logits of ``policy``'s support (the last logit fixed: adding a constant to every
+    logit leaves the policy unchanged). Training with a small step returns to the policy
+    when every eigenvalue has a negative real part, and leaves it along an eigenvector
+    whose eigenvalue has a positive real part: such a point is not where training lands.
+
+    Parameters
+    ----------
+    policy : array_like
+        The stationary policy (e.g. from :func:`fixed_point`), zero off ``ref``'s support;
+        its zeros stay zero (the Jacobian is taken on its own support).
+    ref, reward, beta, estimator, placement, sampler, ratio, ratio_clip, axis
+        As in :func:`expected_gradient`.
+
+    Returns
+    -------
+    Stability
+        ``growth_rate``: the largest real part :math:`\lambda_{max}` (batch shape; negative:
+        training returns, at the rate :math:`e^{\lambda_{max}\eta t}` for step ``eta``);
+        ``stable``: ``growth_rate`` is not above the central differences' rounding,
+        ``1e-7 * max(1, max |J|)``.
+
+    Raises
+    ------
+    ValueError
+        As in :func:`expected_gradient`; where ``policy`` puts mass off ``ref``'s support.
+
+    Notes
+    -----
+    The Jacobian comes from central differences of step 1e-5 in the logits of the exact
+    expected gradient (truncation about 1e-10, rounding about 1e-11, relative); the
+    tests check it against mpmath. :func:`fixed_point` refuses a numerically found
+    stationary point that this function calls unstable. Whether the point is stationary
+    at all is not checked here: :func:`expected_gradient` says that.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy import optimal_policy
+    >>> from klpolicy.estimators import fixed_point_stability
+    >>> ref, r = [0.4, 0.3, 0.2, 0.1], [0.0, 0.5, 1.0, 2.0]
+    >>> pi = optimal_policy(ref, r, 0.5)
+    >>> bool(fixed_point_stability(pi, ref, r, 0.5, estimator="k1", placement="reward").stable)
+    True
+    >>> # k1 in the loss, samples from a fixed mu, no ratio: g = pi (r - m + beta) - beta mu
+    >>> # vanishes at pi = beta mu / (beta + r - m), a point the term pushes training away from
+    >>> from scipy.optimize import brentq
+    >>> mu, r = np.array([0.3, 0.2, 0.25, 0.25]), np.array(r)
+    >>> m = brentq(lambda m: np.sum(0.5 * mu / (0.5 + r - m)) - 1, -50, 0.4999, xtol=1e-15)
+    >>> point = 0.5 * mu / (0.5 + r - m)
+    >>> point.round(3)
+    array([0.701, 0.14 , 0.103, 0.056])
+    >>> s = fixed_point_stability(point / point.sum(), ref, r, 0.5, estimator="k1",
+    ...                           placement="loss", sampler=np.log(mu))
+    >>> bool(s.stable), round(float(s.growth_rate), 3)
+    (False, 0.253)
+    """
+    name = get_estimator(estimator, straight_through=True).name
+    place = V.as_choice("placement", placement, PLACEMENTS)
+    how = V.as_choice("ratio", ratio, RATIOS)
+    clip = _as_ratio_clip(ratio_clip)
+    pol = V.as_probabilities("policy", policy)
+    with np.errstate(divide="ignore"):
+        logits = np.log(pol)
+    ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
+    moved = np.moveaxis(pol, V.normalise_axis(axis, pol.ndim, "policy"), -1)
+    try:  # shapes that do not broadcast are reported by the logits' own check below
+        np.broadcast_shapes(moved.shape, ref_a.shape)
+    except ValueError:
+        moved = None
+    if moved is not None:
+        off = np.argwhere((moved > 0) & (ref_a == 0))
+        if off.size:
+            raise ValueError(
+                f"`policy` puts probability where `ref` is zero (index {tuple(int(i) for i in off[0])}); "
+                "every KL estimate is infinite there"
+            )
+    th, ref_a, rew_a, b, _ = _with_logits(logits, ref_a, rew_a, b, ax, axis)
+    shape = th.shape
+    th2 = th.reshape(-1, shape[-1]).astype(np.float64)
+    q2 = np.broadcast_to(ref_a, shape).reshape(-1, shape[-1]).astype(np.float64)
+    r2 = np.broadcast_to(rew_a, shape).reshape(-1, shape[-1]).astype(np.float64)
+    b2 = np.broadcast_to(b, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
+    ph2 = None
+    if sampler is not None:
+        ph2 = _sampler_logits(sampler, th, axis).reshape(-1, shape[-1]).astype(np.float64)
+    growth = np.empty(th2.shape[0])
+    stable = np.empty(th2.shape[0], dtype=bool)
+    for i in range(th2.shape[0]):
+        sup = np.isfinite(th2[i])
+        phs = None if ph2 is None else ph2[i][sup][None, :]
+        g, tol = _growth_rate(
+            th2[i][sup], q2[i][sup], r2[i][sup], b2[i : i + 1], name, place, phs, how, clip
+        )
+        growth[i], stable[i] = g, g <= tol
+    batch = shape[:-1]
+    return Stability(growth.reshape(batch), stable.reshape(batch))

@@ -160,8 +160,11 @@ def grpo_fixed_point(
     Raises
     ------
     ValueError
-        For invalid ``ref`` or ``reward``, ``beta <= 0``, or when the solver
-        does not reach a zero (residual above 1e-10).
+        For invalid ``ref`` or ``reward``, ``beta <= 0``, when the solver
+        does not reach a zero (residual above 1e-10), or when the zero it reaches is
+        unstable (an eigenvalue of positive real part of the expected update's Jacobian in
+        the logits: training moves away from it, as in
+        :func:`klpolicy.estimators.fixed_point`).
 
     Notes
     -----
@@ -211,8 +214,25 @@ def grpo_fixed_point(
         raise ValueError(f"GRPO fixed point not found (residual {resid:.3g}); try another `eps`")
     theta = np.append(sol.x, 0.0)
     p = np.exp(theta - theta.max())
+    p /= p.sum()
+
+    def full_field(th):
+        pt = np.exp(th - th.max())
+        return grpo_expected_update(
+            pt / pt.sum(), qs, rs, b, group_size=group_size, eps=eps, unbiased_std=unbiased_std
+        )
+
+    from .gradients import _free_growth_rate
+
+    growth, tol = _free_growth_rate(full_field, theta)
+    if growth > tol:
+        raise ValueError(
+            f"GRPO: a stationary point at {np.array2string(p, precision=4, separator=', ')} "
+            f"is unstable: training moves away from it (the expected update's Jacobian in the "
+            f"logits has an eigenvalue of real part {growth:.3g} > 0)"
+        )
     out = np.zeros_like(q)
-    out[sup] = p / p.sum()
+    out[sup] = p
     return out
 
 

@@ -334,3 +334,102 @@ def test_divergence_gradient_uses_the_registry_rows():
         np.testing.assert_allclose(g, fd, atol=1e-8)
     with pytest.raises(ValueError, match=r"`alpha` is required"):
         E.divergence_gradient(th, ref, "alpha")
+
+
+# --- stability of stationary points -----------------------------------------------------------
+# k1 in the loss, samples from a fixed mu, no ratio: g = pi (r - m + beta) - beta mu vanishes at
+# pi_j = beta mu_j / (beta + r_j - m), m = E_pi r. With ref (0.5, 0.3, 0.2), mu (0.2, 0.2, 0.6),
+# r (0, 0.5, 1) and beta = 1, m = 0.5 and the point is exactly (0.4, 0.2, 0.4).
+_UNSTABLE = dict(ref=[0.5, 0.3, 0.2], reward=[0.0, 0.5, 1.0], beta=1.0)
+_MU = np.log([0.2, 0.2, 0.6])
+_POINT = np.array([0.4, 0.2, 0.4])
+
+
+def _mp_growth_rate(point, ref, reward, beta, sampler):
+    """Largest real part of the eigenvalues of the free-logit Jacobian, at 40 digits.
+
+    recipe: the field z -> g[:-1] - g[-1] with g = pi (r - E_pi r) - beta (mu - pi) (k1 in the
+    loss, fixed sampler mu, no ratio) written in mpmath, differentiated by mpmath.diff,
+    eigenvalues by mpmath.eig
+    """
+    mu = _softmax([mp.mpf(float(x)) for x in sampler])
+    r = [mp.mpf(float(x)) for x in reward]
+    z0 = [mp.log(mp.mpf(float(p)) / mp.mpf(float(point[-1]))) for p in point[:-1]]
+    n = len(point)
+
+    def g(j, *z):
+        pi = _softmax([*z, mp.mpf(0)])
+        m = sum(p * x for p, x in zip(pi, r))
+        full = [pi[i] * (r[i] - m) - beta * (mu[i] - pi[i]) for i in range(n)]
+        return full[j] - full[-1]
+
+    jac = mp.matrix(n - 1, n - 1)
+    for i in range(n - 1):
+        for k in range(n - 1):
+            jac[i, k] = mp.diff(
+                lambda *z, i=i: g(i, *z), z0, tuple(int(a == k) for a in range(n - 1))
+            )
+    return float(max(mp.re(e) for e in mp.eig(jac)[0]))
+
+
+def test_an_unstable_stationary_point_is_refused():
+    kw = dict(estimator="k1", placement="loss", sampler=_MU)
+    g = E.expected_gradient(np.log(_POINT), **_UNSTABLE, **kw)
+    assert np.max(np.abs(g)) < 1e-15  # stationary ...
+    s = E.fixed_point_stability(_POINT, **_UNSTABLE, **kw)
+    assert not s.stable and s.growth_rate > 0.4  # ... and repelling
+    msg = r"a stationary point at \[0\.4, 0\.2, 0\.4\] is unstable: training moves away from it"
+    with pytest.raises(ValueError, match=msg):
+        E.fixed_point(**_UNSTABLE, **kw)
+    # training started next to it leaves it: 300 small ascent steps on the exact gradient
+    th = np.log(_POINT) + np.array([1e-4, -1e-4, 0.0])
+    for _ in range(300):
+        th = th + 0.1 * E.expected_gradient(th, **_UNSTABLE, **kw)
+    pi = np.exp(th - th.max()) / np.exp(th - th.max()).sum()
+    assert np.max(np.abs(pi - _POINT)) > 1e-2
+
+
+def test_the_jacobian_matches_mpmath():
+    kw = dict(estimator="k1", placement="loss", sampler=_MU)
+    want = _mp_growth_rate(_POINT, **_UNSTABLE, sampler=_MU)
+    got = E.fixed_point_stability(_POINT, **_UNSTABLE, **kw).growth_rate
+    assert abs(got - want) < 1e-8 * max(1.0, abs(want))
+    # permuted outcomes: the same eigenvalues
+    perm = [2, 0, 1]
+    u = {k: np.asarray(v)[perm] if k != "beta" else v for k, v in _UNSTABLE.items()}
+    got_p = E.fixed_point_stability(
+        _POINT[perm], **u, estimator="k1", placement="loss", sampler=_MU[perm]
+    ).growth_rate
+    assert abs(got_p - want) < 1e-8 * max(1.0, abs(want))
+
+
+def test_known_fixed_points_are_stable():
+    ref, r, beta = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5]), 0.8
+    cases = [
+        ("k1", "reward", {}),
+        ("k2", "loss", {}),
+        ("k3", "loss", {}),  # the forward-KL point
+        ("k3", "loss", {"ratio": "differentiable"}),
+        ("k1+", "loss", {"ratio": "differentiable"}),
+        ("k2", "loss", {"sampler": np.log([0.2, 0.2, 0.6])}),  # numeric, fixed sampler
+        ("k3", "loss", {"sampler": np.log([0.2, 0.2, 0.6])}),
+    ]
+    for est, place, kw in cases:
+        p = E.fixed_point(ref, r, beta, estimator=est, placement=place, **kw)
+        s = E.fixed_point_stability(p, ref, r, beta, estimator=est, placement=place, **kw)
+        assert s.stable and s.growth_rate < -1e-3, (est, place, kw, s)
+    # batched rows, float32 in: one verdict per row
+    pts = np.stack([optimal_policy(ref, r, b) for b in (0.5, 1.0)])
+    s = E.fixed_point_stability(
+        pts.astype(np.float32), ref, r, [[0.5], [1.0]], estimator="k1", placement="reward"
+    )
+    assert s.stable.shape == (2,) and s.stable.all()
+
+
+def test_fixed_point_stability_refusals():
+    kw = dict(estimator="k1", placement="reward")
+    with pytest.raises(ValueError, match=r"`policy` puts probability where `ref` is zero"):
+        E.fixed_point_stability([0.5, 0.5, 0.0], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0], 1.0, **kw)
+    # a policy's zeros stay zero: the verdict is on its own support (here two outcomes)
+    s = E.fixed_point_stability([0.5, 0.0, 0.5], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0], 1.0, **kw)
+    assert s.stable and s.growth_rate == pytest.approx(-0.5, abs=1e-8)
