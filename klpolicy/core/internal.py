@@ -46,6 +46,10 @@ normalised_log_ratio(p, q)
 as_divergence(divergence, alpha, name="divergence") -> (FDivergence, alpha)
     The row of :data:`klpolicy.DIVERGENCES` and the checked ``alpha`` (errors name the
     arguments); ``f_divergence_last(name, p, q, alpha)``: D_f on validated float64 rows.
+ascent_growth_rate(full_field, theta) -> (growth, tolerance)
+    The largest real part of the eigenvalues of an ascent field's Jacobian in the free
+    logits at a point, and the rounding below which it means nothing: a growth above the
+    tolerance is a stationary point training moves away from.
 monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Roots
     The one root finder for monotone inverses: safeguarded Newton with bisection,
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
@@ -54,6 +58,7 @@ monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Ro
 from . import _lazy as special
 from . import _validation as validation
 from . import _xp as array_api
+from ._flows import ascent_growth_rate
 from ._numerics import _EXPM1MX as EXPM1MX_COEFFICIENTS
 from ._numerics import _SERIES_RADIUS as SERIES_RADIUS
 from ._numerics import _horner_x2 as horner_x2
@@ -80,6 +85,7 @@ __all__ = [
     "Tilt",
     "array_api",
     "as_divergence",
+    "ascent_growth_rate",
     "cross_entropy_last",
     "entropy_last",
     "expm1mx",

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core import optimal_policy
-from ..core.internal import monotone_root, special
+from ..core.internal import ascent_growth_rate, monotone_root, special
 from ..core.internal import restore as _restore
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V
@@ -781,43 +781,13 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
     return _restore(out.reshape(shape).astype(ref_a.dtype), ax)
 
 
-#: central-difference step in the logits for the Jacobian of the ascent field
-_JAC_STEP = 1e-5
-
-
-def _free_growth_rate(full_field, th: NDArray) -> tuple[float, float]:
-    """(largest real part of the eigenvalues of an ascent field's Jacobian, its rounding).
-
-    ``full_field(theta) -> g``: the expected ascent direction in all the logits of one row's
-    support (``g`` sums to zero: adding a constant to every logit moves nothing); ``th``:
-    the logits of the point (any gauge). The Jacobian is taken in the free coordinates
-    z = theta[:-1] - theta[-1], whose flow is g[:-1] - g[-1] (its eigenvalues are those of
-    the full Jacobian less the gauge's zero), by central differences of step 1e-5
-    (truncation about 1e-10, rounding about 1e-11, relative). A real part above
-    ``1e-7 * max(1, max |J|)`` is beyond both: training leaves the point.
-    """
-    if th.size < 2:
-        return -np.inf, 0.0
-
-    def field(z):
-        g = full_field(np.append(z, 0.0))
-        return g[:-1] - g[-1]
-
-    z0 = th[:-1] - th[-1]
-    h = _JAC_STEP
-    jac = np.stack(
-        [(field(z0 + h * e) - field(z0 - h * e)) / (2 * h) for e in np.eye(z0.size)], axis=1
-    )
-    return float(np.max(np.linalg.eigvals(jac).real)), 1e-7 * max(1.0, float(np.abs(jac).max()))
-
-
 def _growth_rate(th, q, r, bb, name, place, phs, how, clip) -> tuple[float, float]:
-    """:func:`_free_growth_rate` of :func:`expected_gradient`'s field on one row's support."""
+    """:func:`ascent_growth_rate` of :func:`expected_gradient`'s field on one row's support."""
 
     def full_field(theta):
         return _grad_ratio(theta[None, :], q[None], r[None], bb, name, place, phs, how, clip)[0]
 
-    return _free_growth_rate(full_field, th)
+    return ascent_growth_rate(full_field, th)
 
 
 class Stability(NamedTuple):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..core.internal import special
+from ..core.internal import ascent_growth_rate, special
 from ..core.internal import validation as V
 
 __all__ = ["grpo_expected_update", "grpo_fixed_point", "token_k3_fixed_point"]
@@ -222,9 +222,7 @@ def grpo_fixed_point(
             pt / pt.sum(), qs, rs, b, group_size=group_size, eps=eps, unbiased_std=unbiased_std
         )
 
-    from .gradients import _free_growth_rate
-
-    growth, tol = _free_growth_rate(full_field, theta)
+    growth, tol = ascent_growth_rate(full_field, theta)
     if growth > tol:
         raise ValueError(
             f"GRPO: a stationary point at {np.array2string(p, precision=4, separator=', ')} "

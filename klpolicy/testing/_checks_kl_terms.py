@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import estimators as _est
 from ..core import DIVERGENCES, f_divergence, optimal_policy
+from ..core.internal import ascent_growth_rate
 from ..core.internal import validation as V
 from ._resolution import EPS, as_dtype, output_dtype
 
@@ -362,17 +363,22 @@ def _fit_mean(values: np.ndarray, cand_values: dict, tol: np.ndarray) -> str | N
 
 
 def _fixed_point(torch, fn, ref_l, reward, beta, dtype):
-    """The zero of pi (r - E r) - beta G on-policy at level "token", or None."""
+    """The attracting zero of pi (r - E r) - beta G on-policy at level "token", or None.
+
+    None where no zero is found, or where the zero found is unstable (training moves away).
+    """
     from scipy import optimize  # lazy, as in klpolicy.estimators
 
     n = ref_l[0].size
 
-    def field(head):
-        th = np.append(head, 0.0)
+    def full_field(th):
         draw = ([ref_l[0]], [th], [th])
         g = _expected(torch, fn, draw, n, 1, dtype, "token", "sum", True)[0]
         pi = np.exp(th - special_logsumexp(th))
-        return (pi * (reward - pi @ reward) - beta * g)[:-1]
+        return pi * (reward - pi @ reward) - beta * g
+
+    def field(head):
+        return full_field(np.append(head, 0.0))[:-1]
 
     start = np.log(optimal_policy(np.exp(ref_l[0] - special_logsumexp(ref_l[0])), reward, beta))
     start = start[:-1] - start[-1]
@@ -385,6 +391,9 @@ def _fixed_point(torch, fn, ref_l, reward, beta, dtype):
     pi = np.exp(th - special_logsumexp(th))
     tol = 1e-9 if dtype == "float64" else 1e3 * EPS[dtype]
     if not (np.all(np.isfinite(pi)) and resid < tol and pi.min() > 1e-9):
+        return None
+    growth, rounding = ascent_growth_rate(full_field, th)
+    if growth > max(rounding, tol):  # a stationary point training moves away from
         return None
     return pi
 
