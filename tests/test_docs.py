@@ -35,9 +35,15 @@ def _public_modules() -> list[str]:
     names = [
         m.name
         for m in pkgutil.iter_modules(klpolicy.__path__)
-        if not m.name.startswith("_") and m.name != "conftest"
+        if not m.name.startswith("_") and m.name != "conftest" and not _old_path(m.name)
     ]
     return sorted(names)
+
+
+def _old_path(name: str) -> bool:
+    """A module path of the old layout: its file makes the path the new module itself."""
+    path = Path(klpolicy.__path__[0]) / f"{name}.py"
+    return path.exists() and "sys.modules[__name__] = " in path.read_text(encoding="utf-8")
 
 
 def _import(name: str):
@@ -59,7 +65,10 @@ def _public_submodules(package) -> list:
             continue
         if m.name.rsplit(".", 1)[-1] == "conftest":
             continue
-        out.append(_import(m.name))
+        module = _import(m.name)
+        if module.__name__ != m.name:  # an old layout's path for a module documented at home
+            continue
+        out.append(module)
     return out
 
 
