@@ -814,9 +814,9 @@ def fixed_point_stability(
 
     .. math::
 
-        \dot z = g(z),\quad z_j = 	heta_j - 	heta_n,\qquad
+        \dot z = g(z),\quad z_j = \theta_j - \theta_n,\qquad
         \lambda_{max} = \max \operatorname{Re}\,\operatorname{eig}
-          \Big(rac{\partial g}{\partial z}\Big|_{\pi}\Big)
+          \Big(\frac{\partial g}{\partial z}\Big|_{\pi}\Big)
 
     with :math:`g` the exact expected ascent direction of :func:`expected_gradient` in the
     free logits of ``policy``'s support (the last logit fixed: adding a constant to every
