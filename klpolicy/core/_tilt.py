@@ -418,6 +418,22 @@ def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None, w
     if "value" in res:
         ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
     slow = np.nonzero(~ok)[0]
+    if slow.size and dtype == np.float32:
+        # float32 rows beyond float32's exp range (a spread r/beta past ~80) are rows
+        # float64's one-exp sweep still takes: computed there and rounded once, they are
+        # at least as exact as float32's careful kernel and an order of magnitude faster
+        wide = _tilt_rows(
+            ref[slow].astype(np.float64),
+            reward[slow].astype(np.float64),
+            beta[slow].astype(np.float64),
+            want,
+            workers=workers,
+        )
+        if pi_out is not None:
+            pi_out[slow] = wide["pi"]
+        for k in res:
+            res[k][slow] = wide[k]
+        slow = slow[:0]
     if slow.size:
         t = _tilt_careful(ref[slow], reward[slow], beta[slow], want)
         if pi_out is not None:
