@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
-from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
+from .tabular import _count_weights, _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
 __all__ = ["DPOFit", "fit_dpo", "fit_dpo_online", "sample_preference_counts"]
 
@@ -175,7 +175,7 @@ def fit_dpo(
     n_steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     eta = V.as_positive_scalar("lr", lr)
     start = ref_a if init is None else _init_policy(init, ref_a)
-    w = c / c.sum()
+    w = _count_weights(c)
     if eps:
         w = (1 - eps) * w + eps * w.T
     return _gd(ref_a, w, b, start, n_steps, eta)
@@ -274,7 +274,7 @@ def fit_dpo_online(
     for _ in range(n_rounds):
         losses.append(_dpo_value(_log_ratio(pi, ref_a, w_pop), w_pop, b))
         c = sample_preference_counts(p, pi, n_pairs, rng=gen).astype(np.float64)
-        pi = _gd(ref_a, c / c.sum(), b, pi, n_steps, eta).policy
+        pi = _gd(ref_a, _count_weights(c), b, pi, n_steps, eta).policy
         path.append(pi)
     losses.append(_dpo_value(_log_ratio(pi, ref_a, w_pop), w_pop, b))
     return DPOFit(pi, np.array(losses), np.array(path))
