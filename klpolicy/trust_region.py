@@ -180,11 +180,34 @@ def trust_region_beta(
     0.35
     """
     kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
-    p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+    p, a, unit = _problem(pi_old, advantage, axis)
     d = _as_delta(delta)
-    if kind == "trpo":
-        beta = _trpo_solve(p, a, d)[1].astype(p.dtype)
-        return beta if beta.ndim else beta[()]
+    scaled = np.asarray(_trpo_solve(p, a, d)[1] if kind == "trpo" else _mirror_beta(p, a, d))
+    with np.errstate(over="ignore"):
+        beta = (scaled * np.broadcast_to(unit[..., 0], scaled.shape)).astype(p.dtype)
+    over = np.isinf(beta) & np.isfinite(scaled)
+    if over.any():
+        k = int(np.argmax(over.reshape(-1)))
+        raise ValueError(
+            f"`delta` = {float(np.broadcast_to(d, over.shape).reshape(-1)[k])!r} is spent only "
+            f"at a beta above the largest {p.dtype} for row {k}; scale `advantage` down"
+        )
+    return beta if beta.ndim else beta[()]
+
+
+def _problem(pi_old, advantage, axis):
+    """(pi_old, advantage / unit, unit): probability axis last, each row's advantage in units
+    of its largest magnitude. Both steps are invariant under A -> A / c (beta -> beta / c),
+    so an advantage of 1e308 cannot overflow a difference of advantages."""
+    p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+    a = np.broadcast_to(a, p.shape)
+    unit = np.max(np.abs(a), axis=-1, keepdims=True)
+    unit = np.where(unit > 0, unit, 1.0).astype(a.dtype)
+    return p, a / unit, unit
+
+
+def _mirror_beta(p, a, d):
+    """The mirror step's multiplier for validated p and (scaled) a, probability axis last."""
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
     return beta_for_kl(p, a, np.minimum(d, kmax))
 
@@ -273,15 +296,19 @@ def trust_region_step(
     (array([0.5704, 0.4296]), 0.01)
     """
     kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
+    p, a, _ = _problem(pi_old, advantage, axis)
+    d = _as_delta(delta)
     if kind == "trpo":
-        p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
-        step = _trpo_solve(p, a, _as_delta(delta))[0].astype(p.dtype)
+        step = _trpo_solve(p, a, d)[0].astype(p.dtype)
         return np.moveaxis(step, -1, axis)
-    beta = np.asarray(trust_region_beta(pi_old, advantage, delta, axis=axis))
-    p = V.as_probabilities("pi_old", pi_old, axis)
-    return optimal_policy(
-        np.moveaxis(p, -1, axis), advantage, np.expand_dims(beta, axis), axis=axis
+    beta = np.asarray(_mirror_beta(p, a, d))
+    shape = np.broadcast_shapes(p.shape[:-1], beta.shape)
+    step = optimal_policy(
+        np.broadcast_to(p, (*shape, p.shape[-1])),
+        np.broadcast_to(a, (*shape, p.shape[-1])),
+        np.expand_dims(beta, -1),
     )
+    return np.moveaxis(step, -1, axis)
 
 
 def _clipped_gradient(p, pi_old, adv, clip):

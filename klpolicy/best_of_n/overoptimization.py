@@ -160,6 +160,7 @@ class OptimizationCurve(NamedTuple):
 
 
 def _problem(ref: ArrayLike, proxy: ArrayLike, gold: ArrayLike):
+    V.one_problem(("ref", ref), ("proxy", proxy), ("gold", gold))
     ref_a, prox = _prepare(ref, proxy, -1, ("ref", "proxy"))
     gold_a = V.as_rewards("gold", gold, -1)
     if ref_a.ndim != 1:

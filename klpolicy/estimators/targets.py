@@ -94,6 +94,7 @@ def grpo_expected_update(
     >>> grpo_expected_update([0.5, 0.5], [0.5, 0.5], [1.0, 0.0], 0.1, group_size=None).round(4)
     array([ 0.5, -0.5])
     """
+    V.one_problem(("pi", pi), ("ref", ref), ("reward", reward))
     p = V.as_probabilities("pi", pi).astype(np.float64, copy=False)
     q = V.as_probabilities("ref", ref).astype(np.float64, copy=False)
     r = V.as_rewards("reward", reward).astype(np.float64, copy=False)
@@ -199,6 +200,7 @@ def grpo_fixed_point(
     >>> grpo_fixed_point([0.5, 0.5], [1.0, 0.0], 0.5, group_size=None).round(4)
     array([0.9472, 0.0528])
     """
+    V.one_problem(("ref", ref), ("reward", reward))
     q = V.as_probabilities("ref", ref)
     r = V.as_rewards("reward", reward)
     q, r = V.broadcast_pair("ref", q, "reward", r)
