@@ -8,10 +8,10 @@ as `kl` and `reward` (the inner ``beta_for_kl`` call's names).
 import re
 
 import pytest
+from klpolicy.calibration import calibration_threshold
 
 from klpolicy import control, diversity
 from klpolicy.best_of_n import overoptimization as O
-from klpolicy.calibration import calibration_threshold
 from klpolicy.estimators import grpo_expected_update, grpo_fixed_point
 from klpolicy.trust_region import trust_region_beta, trust_region_step
 
