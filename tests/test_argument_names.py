@@ -6,13 +6,18 @@ as `kl` and `reward` (the inner ``beta_for_kl`` call's names).
 """
 
 import re
+import warnings
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
 from klpolicy.calibration import calibration_threshold
 
 from klpolicy import control, diversity
 from klpolicy.best_of_n import overoptimization as O
 from klpolicy.estimators import grpo_expected_update, grpo_fixed_point
+from klpolicy.preference import fit_dpo_online, population_optimum, sample_preference_counts
+from klpolicy.testing.strategies import distributions
 from klpolicy.trust_region import trust_region_beta, trust_region_step
 
 REF = [0.5, 0.3, 0.2]
@@ -69,3 +74,59 @@ def test_calibration_threshold_does_not_advise_the_metric_in_use():
     msg = r"^the reference's brier is 0 \(it is calibrated\), so no multiple of it is reached; "
     with pytest.raises(ValueError, match=msg + r"no `factor` of it is a threshold$"):
         calibration_threshold([1, 0], [0.0, 1.0])
+
+
+# issue 26, item 11: internal errors that escaped (IndexError, OverflowError, AttributeError,
+# a message naming the internal `policy`) are ValueErrors naming the argument
+P3 = [[0.5, 0.7, 0.8], [0.3, 0.5, 0.6], [0.2, 0.4, 0.5]]
+
+ESCAPES = [
+    (
+        lambda: sample_preference_counts([[0.5, 0.7], [0.3, 0.5]], 0.5, 10, rng=0),
+        "`mu` must be a distribution over the outcomes (1-D) or a joint law of pairs (2-D); "
+        "got shape ()",
+    ),
+    (
+        lambda: population_optimum(REF, P3, 1.0, loss="bco_pair", delta=1e308),
+        "`delta` must be a number in [-9.0072e+15, 9.0072e+15]; got 1e+308",
+    ),
+    (
+        lambda: fit_dpo_online(REF, P3, 1e308, rounds=1, pairs_per_round=10, rng=0),
+        "`beta` = 1e+308 with `lr` = 1.0: gradient descent leaves the floats at step 1 "
+        "(each step moves the logits by up to lr x beta); lower `lr` or `beta`",
+    ),
+    (
+        lambda: O.gold_peak(None),
+        "`curve` must be an OptimizationCurve (from closed_form_sweep or best_of_n_sweep); "
+        "got None",
+    ),
+]
+
+
+@pytest.mark.parametrize(("call", "msg"), ESCAPES)
+def test_escaped_errors_are_value_errors_naming_the_argument(call, msg):
+    with pytest.raises(ValueError, match="^" + re.escape(msg) + "$"):
+        call()
+
+
+def test_discopop_at_a_huge_tau_is_its_limit():
+    # tau**2 overflowed a Python float (OverflowError); the loss tends to a limit in 1/tau
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        far = population_optimum(REF, P3, 1.0, loss="discopop", tau=1e308)
+    near = population_optimum(REF, P3, 1.0, loss="discopop", tau=1e12)
+    np.testing.assert_allclose(far, near, rtol=1e-10)
+
+
+def test_distributions_with_a_subnormal_min_entry():
+    # 0.9 / (min_entry * max_size) was inf (OverflowError converting it to an int)
+    seen = []
+
+    @settings(max_examples=60, database=None, derandomize=True)
+    @given(distributions(min_entry=1e-320, max_size=4))
+    def draw(p):
+        assert p.sum() == pytest.approx(1.0, abs=1e-12) and (p >= 0).all()
+        seen.append(p[p > 0].min())
+
+    draw()
+    assert len(seen) == 60 and min(seen) >= 1e-320

@@ -70,6 +70,11 @@ def sample_preference_counts(
     """
     n_draws = V.as_positive_int("size", size)
     m = V.as_float_array("mu", mu)
+    if m.ndim not in (1, 2):
+        raise ValueError(
+            "`mu` must be a distribution over the outcomes (1-D) or a joint law of pairs "
+            f"(2-D); got shape {m.shape}"
+        )
     n = m.shape[0]
     ref_like = np.ones(n) / n
     p = V.as_preference_matrix("preferences", preferences, n, against="mu")
@@ -98,7 +103,15 @@ def _gd(ref, w, beta, init, steps, lr):
         losses[k] = _dpo_value(g, w, beta)
         if k < steps:
             # the softmax normaliser cancels in every margin, so d loss / d theta = d loss / d g
-            theta = theta - lr * np.where(support, _dpo_grad_g(g, w, beta), 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                theta = theta - lr * np.where(support, _dpo_grad_g(g, w, beta), 0.0)
+                spread = np.ptp(theta[support]) * max(beta, 1.0)
+            if not np.isfinite(spread):  # a margin beta * (g_i - g_j) would overflow
+                raise ValueError(
+                    f"`beta` = {beta!r} with `lr` = {lr!r}: gradient descent leaves the floats "
+                    f"at step {k + 1} (each step moves the logits by up to lr x beta); "
+                    "lower `lr` or `beta`"
+                )
     return DPOFit(path[-1].copy(), losses, path)
 
 

@@ -227,11 +227,11 @@ def _disco_d2(x, o):
     tau, m, me = _disco_parts(x, o)
     a, a1, a2 = _sp(-x), -_sig(-x), _sig(x) * _sig(-x)
     m1 = m * (1 - m) / tau
-    m2 = m * (1 - m) * (1 - 2 * m) / tau**2
+    m2 = m * (1 - m) * (1 - 2 * m) / tau / tau  # not tau**2: a Python float overflows
     # phi'' = A'' + m'' (E - A) + 2 m' (E' - A') + m (E'' - A''),  E'' = E
     return (
         a2
-        + (1 - m) * (1 - 2 * m) / tau**2 * me
+        + (1 - m) * (1 - 2 * m) / tau / tau * me
         - m2 * a
         + 2 * ((1 - m) / tau * (-me) - m1 * a1)
         + (me - m * a2)
@@ -586,10 +586,11 @@ _SPECS: list[tuple] = [
             LossOption(
                 "delta",
                 0.0,
-                -math.inf,
-                math.inf,
-                True,
-                True,
+                # beyond 2**53 the margin delta - beta a keeps none of its O(1) part
+                -(2.0**53),
+                2.0**53,
+                False,
+                False,
                 doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
             ),
         ),
