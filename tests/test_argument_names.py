@@ -13,10 +13,17 @@ import pytest
 from hypothesis import given, settings
 from klpolicy.calibration import calibration_threshold
 
-from klpolicy import control, diversity
+from klpolicy import beta_for_kl, control, diversity
 from klpolicy.best_of_n import overoptimization as O
 from klpolicy.estimators import grpo_expected_update, grpo_fixed_point
-from klpolicy.preference import fit_dpo_online, population_optimum, sample_preference_counts
+from klpolicy.preference import (
+    LOSSES,
+    fit_dpo_online,
+    ipo_loss,
+    ipo_loss_grad,
+    population_optimum,
+    sample_preference_counts,
+)
 from klpolicy.testing.strategies import distributions
 from klpolicy.trust_region import trust_region_beta, trust_region_step
 
@@ -130,3 +137,40 @@ def test_distributions_with_a_subnormal_min_entry():
 
     draw()
     assert len(seen) == 60 and min(seen) >= 1e-320
+
+
+# issue 26, item 12: complex input refused by name; no RuntimeWarning beside a right answer
+def test_solve_table_refuses_complex_input_by_name():
+    from klpolicy.app.tables import solve_table
+
+    msg = "must be an array of real numbers; got dtype complex128 (complex numbers)"
+    with pytest.raises(ValueError, match=re.escape(f"`reward` {msg}")):
+        solve_table([0.5, 0.5], [1 + 1j, 0], [1.0])
+    with pytest.raises(ValueError, match=re.escape(f"`ref` {msg}")):
+        solve_table(np.array([0.5, 0.5], dtype=complex), [1.0, 0.0], [1.0])
+
+
+QUIET = [
+    (lambda: ipo_loss(-1e308, 0.0, 0.0, 0.0, 0.1), np.inf),
+    (lambda: ipo_loss(0.0, -1e308, 0.0, 0.0, 0.1), np.inf),
+    (lambda: ipo_loss_grad(-1e308, 0.0, 0.0, 0.0, 0.1).policy_chosen, -np.inf),
+    (lambda: ipo_loss_grad(0.0, -1e308, 0.0, 0.0, 0.1).policy_chosen, np.inf),
+    # beta = sd / sqrt(2 kl) for small kl; 1e-320 is the subnormal 9.99988671826831e-321
+    (lambda: beta_for_kl([0.5, 0.5], [1.0, 0.0], 1e-320), 0.5 / np.sqrt(2 * 1e-320)),
+    (lambda: trust_region_step([0.5, 0.5], [1.0, 0.0], 1e-320)[0], 0.5),
+    (lambda: trust_region_step([0.5, 0.5], [1.0, 0.0], 1e-320, constraint="trpo")[0], 0.5),
+    (lambda: LOSSES["discopop"].value(1e308, 0.0, 0.0, 0.0, 1.0), 0.0),
+    (lambda: LOSSES["discopop"].value(-1e308, 0.0, 0.0, 0.0, 1.0), 1e308),
+    (lambda: LOSSES["discopop"].value(-1e308, 0.0, 0.0, 0.0, 1e3), np.inf),
+    (lambda: LOSSES["sigmoid"].value(1e308, 0.0, 0.0, 0.0, 1e3), 0.0),
+    (lambda: LOSSES["robust"].value(1e308, 0.0, 0.0, 0.0, 1e3), 0.0),
+    (lambda: LOSSES["exo_pair"].value(1e308, 0.0, 0.0, 0.0, 1e3), -np.log1p(-1e-3)),
+]
+
+
+@pytest.mark.parametrize(("call", "want"), QUIET)
+def test_extremes_give_the_limit_without_warnings(call, want):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = float(call())
+    assert got == pytest.approx(want, rel=1e-12)
