@@ -187,7 +187,7 @@ def _run_once(check, fn, prop, strategy, max_examples, explicit) -> None:
     except (Flaky, FlakyFailure) as exc:
         interruption = _interruption(exc)
         if interruption is not None:  # e.g. a timeout while an example was drawn
-            raise interruption
+            raise interruption from None
         raise AssertionError(
             f"{check}({name}): it gives different results on the same input, "
             f"so no property can be checked reliably ({type(exc).__name__})."
@@ -231,9 +231,7 @@ def check_options(max_examples: Any, rtol: Any) -> tuple[int, float]:
     if max_examples < 1:
         raise ValueError(f"`max_examples` must be a positive integer; got {max_examples!r}")
     if max_examples > MAX_EXAMPLES:  # 2**63 examples run until killed
-        raise ValueError(
-            f"`max_examples` must be at most {MAX_EXAMPLES:,}; got {max_examples!r}"
-        )
+        raise ValueError(f"`max_examples` must be at most {MAX_EXAMPLES:,}; got {max_examples!r}")
     try:
         r = float(rtol)
     except (TypeError, ValueError):

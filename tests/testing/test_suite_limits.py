@@ -28,7 +28,7 @@ def test_a_timeout_during_a_run_is_reported_as_a_timeout():
             raise TimeoutError("took too long")
         return dpo_loss(pc, pr, rc, rr, beta)
 
-    with pytest.raises(TimeoutError, match="^took too long$"):
+    with pytest.raises(TimeoutError, match=r"^took too long$"):
         check_pair_loss(once, "sigmoid", max_examples=50)
 
 
