@@ -180,12 +180,13 @@ def grpo_fixed_point(
     ------
     ValueError
         For invalid ``ref`` or ``reward``, ``beta <= 0``, or when the solver
-        does not reach a zero (residual above 1e-10 relative to ``1 + beta``).
+        does not reach a zero (residual above 1e-10).
 
     Notes
     -----
     Solved by Newton-type root finding (``scipy.optimize.root``) on the logits
-    of the reference's support, started at the forward-KL solution. Summing
+    of the reference's support, started at the forward-KL solution; the residual
+    is measured relative to ``1 + beta`` (the field's scale). Summing
     over the ``C(G + V - 1, V - 1)`` group compositions is exact; keep ``G``
     and ``V`` small (``G = 16, V = 4``: 969 terms).
 
