@@ -47,25 +47,41 @@ def _as_delta(delta: ArrayLike) -> NDArray[np.float64]:
 
 
 def _trpo_kl(p: NDArray, xh: NDArray, s: NDArray) -> tuple[NDArray, NDArray, NDArray]:
-    """KL(p || pi_t) for pi_t = p / (t + xh) / norm, t = exp(s); also pi_t / p and the norm.
+    """KL(p || pi_t) for pi_t = p / (t + xh) / norm, t = exp(s); also log(pi_t / p) and log norm.
 
-    With M = E_p[t / (t + xh)], the ratio pi_t / p is rho = t / ((t + xh) M),
-    accurate to a few ulp however small. Near one it is also
-    1 + (m - v) / M with v = xh / (t + xh) and m = E_p[v] = 1 - M, which gives
+    Everything is in log space, so log t may lie far below the smallest float
+    (a budget of hundreds of nats on an outcome of mass 1e-215 needs t ~ 1e-350):
+    log(t / (t + xh)) = -softplus(log xh - s), log M = logsumexp(log p + that),
+    and the ratio pi_t / p is rho = exp(log(t / (t + xh)) - log M). Near one it is
+    also 1 + (m - v) / M with v = xh / (t + xh) and m = E_p[v] = 1 - M, which gives
     log(rho) without cancellation; the KL's summands p (rho - 1 - log rho)
-    (non-negative, as the ratios average to one) are ``expm1mx(log rho)``.
+    (non-negative, as the ratios average to one) are ``p * expm1mx(log rho)``, or
+    ``exp(log p + log rho) - p (1 + log rho)`` where rho is large.
     """
-    t = np.exp(s)[..., None]
-    v = xh / (t + xh)
-    m = np.sum(p * v, -1, keepdims=True)
-    big_m = np.sum(p * (t / (t + xh)), -1, keepdims=True)
-    rho = (t / (t + xh)) / big_m
-    dev = (m - v) / big_m
+    s_ = s[..., None]
     with np.errstate(divide="ignore"):
+        lx = np.log(xh)
+        logp = np.where(p > 0, np.log(p), -np.inf)
+    lu = -np.logaddexp(0.0, lx - s_)  # log(t / (t + xh))
+    v = np.exp(-np.logaddexp(0.0, s_ - lx))  # xh / (t + xh)
+    m = np.sum(p * v, -1, keepdims=True)
+    e = logp + lu
+    top = np.max(e, -1, keepdims=True)
+    log_m = top + np.log(np.sum(np.exp(e - top), -1, keepdims=True))
+    big_m = np.exp(log_m)
+    log_rho = lu - log_m
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        dev = (m - v) / big_m
         near = (big_m > 0.25) & (np.abs(dev) < 0.5)
-        w = np.where(near, np.log1p(np.where(near, dev, 0.0)), np.log(rho))
-    kl = np.sum(np.where(p > 0, p * expm1mx(w), 0.0), -1)
-    return kl, rho, big_m[..., 0]
+        w = np.where(near, np.log1p(np.where(near, dev, 0.0)), log_rho)
+    big = w > 1.0
+    terms = np.where(
+        big,
+        np.exp(np.where(big, logp + w, 0.0)) - p * (1.0 + w),
+        p * expm1mx(np.where(big, 0.0, w)),
+    )
+    kl = np.sum(np.where(p > 0, terms, 0.0), -1)
+    return kl, w, log_m[..., 0]
 
 
 def _trpo_solve(p: NDArray, a: NDArray, d: NDArray) -> tuple[NDArray, NDArray]:
@@ -74,7 +90,7 @@ def _trpo_solve(p: NDArray, a: NDArray, d: NDArray) -> tuple[NDArray, NDArray]:
     pi = beta p / (lambda - A) on p's support; with x = max A - A (>= 0) scaled
     by its largest value on the support, lambda - A = xmax (t + xh) and
     KL(p || pi_t) falls strictly from +inf (t -> 0) to 0 (t -> inf), so t is
-    found by bisection on log t to the last bit.
+    found by bisection on log t (unbounded below) to the last bit.
     """
     shape = np.broadcast_shapes(p.shape[:-1], d.shape)
     p = np.broadcast_to(p, (*shape, p.shape[-1])).reshape(-1, p.shape[-1]).astype(np.float64)
@@ -90,24 +106,27 @@ def _trpo_solve(p: NDArray, a: NDArray, d: NDArray) -> tuple[NDArray, NDArray]:
     pm, xm, dm = p[moves], xh[moves], dd[moves]
     lo = np.full(dm.shape, -1.0)
     hi = np.full(dm.shape, 1.0)
-    floor = np.log(np.finfo(np.float64).tiny)
-    for _ in range(12):  # widen the bracket: KL(lo) > delta >= KL(hi)
+    for _ in range(1100):  # widen the bracket: KL(lo) > delta >= KL(hi); log t is unbounded
         k_lo = _trpo_kl(pm, xm, lo)[0]
         k_hi = _trpo_kl(pm, xm, hi)[0]
-        lo = np.where(k_lo > dm, lo, np.maximum(2.0 * lo, floor))
-        hi = np.where(k_hi <= dm, hi, 2.0 * hi)
-    for _ in range(200):  # bisection on log t to adjacent floats
-        mid = 0.5 * (lo + hi)
+        if np.all(k_lo > dm) and np.all(k_hi <= dm):
+            break
+        lo = np.where(k_lo > dm, lo, np.maximum(2.0 * lo, -np.finfo(np.float64).max))
+        hi = np.where(k_hi <= dm, hi, np.minimum(2.0 * hi, np.finfo(np.float64).max))
+    for _ in range(2200):  # bisection on log t to adjacent floats
+        mid = 0.5 * lo + 0.5 * hi
         if np.all((mid == lo) | (mid == hi)):
             break
         above = _trpo_kl(pm, xm, mid)[0] > dm
         lo, hi = np.where(above, mid, lo), np.where(above, hi, mid)
-    s = 0.5 * (lo + hi)
-    _, rho, big_m = _trpo_kl(pm, xm, s)
+    s = 0.5 * lo + 0.5 * hi
+    _, log_rho, log_m = _trpo_kl(pm, xm, s)
     out = p.copy()
-    out[moves] = pm * rho
+    with np.errstate(divide="ignore"):
+        out[moves] = np.where(pm > 0, np.exp(np.log(pm) + log_rho), 0.0)
     beta = np.full(dd.shape, np.inf)
-    beta[moves] = xmax[moves] * np.exp(s) / big_m
+    with np.errstate(over="ignore"):
+        beta[moves] = xmax[moves] * np.exp(s - log_m)
     return out.reshape(*shape, p.shape[-1]), beta.reshape(shape)
 
 
@@ -161,11 +180,34 @@ def trust_region_beta(
     0.35
     """
     kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
-    p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+    p, a, unit = _problem(pi_old, advantage, axis)
     d = _as_delta(delta)
-    if kind == "trpo":
-        beta = _trpo_solve(p, a, d)[1].astype(p.dtype)
-        return beta if beta.ndim else beta[()]
+    scaled = np.asarray(_trpo_solve(p, a, d)[1] if kind == "trpo" else _mirror_beta(p, a, d))
+    with np.errstate(over="ignore"):
+        beta = (scaled * np.broadcast_to(unit[..., 0], scaled.shape)).astype(p.dtype)
+    over = np.isinf(beta) & np.isfinite(scaled)
+    if over.any():
+        k = int(np.argmax(over.reshape(-1)))
+        raise ValueError(
+            f"`delta` = {float(np.broadcast_to(d, over.shape).reshape(-1)[k])!r} is spent only "
+            f"at a beta above the largest {p.dtype} for row {k}; scale `advantage` down"
+        )
+    return beta if beta.ndim else beta[()]
+
+
+def _problem(pi_old, advantage, axis):
+    """(pi_old, advantage / unit, unit): probability axis last, each row's advantage in units
+    of its largest magnitude. Both steps are invariant under A -> A / c (beta -> beta / c),
+    so an advantage of 1e308 cannot overflow a difference of advantages."""
+    p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
+    a = np.broadcast_to(a, p.shape)
+    unit = np.max(np.abs(a), axis=-1, keepdims=True)
+    unit = np.where(unit > 0, unit, 1.0).astype(a.dtype)
+    return p, a / unit, unit
+
+
+def _mirror_beta(p, a, d):
+    """The mirror step's multiplier for validated p and (scaled) a, probability axis last."""
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
     return beta_for_kl(p, a, np.minimum(d, kmax))
 
@@ -254,15 +296,19 @@ def trust_region_step(
     (array([0.5704, 0.4296]), 0.01)
     """
     kind = V.as_choice("constraint", constraint, _CONSTRAINTS)
+    p, a, _ = _problem(pi_old, advantage, axis)
+    d = _as_delta(delta)
     if kind == "trpo":
-        p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
-        step = _trpo_solve(p, a, _as_delta(delta))[0].astype(p.dtype)
+        step = _trpo_solve(p, a, d)[0].astype(p.dtype)
         return np.moveaxis(step, -1, axis)
-    beta = np.asarray(trust_region_beta(pi_old, advantage, delta, axis=axis))
-    p = V.as_probabilities("pi_old", pi_old, axis)
-    return optimal_policy(
-        np.moveaxis(p, -1, axis), advantage, np.expand_dims(beta, axis), axis=axis
+    beta = np.asarray(_mirror_beta(p, a, d))
+    shape = np.broadcast_shapes(p.shape[:-1], beta.shape)
+    step = optimal_policy(
+        np.broadcast_to(p, (*shape, p.shape[-1])),
+        np.broadcast_to(a, (*shape, p.shape[-1])),
+        np.expand_dims(beta, -1),
     )
+    return np.moveaxis(step, -1, axis)
 
 
 def _clipped_gradient(p, pi_old, adv, clip):

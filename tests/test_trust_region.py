@@ -151,7 +151,7 @@ def _mp_trpo(p_old, adv, delta):
             q = pol(s)
             return sum(pi * mpmath.log(pi / qi) for pi, qi in zip(p, q) if pi > 0) - delta
 
-        s = _mp_bisect(kl, -700, 400)
+        s = _mp_bisect(kl, -3000, 400)
         return np.array([float(v) for v in pol(s)])
 
 
@@ -186,6 +186,11 @@ EXTREME = [
     ([0.5, 0.5 - 1e-300, 1e-300], [0.0, 1.0, 2.0], 0.5),
     ([0.7, 0.0, 0.3], [1e8, 3e8, -2e8], 0.05),
     ([0.99, 0.01], [0.0, 1.0], 2.0),
+    # a tiny best action and a large budget need t far below the smallest float (issue 26,
+    # item 6: the bracket on log t was floored at log(tiny); 306.6 nats spent 213.4)
+    ([1e-215, 0.6, 0.4], [1.0, 0.0, -1.0], 306.6),
+    ([1e-215, 0.6, 0.4], [1.0, 0.0, -1.0], 600.0),
+    ([5e-324, 0.6, 0.4], [1.0, 0.0, -1.0], 50.0),
 ]
 
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..core import optimal_kl, optimal_policy, soft_value
+from ..core.internal import validation as V
 
 __all__ = ["beta_label", "print_table", "solve_table"]
 
@@ -37,8 +38,9 @@ def solve_table(ref: Sequence[float], reward: Sequence[float], betas: Sequence[f
     >>> [round(p, 4) for p in out["columns"][0]["policy"]]
     [0.8808, 0.1192]
     """
-    ref_a = np.asarray(ref, dtype=float)
-    rew_a = np.asarray(reward, dtype=float)
+    # the library's validators first: np.asarray(..., dtype=float) drops an imaginary part
+    ref_a = V.as_float_array("ref", ref).astype(float)
+    rew_a = V.as_float_array("reward", reward).astype(float)
     cols = []
     for b in betas:
         pi = optimal_policy(ref_a, rew_a, b)

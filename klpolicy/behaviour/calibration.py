@@ -421,11 +421,14 @@ def calibration_threshold(
     def m(b):
         return _calibration_at(ref_a, rew_a, t, w, np.atleast_1d(b), nb)[pick]
 
-    m_ref = float(m(np.inf)[0])
+    at_ref = _calibration_at(ref_a, rew_a, t, w, np.atleast_1d(np.inf), nb)
+    m_ref = float(at_ref[pick][0])
     if m_ref == 0:
+        # advise the Brier score only where it is not 0 too (it is 0 only for exact answers)
+        other = metric == "ece" and float(at_ref[2][0]) > 0
         raise ValueError(
             f"the reference's {metric} is 0 (it is calibrated), so no multiple of it is reached; "
-            "use metric='brier'"
+            + ("use metric='brier'" if other else "no `factor` of it is a threshold")
         )
     target = f * m_ref
     spread = float(np.max(rew_a) - np.min(rew_a)) or 1.0

@@ -457,6 +457,7 @@ def diversity_curve(
     """
     if (beta is None) == (kl is None):
         raise ValueError("give exactly one of `beta` and `kl`")
+    V.one_problem(("ref", ref), ("reward", reward))
     ref_a, rew_a = _prepare(ref, reward, -1)
     if ref_a.ndim != 1:
         raise ValueError(f"`ref` must be 1-D for a curve (one problem); got shape {np.shape(ref)}")
@@ -650,6 +651,7 @@ def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> Bes
     >>> d.best_of_n_entropy.round(4), d.optimal_entropy.round(4)
     (array([1.0297, 0.8517]), array([1.0297, 0.8565]))
     """
+    V.one_problem(("ref", ref), ("reward", reward))
     ref_a, rew_a = _prepare(ref, reward, -1)
     if ref_a.ndim != 1:
         raise ValueError(f"`ref` must be 1-D (one problem); got shape {np.shape(ref)}")

@@ -187,11 +187,18 @@ def retention_slope(ref: ArrayLike, reward: ArrayLike, score: ArrayLike) -> floa
     ref_a, r = _one_problem(ref, reward)
     _, s = _one_problem(ref_a, score, "score")
     p = ref_a / ref_a.sum()
+    # the slope does not depend on the reward's unit and is linear in the score's: work in
+    # units of their largest values on the support, so that no square overflows
+    cr = float(np.max(np.abs(np.where(p > 0, r, 0.0))))
+    cs = float(np.max(np.abs(np.where(p > 0, s, 0.0))))
+    if cr == 0 or cs == 0:
+        return 0.0
+    r, s = np.where(p > 0, r / cr, 0.0), np.where(p > 0, s / cs, 0.0)
     mr, ms = np.sum(p * r), np.sum(p * s)
     var = float(np.sum(p * (r - mr) ** 2))
     if var == 0:
         return 0.0
-    return float(math.sqrt(2.0) * np.sum(p * (r - mr) * (s - ms)) / math.sqrt(var))
+    return float(math.sqrt(2.0) * np.sum(p * (r - mr) * (s - ms)) / math.sqrt(var) * cs)
 
 
 def retention_curve(

@@ -160,6 +160,7 @@ class OptimizationCurve(NamedTuple):
 
 
 def _problem(ref: ArrayLike, proxy: ArrayLike, gold: ArrayLike):
+    V.one_problem(("ref", ref), ("proxy", proxy), ("gold", gold))
     ref_a, prox = _prepare(ref, proxy, -1, ("ref", "proxy"))
     gold_a = V.as_rewards("gold", gold, -1)
     if ref_a.ndim != 1:
@@ -497,6 +498,11 @@ def gold_peak(curve: OptimizationCurve) -> GoldPeak:
     >>> float(p.knob), round(p.loss, 4)
     (4.0, 0.2603)
     """
+    if not all(hasattr(curve, f) for f in ("knob", "d", "gold_gain")):
+        raise ValueError(
+            "`curve` must be an OptimizationCurve (from closed_form_sweep or best_of_n_sweep); "
+            f"got {V.describe(curve)}"
+        )
     if len(curve.d) == 0:
         raise ValueError("`curve` has no points")
     i = int(np.argmax(curve.gold_gain))

@@ -135,6 +135,7 @@ def _check_controller(name: str, c: Any) -> None:
 
 
 def _problem(ref: ArrayLike, reward: ArrayLike) -> tuple[NDArray, NDArray]:
+    V.one_problem(("ref", ref), ("reward", reward))
     ref_a, rew_a = _prepare(ref, reward, -1)
     if ref_a.ndim != 1:
         raise ValueError(f"`ref` must be one distribution (1-D); got shape {ref_a.shape}")

@@ -406,6 +406,27 @@ def as_kl_budget(name: str, x: Any, *, allow_inf: bool = False) -> NDArray[np.fl
     return arr
 
 
+def one_problem(*named: tuple[str, Any]) -> None:
+    """Refuse a batch where one problem is expected, naming the argument that is not 1-D.
+
+    ``named`` holds ``(name, value)`` pairs as the user passed them (``None`` skipped);
+    checked before any broadcasting, so a 2-D ``reward`` is reported as ``reward``,
+    not as the ``ref`` it was broadcast against. Ragged input is left to the
+    validators that follow.
+    """
+    for name, x in named:
+        if x is None:
+            continue
+        try:
+            shape = np.shape(x)
+        except ValueError:  # ragged: reported by the array validators
+            continue
+        if len(shape) > 1:
+            raise ValueError(
+                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
+            )
+
+
 def as_bool(name: str, x: Any) -> bool:
     """A flag: ``True`` or ``False`` (numpy bools too), nothing else."""
     if isinstance(x, (bool, np.bool_)):
@@ -845,7 +866,7 @@ def as_pair_counts(name: str, x: ArrayLike, ref: NDArray) -> NDArray[np.float64]
             f"`{name}` must be finite and non-negative; found {_fmt_value(arr[idx])} at index "
             f"{_fmt_index(idx)}"
         )
-    if arr.sum() == 0:
+    if not arr.any():  # not arr.sum() == 0: a sum of 1e308s overflows
         raise ValueError(f"`{name}` must contain at least one comparison; all counts are 0")
     off = (arr > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
     if off.any():

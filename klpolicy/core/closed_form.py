@@ -760,7 +760,8 @@ def beta_for_kl(
         var_n = np.sum(ref_n * dev * dev, -1, keepdims=True)
     safe_t = np.where(active, tgt, 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        s = np.log(spread) + 0.5 * np.log(np.where(active, var_n, 1.0) / (2 * safe_t))
+        # a difference of logs: var / (2 kl) overflows for a subnormal kl
+        s = np.log(spread) + 0.5 * (np.log(np.where(active, var_n, 1.0)) - np.log(2 * safe_t))
     s = np.where(np.isfinite(s), s, np.log(spread))
 
     # the solver works on rows (rows, n); only rows still iterating are recomputed

@@ -129,8 +129,9 @@ def schulman_table(
     Raises
     ------
     ValueError
-        For a zero or non-finite ``mu`` (the ratios divide by the KL) or an
-        unknown estimator.
+        For a zero or non-finite ``mu`` (the ratios divide by the KL), a ``mu``
+        outside ``1.22e-77 <= |mu| <= 1.34e154`` (where the KL or a moment leaves
+        the floats) or an unknown estimator.
 
     Notes
     -----
@@ -164,6 +165,16 @@ def schulman_table(
         )
     if m.ndim != 1 or not np.isfinite(m).all() or (m == 0).any():
         raise ValueError(f"`mus` must be a 1-D array of finite non-zero numbers; got {mus!r}")
+    # the ratios divide by mu^2 / 2 and k2's variance has mu^4: outside this range the true
+    # KL overflows (inf / inf = NaN) or a moment underflows to 0 (a ratio of 0, not sqrt(2))
+    lo, hi = np.finfo(np.float64).tiny ** 0.25, np.sqrt(np.finfo(np.float64).max)
+    out = (np.abs(m) < lo) | (np.abs(m) > hi)
+    if out.any():
+        k = int(np.argmax(out))
+        raise ValueError(
+            f"`mus` must lie in {lo:.3g} <= |mu| <= {hi:.3g} (the true KL mu^2/2 and the "
+            f"moments must be floats); got {float(m[k])!r} at index ({k},)"
+        )
     if estimators is None:
         estimators = estimator_names(kl_only=True)
     names = tuple(get_estimator(e).name for e in estimators)

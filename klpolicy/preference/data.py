@@ -12,7 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
-from .tabular import _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
+from .tabular import _count_weights, _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
 __all__ = ["DPOFit", "fit_dpo", "fit_dpo_online", "sample_preference_counts"]
 
@@ -70,6 +70,11 @@ def sample_preference_counts(
     """
     n_draws = V.as_positive_int("size", size)
     m = V.as_float_array("mu", mu)
+    if m.ndim not in (1, 2):
+        raise ValueError(
+            "`mu` must be a distribution over the outcomes (1-D) or a joint law of pairs "
+            f"(2-D); got shape {m.shape}"
+        )
     n = m.shape[0]
     ref_like = np.ones(n) / n
     p = V.as_preference_matrix("preferences", preferences, n, against="mu")
@@ -98,7 +103,15 @@ def _gd(ref, w, beta, init, steps, lr):
         losses[k] = _dpo_value(g, w, beta)
         if k < steps:
             # the softmax normaliser cancels in every margin, so d loss / d theta = d loss / d g
-            theta = theta - lr * np.where(support, _dpo_grad_g(g, w, beta), 0.0)
+            with np.errstate(over="ignore", invalid="ignore"):
+                theta = theta - lr * np.where(support, _dpo_grad_g(g, w, beta), 0.0)
+                spread = np.ptp(theta[support]) * max(beta, 1.0)
+            if not np.isfinite(spread):  # a margin beta * (g_i - g_j) would overflow
+                raise ValueError(
+                    f"`beta` = {beta!r} with `lr` = {lr!r}: gradient descent leaves the floats "
+                    f"at step {k + 1} (each step moves the logits by up to lr x beta); "
+                    "lower `lr` or `beta`"
+                )
     return DPOFit(path[-1].copy(), losses, path)
 
 
@@ -175,7 +188,7 @@ def fit_dpo(
     n_steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     eta = V.as_positive_scalar("lr", lr)
     start = ref_a if init is None else _init_policy(init, ref_a)
-    w = c / c.sum()
+    w = _count_weights(c)
     if eps:
         w = (1 - eps) * w + eps * w.T
     return _gd(ref_a, w, b, start, n_steps, eta)
@@ -274,7 +287,7 @@ def fit_dpo_online(
     for _ in range(n_rounds):
         losses.append(_dpo_value(_log_ratio(pi, ref_a, w_pop), w_pop, b))
         c = sample_preference_counts(p, pi, n_pairs, rng=gen).astype(np.float64)
-        pi = _gd(ref_a, c / c.sum(), b, pi, n_steps, eta).policy
+        pi = _gd(ref_a, _count_weights(c), b, pi, n_steps, eta).policy
         path.append(pi)
     losses.append(_dpo_value(_log_ratio(pi, ref_a, w_pop), w_pop, b))
     return DPOFit(pi, np.array(losses), np.array(path))

@@ -533,8 +533,11 @@ def _bracket(fn, x, direction, sign_wanted):
         bad = ~(np.sign(f) == sign_wanted)
         if not bad.any():
             return x
-        x = np.where(bad, x + direction * step, x)
-        step = np.where(bad, 2 * step, step)
+        with np.errstate(over="ignore"):  # past the largest float: no bracket (below)
+            x = np.where(bad, x + direction * step, x)
+            step = np.where(bad, 2 * step, step)
+        if not np.isfinite(x).all():
+            break
     raise ValueError("the population per-outcome loss: no bracket found for a root")
 
 

@@ -52,7 +52,8 @@ def _log_prob_inputs(pc, pr, rc, rr, compute_dtype=None):
 def _margin(pc, pr, rc, rr):
     """Validate the four log-prob arrays; return h = (pc - pr) - (rc - rr) in the common dtype."""
     a, dtype = _log_prob_inputs(pc, pr, rc, rr)
-    return (a[0] - a[1]) - (a[2] - a[3]), dtype
+    with np.errstate(over="ignore"):  # |h| beyond the largest float is +-inf, exactly so
+        return (a[0] - a[1]) - (a[2] - a[3]), dtype
 
 
 def _softplus(x: NDArray) -> NDArray:
@@ -270,7 +271,8 @@ def ipo_loss(
         policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
     )
     t = V.as_positive_scalar("tau", tau)
-    return ((h - dtype.type(1 / (2 * t))) ** 2).astype(dtype, copy=False)[()]
+    with np.errstate(over="ignore"):  # a loss beyond the largest float is inf, not a warning
+        return ((h - dtype.type(1 / (2 * t))) ** 2).astype(dtype, copy=False)[()]
 
 
 def ipo_loss_grad(
@@ -317,5 +319,6 @@ def ipo_loss_grad(
         policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps
     )
     t = V.as_positive_scalar("tau", tau)
-    d = (2 * (h - dtype.type(1 / (2 * t)))).astype(dtype, copy=False)
+    with np.errstate(over="ignore"):  # a gradient beyond the largest float is +-inf
+        d = (2 * (h - dtype.type(1 / (2 * t)))).astype(dtype, copy=False)
     return PairGradient(d[()], (-d)[()], (-d)[()], d[()])

@@ -136,6 +136,13 @@ def _sig(t: NDArray) -> NDArray:
     return special.expit(t)
 
 
+def _times(w, y):
+    """w * y with 0 * inf = 0: a weight of 0 (or a factor that underflowed to 0) drops the
+    term, so a margin of +-inf gives the loss's limit, not NaN."""
+    with np.errstate(invalid="ignore"):
+        return np.where(np.asarray(w) == 0, 0.0, w * y)
+
+
 class _Margin:
     """A margin-only loss phi(x), x = beta h; derivatives d1 = phi', d2 = phi'' in x."""
 
@@ -145,7 +152,7 @@ class _Margin:
 
 def _sigmoid_phi(x, o):
     e = o["label_smoothing"]
-    return (1 - e) * _sp(-x) + e * _sp(x)
+    return _times(1 - e, _sp(-x)) + _times(e, _sp(x))
 
 
 def _sigmoid_d1(x, o):
@@ -159,7 +166,7 @@ def _sigmoid_d2(x, o):
 
 def _robust_phi(x, o):
     e = o["label_smoothing"]
-    return ((1 - e) * _sp(-x) - e * _sp(x)) / (1 - 2 * e)
+    return (_times(1 - e, _sp(-x)) - _times(e, _sp(x))) / (1 - 2 * e)
 
 
 def _robust_d1(x, o):
@@ -187,8 +194,8 @@ def _exo_k(o):
 
 def _exo_phi(x, o):
     e = o["epsilon"]
-    return _sig(x) * (special.log_expit(x) - math.log1p(-e)) + _sig(-x) * (
-        special.log_expit(-x) - math.log(e)
+    return _times(_sig(x), special.log_expit(x) - math.log1p(-e)) + _times(
+        _sig(-x), special.log_expit(-x) - math.log(e)
     )
 
 
@@ -204,9 +211,11 @@ def _exo_d2(x, o):
 def _disco_parts(x, o):
     """m = sigma(x/tau), A = sp(-x), mE = m e^{-x} (in log space), their derivatives."""
     tau = o["tau"]
-    m = _sig(x / tau)
-    with np.errstate(over="ignore", under="ignore"):
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        m = _sig(x / tau)  # x / tau = +-inf: m = 1 or 0, exactly
         me = np.exp(special.log_expit(x / tau) - x)
+        # x = -inf: m e^{-x} ~ e^{-x (1 - 1/tau)}, whose limit is 0, 1 or inf (not inf - inf)
+        me = np.where(np.isneginf(x), 0.0 if tau < 1 else (1.0 if tau == 1 else np.inf), me)
     return tau, m, me
 
 
@@ -227,11 +236,11 @@ def _disco_d2(x, o):
     tau, m, me = _disco_parts(x, o)
     a, a1, a2 = _sp(-x), -_sig(-x), _sig(x) * _sig(-x)
     m1 = m * (1 - m) / tau
-    m2 = m * (1 - m) * (1 - 2 * m) / tau**2
+    m2 = m * (1 - m) * (1 - 2 * m) / tau / tau  # not tau**2: a Python float overflows
     # phi'' = A'' + m'' (E - A) + 2 m' (E' - A') + m (E'' - A''),  E'' = E
     return (
         a2
-        + (1 - m) * (1 - 2 * m) / tau**2 * me
+        + (1 - m) * (1 - 2 * m) / tau / tau * me
         - m2 * a
         + 2 * ((1 - m) / tau * (-me) - m1 * a1)
         + (me - m * a2)
@@ -241,7 +250,9 @@ def _disco_d2(x, o):
 # Each kernel: ell(a, b, beta, o) -> loss, and (d ell/da, d ell/db).
 def _margin_kernel(phi, d1):
     def ell(a, b, beta, o):
-        return phi(beta * (a - b), o)
+        with np.errstate(over="ignore"):  # a margin beyond the largest float is +-inf
+            x = beta * (a - b)
+        return phi(x, o)
 
     def grad(a, b, beta, o):
         d = beta * d1(beta * (a - b), o)
@@ -586,10 +597,11 @@ _SPECS: list[tuple] = [
             LossOption(
                 "delta",
                 0.0,
-                -math.inf,
-                math.inf,
-                True,
-                True,
+                # beyond 2**53 the margin delta - beta a keeps none of its O(1) part
+                -(2.0**53),
+                2.0**53,
+                False,
+                False,
                 doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
             ),
         ),

@@ -180,8 +180,7 @@ def empirical_dpo_loss(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    c = V.as_pair_counts("counts", counts, ref_a)
-    w = c / c.sum()
+    w = _count_weights(V.as_pair_counts("counts", counts, ref_a))
     if eps:
         w = (1 - eps) * w + eps * w.T
     return _dpo_value(_log_ratio(policy, ref_a, w), w, b)
@@ -234,6 +233,12 @@ def population_ipo_loss(
     g = _log_ratio(policy, ref_a, w)
     h = g[:, None] - g[None, :]
     return float(np.sum(np.where(w > 0, w * (h - 1 / (2 * t)) ** 2, 0.0)))
+
+
+def _count_weights(c: NDArray) -> NDArray[np.float64]:
+    """Pair counts as frequencies; scaled by the largest count first (a sum of 1e308s is inf)."""
+    c = c / c.max()
+    return c / c.sum()
 
 
 def _normalise(ref: NDArray, g: NDArray) -> NDArray[np.float64]:

@@ -186,7 +186,7 @@ def check_kl_controller(
         names when omitted (``horizon`` -> adaptive, ``band``/``factor`` ->
         dead zone, one parameter -> fixed).
     max_examples : int, optional
-        Hypothesis examples (default 100).
+        Hypothesis examples (default 100; at most 1,000,000).
     rtol : float, optional
         Relative tolerance on ``.value`` after each update (default 1e-9), on
         top of the rounding of ``dtype``.

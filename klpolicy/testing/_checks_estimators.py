@@ -167,7 +167,7 @@ def check_kl_estimator(
         it is checked against ``|log p - log q|`` and its exact mean
         :math:`\mathbb{E}_p|\log p - \log q|`, never against the KL.
     max_examples : int, optional
-        Hypothesis examples (default 100).
+        Hypothesis examples (default 100; at most 1,000,000).
     rtol : float, optional
         Relative tolerance per sample (default 1e-6; at least 8 ulps of
         ``dtype``).

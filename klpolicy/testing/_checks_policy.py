@@ -59,7 +59,7 @@ def check_optimal_policy(
     fn : callable
         The implementation under test.
     max_examples : int, optional
-        Hypothesis examples per property run (default 100).
+        Hypothesis examples per property run (default 100; at most 1,000,000).
     rtol : float, optional
         Relative tolerance on each probability (default 1e-6), on top of the
         rounding slack of a softmax of ``log(ref) + reward / beta``.
@@ -219,7 +219,7 @@ def check_soft_value(
     fn : callable
         The implementation under test.
     max_examples : int, optional
-        Hypothesis examples per property run (default 100).
+        Hypothesis examples per property run (default 100; at most 1,000,000).
     rtol : float, optional
         Relative tolerance (default 1e-6), on top of the rounding slack of a
         log-sum-exp: a few ulp of ``max |reward|`` and of ``beta * |log ref|``.

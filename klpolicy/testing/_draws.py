@@ -103,7 +103,8 @@ def _dist_spec(max_n: int, zeros: bool, min_entry: float) -> tuple:
     """How entries of a distribution of at most ``max_n`` entries are drawn (hashable)."""
     k_lo = math.ceil(math.log10(10 * max_n))  # tiny entries add up to at most 0.1
     k_hi = math.floor(-math.log10(min_entry) + 1e-9)
-    w_max = int(min(10, max(1, math.floor(0.9 / (min_entry * max_n)))))
+    # min_entry * max_n * 10 rather than 0.9 / (min_entry * max_n): inf for a subnormal min_entry
+    w_max = 10 if min_entry * max_n * 10 <= 0.9 else max(1, math.floor(0.9 / (min_entry * max_n)))
     return ("dist", w_max, k_lo, k_hi, bool(zeros))
 
 

@@ -185,10 +185,44 @@ def _run_once(check, fn, prop, strategy, max_examples, explicit) -> None:
     except Falsified as f:
         raise AssertionError(render(check, name, f)) from None
     except (Flaky, FlakyFailure) as exc:
+        interruption = _interruption(exc)
+        if interruption is not None:  # e.g. a timeout while an example was drawn
+            raise interruption from None
         raise AssertionError(
             f"{check}({name}): it gives different results on the same input, "
             f"so no property can be checked reliably ({type(exc).__name__})."
         ) from None
+
+
+def _interruption(exc: BaseException) -> BaseException | None:
+    """The exception that interrupted a run which hypothesis reports as flaky.
+
+    A timeout raised while an example was drawn shows as inconsistent data generation
+    (FlakyStrategyDefinition), one raised while the checked function ran as a flaky
+    failure (FlakyFailure): either is a timeout, not a property of the function.
+    Returned: the first TimeoutError in the chain, or for FlakyStrategyDefinition the
+    first exception that is not hypothesis's own; None otherwise.
+    """
+    strategy = type(exc).__name__ == "FlakyStrategyDefinition"
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, TimeoutError):
+            return e
+        own = type(e).__module__.startswith("hypothesis") or isinstance(
+            e, (AssertionError, Falsified)
+        )
+        if strategy and e is not exc and not own:
+            return e
+        stack += [*getattr(e, "exceptions", ()), e.__cause__, e.__context__]
+    return None
+
+
+#: The largest ``max_examples`` a suite accepts.
+MAX_EXAMPLES = 1_000_000
 
 
 def check_options(max_examples: Any, rtol: Any) -> tuple[int, float]:
@@ -196,6 +230,8 @@ def check_options(max_examples: Any, rtol: Any) -> tuple[int, float]:
         raise ValueError(f"`max_examples` must be a positive integer; got {max_examples!r}")
     if max_examples < 1:
         raise ValueError(f"`max_examples` must be a positive integer; got {max_examples!r}")
+    if max_examples > MAX_EXAMPLES:  # 2**63 examples run until killed
+        raise ValueError(f"`max_examples` must be at most {MAX_EXAMPLES:,}; got {max_examples!r}")
     try:
         r = float(rtol)
     except (TypeError, ValueError):

@@ -349,7 +349,7 @@ BAD = [
     ),
     (
         lambda: diversity_curve([[0.5, 0.5]], [1.0, 0.0], beta=[1.0]),
-        "`ref` must be 1-D for a curve (one problem); got shape (1, 2)",
+        "`ref` must be one problem's 1-D array (shape (V,)); got shape (1, 2)",
     ),
     (
         lambda: diversity_curve([0.5, 0.5], [1.0, 0.0], beta=[1.0, -2.0]),
@@ -387,7 +387,7 @@ BAD = [
     (lambda: entropy_slope([0.5, 0.5], [1.0, 0.0], -1.0), "`beta` must be non-negative; found -1"),
     (
         lambda: best_of_n_diversity([[0.5, 0.5]], [1.0, 0.0], 2),
-        "`ref` must be 1-D (one problem); got shape (1, 2)",
+        "`ref` must be one problem's 1-D array (shape (V,)); got shape (1, 2)",
     ),
     (
         lambda: best_of_n_diversity([0.5, 0.5], [1.0, 0.0], [2, 0]),

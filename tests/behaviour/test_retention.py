@@ -144,3 +144,18 @@ BAD = [
 def test_bad_inputs(call, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         call()
+
+
+def test_retention_slope_does_not_depend_on_the_reward_scale():
+    # issue 26 item 8: reward (1e155, 0, -1e155) gave -0.0 (the variance overflowed);
+    # the slope sqrt(2) Cov(r, s) / sd(r) is invariant in r's unit and linear in s's
+    ref, r, s = [0.5, 0.3, 0.2], np.array([1.0, 0.0, -1.0]), np.array([0.0, 1.0, 0.5])
+    with mp.workdps(50):  # sqrt(2) Cov_ref(r, s) / sd_ref(r), exactly
+        p, rr, ss = [mp.mpf(x) for x in ref], [mp.mpf(x) for x in r], [mp.mpf(x) for x in s]
+        mr, ms = mp.fsum(a * b for a, b in zip(p, rr)), mp.fsum(a * b for a, b in zip(p, ss))
+        cov = mp.fsum(a * (b - mr) * (c - ms) for a, b, c in zip(p, rr, ss))
+        var = mp.fsum(a * (b - mr) ** 2 for a, b in zip(p, rr))
+        want = float(mp.sqrt(2) * cov / mp.sqrt(var))
+    for c in (1e-300, 1e-155, 1.0, 1e155, 1e308):
+        assert retention_slope(ref, c * r, s) == pytest.approx(want, rel=1e-14)
+    assert retention_slope(ref, r, 1e300 * s) == pytest.approx(1e300 * want, rel=1e-14)

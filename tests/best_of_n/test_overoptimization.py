@@ -217,7 +217,7 @@ BAD = [
         closed_form_sweep,
         ([[0.5, 0.5]], PROXY, GOLD, [1.0]),
         {},
-        "`ref` must be one-dimensional here; got shape (1, 2)",
+        "`ref` must be one problem's 1-D array (shape (V,)); got shape (1, 2)",
     ),
     (
         best_of_n_sweep,

@@ -584,7 +584,7 @@ SIM_BAD = [
     ),
     (
         lambda: simulate(FixedKLController(1), [[0.5, 0.5]], [1.0, 0.0], steps=3),
-        "`ref` must be one distribution (1-D); got shape (1, 2)",
+        "`ref` must be one problem's 1-D array (shape (V,)); got shape (1, 2)",
     ),
     (
         lambda: simulate(FixedKLController(1), [0.5, 0.6], [1.0, 0.0], steps=3),

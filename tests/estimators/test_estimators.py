@@ -749,3 +749,16 @@ def test_k3_in_loss_fixed_point_is_stationary_property(weights, rewards, beta):
         klpolicy.objective(pi, ref, reward, beta)
         <= klpolicy.objective(star, ref, reward, beta) + 1e-12
     )
+
+
+@pytest.mark.parametrize("mus", [[1e308, 1.0], [1e-320], [-1e200], [1e-100]])
+def test_schulman_table_refuses_mus_whose_kl_or_moments_leave_the_floats(mus):
+    # issue 26 item 8: these gave NaN fields (mu^2/2 = inf, inf / inf) or a k2 ratio of 0
+    with pytest.raises(ValueError, match=r"^`mus` must lie in 1\.22e-77 <= \|mu\| <= 1\.34e\+154"):
+        E.schulman_table(mus)
+
+
+def test_schulman_table_at_the_edges_of_its_range():
+    t = E.schulman_table([1e-76, -1e-40])
+    assert np.isfinite(t.stdev_over_true).all() and np.isfinite(t.bias_over_true).all()
+    np.testing.assert_allclose(t.stdev_over_true[:, 1:], math.sqrt(2), rtol=1e-12)

@@ -659,3 +659,17 @@ BAD = [
 def test_bad_input_messages(call, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         call()
+
+
+def test_counts_of_1e308_are_the_same_dataset_as_small_counts():
+    # issue 26 item 8: the sum of the counts overflowed, every weight was 0 and the loss 0.0
+    small = np.array([[0.0, 1.5, 0.5], [1.0, 0.0, 2.0], [0.25, 0.75, 0.0]])
+    pol, ref = [0.5, 0.3, 0.2], [0.4, 0.4, 0.2]
+    for scale in (1e308 / 2, 1e-300):
+        big = small * scale
+        assert empirical_dpo_loss(pol, ref, big, 0.5) == pytest.approx(
+            empirical_dpo_loss(pol, ref, small, 0.5), rel=1e-14
+        )
+        np.testing.assert_allclose(
+            fit_dpo(ref, big, 0.5, steps=5).loss, fit_dpo(ref, small, 0.5, steps=5).loss, rtol=1e-13
+        )
