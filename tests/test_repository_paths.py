@@ -4,8 +4,8 @@ A path such as ``klpolicy/core/_tilt.py`` or ``tests/core/test_fast_path.py`` in
 goes stale when a file moves; a reader who follows it finds nothing. The scan looks for
 ``klpolicy/...py``, ``tests/...py``, ``benchmarks/...``, ``docs/...md`` and
 ``tutorials/...md`` tokens in ``docs/``, ``tutorials/``, ``README.md`` and the source
-of ``klpolicy/`` and ``benchmarks/`` (docstrings and comments alike); CHANGELOG.md and
-``changelog.d/`` are history and may name old paths.
+of ``klpolicy/`` and ``benchmarks/`` (docstrings and comments alike); CHANGELOG.md is
+history and may name old paths.
 """
 
 from __future__ import annotations
