@@ -172,26 +172,67 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
         lo = np.full(live.size, at_one)
         hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
         increasing = True
-    qs, ds = q[live], d[live]
+    qs, rs, bs = q[live], reward[live], beta[live]
+    sgn = 1.0 if mode == "top" else -1.0  # an outcome's coordinate is z + sgn (r_k - r_y)/beta
 
-    def h(z, rows):
-        sel = slice(None) if rows.size == live.size else rows
-        zz = z[:, None] - ds[sel] if mode != "top" else z[:, None] + ds[sel]
-        t, dt = _ratio(row, a, mode, zz)
-        with np.errstate(invalid="ignore", over="ignore"):
-            w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
-            dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
-            return w.sum(axis=-1) - 1.0, dw.sum(axis=-1)
+    def offsets(anchor):
+        """(r_k - r_y)/beta for the anchor outcome k of each row, inf off the support."""
+        rk = np.take_along_axis(rs, anchor[:, None], axis=-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.where(qs > 0, (rk - rs) / bs, np.inf)
 
-    root = monotone_root(h, lo, np.maximum(lo, hi), increasing=increasing)
-    if not root.converged.all():  # pragma: no cover - the bracket holds the root by construction
-        bad = int(np.flatnonzero(~root.converged)[0])
+    def solve(os_, lo_, hi_):
+        def h(z, rows):
+            sel = slice(None) if rows.size == live.size else rows
+            t, dt = _ratio(row, a, mode, z[:, None] + sgn * os_[sel])
+            with np.errstate(invalid="ignore", over="ignore"):
+                w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
+                dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
+                return w.sum(axis=-1) - 1.0, dw.sum(axis=-1)
+
+        return monotone_root(h, lo_, np.maximum(lo_, hi_), increasing=increasing)
+
+    # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
+    # arithmetic; a root at a bracket end (to float resolution) is accepted here
+    best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
+    os_best = offsets(best)
+    root = solve(os_best, lo, hi)
+    z1 = root.x
+    t1, _ = _ratio(row, a, mode, z1[:, None] + sgn * os_best)
+    pi1 = np.where(qs > 0, qs * t1, 0.0)
+    # stage 2: the coordinate of the outcome that carries the most mass, which the root
+    # finder then resolves to float precision (the best outcome's height u or s may be
+    # huge, e.g. 1e8 when r/beta is, while the mass sits where the coordinate is O(1)), in
+    # a bracket widened around stage 1's answer until it holds the root
+    # (a pole distance needs no second stage: every outcome's e_best + d_y is a sum of
+    # non-negative numbers, while anchoring elsewhere would form e_best by cancellation)
+    anchor = np.argmax(np.where(np.isfinite(pi1), pi1, np.inf), axis=-1)
+    if mode == "top":
+        anchor = best
+    os_k = offsets(anchor)
+    zk = z1 + sgn * np.take_along_axis(os_best, anchor[:, None], axis=-1)[:, 0]
+    ok = np.zeros(live.size, dtype=bool)
+    zsol = zk.copy()
+    width = 64 * np.finfo(np.float64).eps * (np.abs(z1) + np.abs(zk)) + 1e-300
+    for _ in range(8):
+        todo = np.flatnonzero(~ok)
+        if todo.size == 0:
+            break
+        lo2, hi2 = zk - width, zk + width
+        if mode != "free":  # the coordinate (a pole distance, or a height) is positive
+            lo2 = np.maximum(lo2, 0.0)
+        r2 = solve(os_k, lo2, hi2)
+        good = r2.converged | ((r2.outside == 0) & (r2.f == 0))
+        zsol = np.where(~ok & good, r2.x, zsol)
+        ok |= good
+        width = width * 1e4
+    if not ok.all():  # pragma: no cover - the widened bracket holds the root
+        bad = int(np.flatnonzero(~ok)[0])
         raise RuntimeError(
             f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
             f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
         )
-    z = root.x[:, None] - ds if mode != "top" else root.x[:, None] + ds
-    t, _ = _ratio(row, a, mode, z)
+    t, _ = _ratio(row, a, mode, zsol[:, None] + sgn * os_k)
     pi = np.where(qs > 0, qs * t, 0.0)
     out[live] = pi / pi.sum(axis=-1, keepdims=True)
     return out
