@@ -227,19 +227,25 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
     os_best = offsets(best)
     root = solve(os_best, lo, hi)
     z1 = root.x
-    t1, _ = _ratio(row, a, mode, z1[:, None] + sgn * os_best)
-    pi1 = np.where(qs > 0, qs * t1, 0.0)
-    # stage 2: the coordinate of the outcome that carries the most mass, which the root
-    # finder then resolves to float precision (the best outcome's height u or s may be
-    # huge, e.g. 1e8 when r/beta is, while the mass sits where the coordinate is O(1)), in
-    # a bracket widened around stage 1's answer until it holds the root
-    # (a pole distance needs no second stage: every outcome's e_best + d_y is a sum of
-    # non-negative numbers, while anchoring elsewhere would form e_best by cancellation)
-    anchor = np.argmax(np.where(np.isfinite(pi1), pi1, np.inf), axis=-1)
+    _, dt1 = _ratio(row, a, mode, z1[:, None] + sgn * os_best)
+    pull = np.where(qs > 0, np.abs(qs * dt1), 0.0)
+    # stage 2: the coordinate of the outcome that moves the sum most (largest ref * dt/dz;
+    # for chi2 the one with the most reference mass, for alpha > 1 one just above its clip,
+    # where t ~ u^(1/(alpha-1)) is steep), which the root finder then resolves to float
+    # precision: the best outcome's height u or s may be huge (1e8 when r/beta is) while
+    # the sum is decided where the coordinate is O(1); anchored at the best, the sum
+    # jumps between neighbouring floats of u and the final normalisation spreads the gap
+    # over every entry. The bracket is widened around stage 1's answer until it holds
+    # the root. (A pole distance needs no second stage: every outcome's e_best + d_y is a
+    # sum of non-negative numbers, while anchoring elsewhere would form e_best by cancellation.)
+    pull = np.where(np.isfinite(pull) & np.isfinite(os_best), pull, -1.0)
+    anchor = np.where(pull.max(axis=-1) > 0, np.argmax(pull, axis=-1), best)
     if mode == "top":
         anchor = best
-    os_k = offsets(anchor)
     zk = z1 + sgn * np.take_along_axis(os_best, anchor[:, None], axis=-1)[:, 0]
+    anchor = np.where(np.isfinite(zk), anchor, best)  # an overflowing offset: stay at the best
+    zk = np.where(np.isfinite(zk), zk, z1)
+    os_k = offsets(anchor)
     ok = np.zeros(live.size, dtype=bool)
     # a pole distance below float64's range (reverse_chi2 and alpha < 0 have e ~ t^(a-1),
     # ~1e-600 for t ~ 1/ref ~ 1e300): e_best is then negligible beside every d_y > 0, the
