@@ -171,6 +171,7 @@ def _check_one(name, a, ref, reward, beta, dtype=np.float64):
     # of sum q t' (|s| + |s*| + 1) / sum q t' (the normalisation's implicit derivative)
     sens = [float(dt_mp[i]) * q[i] for i in range(len(ref)) if ref[i] > 0]
     size = [abs(float(s_y[i])) + abs(float(s_best)) + 1 for i in range(len(ref)) if ref[i] > 0]
+    sens = [w if np.isfinite(w) else 0.0 for w in sens]  # (an infinite t' has tol inf)
     spread_s = sum(w * z for w, z in zip(sens, size)) / sum(sens) if sum(sens) > 0 else 0.0
     for i, (g, w) in enumerate(zip(got, pi_mp)):
         w = float(w)
@@ -185,6 +186,7 @@ def _check_one(name, a, ref, reward, beta, dtype=np.float64):
             cond = float(dt_mp[i]) * float(q[i]) * (abs(float(s_y[i])) + abs(float(s_best)) + 1)
             cond += float(dt_mp[i]) * float(q[i]) * spread_s
             tol = 16 * eps * (w + cond) + 1e-37
+        tol = tol if tol == tol else np.inf  # t' infinite at the pole: no resolution there
         tols[i] = tol
         assert abs(float(g) - w) <= tol, ("optimum", *ctx, i, float(g), w, tol)
     # permutation equivariance
@@ -208,7 +210,7 @@ def _check_one(name, a, ref, reward, beta, dtype=np.float64):
     v = float(kp.f_soft_value(ref, reward, beta, divergence=name, alpha=a))
     on = reward[ref > 0]
     if np.all(on == on[0]):  # pi = ref and V = r exactly (mpmath's D is rounding there)
-        assert v == on[0], ("value", *ctx, v)
+        assert abs(v - on[0]) <= 4 * EPS * abs(on[0]), ("value", *ctx, v)
         return
     scale = abs(float(v_mp)) + 1e-4 * abs(float(er)) + 1e-300
     assert abs(v - float(v_mp)) <= 1e-12 * scale, ("value", *ctx, v, float(v_mp))
