@@ -58,7 +58,16 @@ def _is_kl(row: FDivergence, a) -> bool:
     return row.name == "reverse_kl" or (row.name == "alpha" and a == 1.0)
 
 
+# |alpha - 1| below which the alpha row is solved in s itself: the pole distance or height
+# 1/|alpha - 1| + s would lose log10(1/|alpha - 1|) digits of s, and the ratio
+# ((alpha-1) u)^(1/(alpha-1)) would amplify a rounding of u by 1/|alpha - 1|
+_NEAR_ONE = 1e-2
+_BIG = float(np.finfo(np.float64).max)  # the stand-in for an overflowing bracket end
+
+
 def _mode(row: FDivergence, a) -> str:
+    if row.name == "alpha" and abs(a - 1.0) < _NEAR_ONE:
+        return "free"
     if row.name in _TOP or (row.name == "alpha" and a < 1.0):
         return "top"
     if row.name == "chi2" or (row.name == "alpha" and a > 1.0):
@@ -94,8 +103,10 @@ def _ratio(row: FDivergence, a, mode: str, z: NDArray):
                 return 0.5 * u, np.where(z > 0, 0.5, 0.0)
             t = np.exp(np.log((a - 1.0) * u) / (a - 1.0))
             return t, np.where(z > 0, t / ((a - 1.0) * u), 0.0)
-        # free: chi2_kl, t + log t = s
-        t = row.fprime_inv(z)
+        # free: chi2_kl (t + log t = s), or alpha near 1 (t = (1 + (alpha-1) s)^(1/(alpha-1)))
+        t = row.fprime_inv(z, alpha=a)
+        if name == "alpha":
+            return t, np.where(t > 0, np.exp((2.0 - a) * np.log(t)), 0.0)
         return t, np.where(t > 0, t / (t + 1.0), 0.0)
 
 
@@ -117,6 +128,8 @@ def _coordinate(row: FDivergence, a, mode: str, t: NDArray) -> NDArray:
             if name == "chi2":
                 return 2.0 * t
             return np.exp((a - 1.0) * np.log(t)) / (a - 1.0)
+        if name == "alpha":
+            return np.expm1((a - 1.0) * np.log(t)) / (a - 1.0)
         return t + np.log(t)
 
 
@@ -135,11 +148,13 @@ def _tv_rows(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
     support = ref > 0
     top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
     best = support & (reward == top)
-    gap = np.where(support, top - reward, 0.0)
+    with np.errstate(over="ignore"):  # an overflowing gap is above any beta
+        gap = np.where(support, top - reward, 0.0)
     drop = support & (gap > beta)  # moving their mass to the best gains gap - beta > 0
     freed = np.sum(np.where(drop, ref, 0.0), axis=-1, keepdims=True)
     on_best = np.sum(np.where(best, ref, 0.0), axis=-1, keepdims=True)
-    return np.where(drop, 0.0, ref) + np.where(best, ref * (freed / on_best), 0.0)
+    with np.errstate(over="ignore", invalid="ignore"):  # ref / a subnormal on_best, off best
+        return np.where(drop, 0.0, ref) + np.where(best, (ref / on_best) * freed, 0.0)
 
 
 def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
@@ -156,43 +171,119 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
         return _tv_rows(q, reward, beta)
     out = q.copy()
     live = np.flatnonzero(spread > 0)  # constant rewards on the support: pi = ref
+    # beta beyond resolution: every other outcome on the support is an overflowing
+    # (r_max - r)/beta = inf below the best, where every row's ratio is 0: the greedy limit
+    best_mask = support & (reward == top)
+    beyond = np.all(best_mask | ~support | np.isinf(d), axis=-1)[live]
+    if beyond.any():
+        out[live[beyond]] = _greedy(q[live[beyond]], reward[live[beyond]])
+        live = live[~beyond]
     if live.size == 0:
         return out
     mode = _mode(row, a)
     at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
     # the best outcomes alone sum to one at ratio 1/q_best: the other end of the bracket
     q_best = np.sum(np.where(support & (reward == top), q, 0.0), axis=-1)[live]
-    alone = _coordinate(row, a, mode, 1.0 / q_best)
+    # (1/q_best overflows for a subnormal q_best, and so may the coordinate: brackets are
+    # kept finite; a root beyond them is found by stage 2's widening below)
+    with np.errstate(divide="ignore", over="ignore"):
+        alone = _coordinate(row, a, mode, np.minimum(1.0 / q_best, np.finfo(np.float64).max))
+    alone = np.nan_to_num(alone, posinf=_BIG)
     sp = spread[live]
     if mode == "top":  # e decreases to raise the sum; e > 0
         lo = np.maximum(at_one - sp, alone * (1 - 1e-12))
         hi = np.full(live.size, at_one)
         increasing = False
+        lo = np.nan_to_num(lo, posinf=_BIG)
     else:
         lo = np.full(live.size, at_one)
-        hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
+        with np.errstate(over="ignore"):
+            hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
+        hi = np.nan_to_num(hi, posinf=_BIG)
         increasing = True
-    qs, ds = q[live], d[live]
+    qs, rs, bs = q[live], reward[live], beta[live]
+    sgn = 1.0 if mode == "top" else -1.0  # an outcome's coordinate is z + sgn (r_k - r_y)/beta
 
-    def h(z, rows):
-        sel = slice(None) if rows.size == live.size else rows
-        zz = z[:, None] - ds[sel] if mode != "top" else z[:, None] + ds[sel]
-        t, dt = _ratio(row, a, mode, zz)
-        with np.errstate(invalid="ignore", over="ignore"):
-            w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
-            dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
-            return w.sum(axis=-1) - 1.0, dw.sum(axis=-1)
+    def offsets(anchor):
+        """(r_k - r_y)/beta for the anchor outcome k of each row, inf off the support."""
+        rk = np.take_along_axis(rs, anchor[:, None], axis=-1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.where(qs > 0, (rk - rs) / bs, np.inf)
 
-    root = monotone_root(h, lo, np.maximum(lo, hi), increasing=increasing)
-    if not root.converged.all():  # pragma: no cover - the bracket holds the root by construction
-        bad = int(np.flatnonzero(~root.converged)[0])
+    def solve(os_, lo_, hi_):
+        def h(z, rows):
+            sel = slice(None) if rows.size == live.size else rows
+            t, dt = _ratio(row, a, mode, z[:, None] + sgn * os_[sel])
+            with np.errstate(invalid="ignore", over="ignore"):
+                w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
+                dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
+                return w.sum(axis=-1) - 1.0, dw.sum(axis=-1)
+
+        return monotone_root(h, lo_, np.maximum(lo_, hi_), increasing=increasing)
+
+    # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
+    # arithmetic; a root at a bracket end (to float resolution) is accepted here
+    best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
+    os_best = offsets(best)
+    root = solve(os_best, lo, hi)
+    z1 = root.x
+    _, dt1 = _ratio(row, a, mode, z1[:, None] + sgn * os_best)
+    pull = np.where(qs > 0, np.abs(qs * dt1), 0.0)
+    # stage 2: the coordinate of the outcome that moves the sum most (largest ref * dt/dz;
+    # for chi2 the one with the most reference mass, for alpha > 1 one just above its clip,
+    # where t ~ u^(1/(alpha-1)) is steep), which the root finder then resolves to float
+    # precision: the best outcome's height u or s may be huge (1e8 when r/beta is) while
+    # the sum is decided where the coordinate is O(1); anchored at the best, the sum
+    # jumps between neighbouring floats of u and the final normalisation spreads the gap
+    # over every entry. The bracket is widened around stage 1's answer until it holds
+    # the root. (A pole distance needs no second stage: every outcome's e_best + d_y is a
+    # sum of non-negative numbers, while anchoring elsewhere would form e_best by cancellation.)
+    pull = np.where(np.isfinite(pull) & np.isfinite(os_best), pull, -1.0)
+    anchor = np.where(pull.max(axis=-1) > 0, np.argmax(pull, axis=-1), best)
+    if mode == "top":
+        anchor = best
+    zk = z1 + sgn * np.take_along_axis(os_best, anchor[:, None], axis=-1)[:, 0]
+    anchor = np.where(np.isfinite(zk), anchor, best)  # an overflowing offset: stay at the best
+    zk = np.where(np.isfinite(zk), zk, z1)
+    os_k = offsets(anchor)
+    ok = np.zeros(live.size, dtype=bool)
+    # a pole distance below float64's range (reverse_chi2 and alpha < 0 have e ~ t^(a-1),
+    # ~1e-600 for t ~ 1/ref ~ 1e300): e_best is then negligible beside every d_y > 0, the
+    # other outcomes have their ratio at e = d_y and the best outcomes share the rest
+    # (in proportion to ref: equal rewards, equal ratios)
+    underflow = (root.outside == -1) & (lo <= 0) if mode == "top" else np.zeros_like(ok)
+    ok |= underflow
+    zsol = zk.copy()
+    width = 64 * np.finfo(np.float64).eps * (np.abs(z1) + np.abs(zk)) + 1e-300
+    for _ in range(8):
+        todo = np.flatnonzero(~ok)
+        if todo.size == 0:
+            break
+        lo2 = np.clip(zk - width, -_BIG, _BIG)
+        hi2 = np.clip(zk + width, -_BIG, _BIG)
+        if mode != "free":  # the coordinate (a pole distance, or a height) is positive
+            lo2 = np.maximum(lo2, 0.0)
+        r2 = solve(os_k, lo2, hi2)
+        good = r2.converged | ((r2.outside == 0) & (r2.f == 0))
+        zsol = np.where(~ok & good, r2.x, zsol)
+        ok |= good
+        width = np.minimum(width * 1e4, _BIG)
+    if not ok.all():  # pragma: no cover - the widened bracket holds the root
+        bad = int(np.flatnonzero(~ok)[0])
         raise RuntimeError(
             f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
             f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
         )
-    z = root.x[:, None] - ds if mode != "top" else root.x[:, None] + ds
-    t, _ = _ratio(row, a, mode, z)
+    t, _ = _ratio(row, a, mode, zsol[:, None] + sgn * os_k)
     pi = np.where(qs > 0, qs * t, 0.0)
+    if underflow.any():
+        u = np.flatnonzero(underflow)
+        tops = (qs[u] > 0) & (os_best[u] == 0)
+        t0, _ = _ratio(row, a, mode, np.where(tops, 1.0, os_best[u]))
+        others = np.where((qs[u] > 0) & ~tops, qs[u] * t0, 0.0)
+        rest = 1.0 - others.sum(axis=-1, keepdims=True)
+        share = np.where(tops, qs[u], 0.0)
+        pi[u] = others + share / share.sum(axis=-1, keepdims=True) * rest
     out[live] = pi / pi.sum(axis=-1, keepdims=True)
     return out
 
@@ -327,7 +418,7 @@ def _value_last(row, a, ref, reward, beta, pi):
     b = np.broadcast_to(beta, shape[:-1] + (1,))[..., 0].astype(np.float64)
     p = pi.astype(np.float64)
     er = np.sum(np.where(q > 0, p * r, 0.0), axis=-1)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):
         div = _f_divergence_last(row.name, p, q, a)
         pen = np.where((b == 0) | (div == 0), 0.0, b * div)
     return er - pen, er, div
