@@ -308,6 +308,12 @@ def loss_table() -> list[str]:
     for name, row in LOSSES.items():
         if row.batch_dependent:
             rows.append(f"| {name} | - | - | - | no per-pair optimum (the loss sorts the batch) |")
+        elif name == "sigmoid_norm":  # the optimum needs a length per outcome
+            rows.append(
+                f"| {name} | - | - | - | lengths $L$: "
+                r"$\pi_{ref}e^{L(x^* + c)/\beta}$, $c$ normalising; "
+                r"$\pi^*_{\beta/L}$ for equal lengths |"
+            )
         elif name not in {n for n, _ in LOSS_ROWS.values()}:
             try:
                 _implied(name, {}, 1.0)

@@ -130,6 +130,9 @@ def population_loss(
         :math:`\sum_k w_k \mathcal{L}_k`, each row taking the options it knows.
     **options
         The loss's options (see ``LOSSES[loss].options``), validated by name.
+        ``sigmoid_norm`` takes ``lengths``: one positive, finite response length
+        (tokens) per outcome, shape of ``ref``; its loss is
+        :math:`\sum W_{ij}\,\mathrm{sp}(-\beta(g_i/L_i - g_j/L_j))`.
 
     Returns
     -------
@@ -206,6 +209,12 @@ def population_loss(
         with np.errstate(divide="ignore", invalid="ignore"):
             lp = np.where(chosen > 0, g + np.log(np.where(chosen > 0, ref_a, 1.0)), 0.0)
         return float(-np.sum(chosen * lp))
+    if row.name == "sigmoid_norm":
+        _no_divergence_for_norm(divergence, alpha, alpha_clamp)
+        lengths = _outcome_lengths(o["lengths"], ref_a)
+        w = _win_weights(ref_a, preferences, mu)
+        g = _log_ratio(policy, ref_a, w)
+        return _dpo_value(g / lengths, w, b)
     if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
         frow, a, _ = resolve_divergence(divergence, alpha)
         clamp = _as_clamp(alpha_clamp, frow.name)
@@ -252,6 +261,53 @@ def population_loss(
 # ---------------------------------------------------------------------------
 # population optima
 # ---------------------------------------------------------------------------
+
+
+def _no_divergence_for_norm(divergence, alpha, alpha_clamp) -> None:
+    if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
+        raise ValueError(
+            "`divergence` other than 'reverse_kl' is not implemented for `loss` 'sigmoid_norm' "
+            f"(length-normalised f-DPO scores); got divergence={divergence!r}"
+        )
+
+
+def _outcome_lengths(lengths: NDArray, ref: NDArray) -> NDArray[np.float64]:
+    """``sigmoid_norm``'s per-outcome lengths: validated by the row; one per outcome of ref."""
+    if lengths.shape != ref.shape:
+        raise ValueError(
+            f"`lengths` must have one length per outcome, shape {ref.shape} like `ref`; got "
+            f"shape {lengths.shape}"
+        )
+    return lengths
+
+
+def _length_normalised_optimum(ref: NDArray, x: NDArray, lengths: NDArray, beta: float):
+    """pi_y = ref_y exp(L_y (x_y + c) / beta), c the root of sum pi = 1 (increasing in c).
+
+    ``x``: the sigmoid optimum's implied scores (-inf where it puts no mass). Solved for
+    tau = (c + max x) / beta, so that the exponents log ref_y + L_y (x_y - max x) / beta + L_y tau
+    are finite or -inf at every beta (beta -> 0: the greedy limit).
+    """
+    live = np.isfinite(x) & (ref > 0)
+    lengths_live = lengths[live]
+    with np.errstate(over="ignore"):
+        v = np.log(ref[live]) + (lengths_live * (x[live] - np.max(x[live]))) / beta
+    big = float(np.max(v))
+
+    def fun(tau, rows):
+        t = v[None, :] + lengths_live[None, :] * tau[:, None]
+        m = np.max(t, axis=1, keepdims=True)
+        e = np.exp(t - m)
+        s = e.sum(axis=1)
+        return m[:, 0] + np.log(s), (e * lengths_live).sum(axis=1) / s
+
+    lmin = float(np.min(lengths_live))
+    lo = min(0.0, -(big + math.log(v.size)) / lmin)
+    hi = max(0.0, -big / lmin)
+    tau = float(monotone_root(fun, lo, hi, increasing=True).x)
+    pi = np.zeros(ref.shape)
+    pi[live] = np.exp(v + lengths_live * tau)
+    return pi / pi.sum()
 
 
 def _loss_weights(weights, n: int) -> list[float]:
@@ -774,7 +830,8 @@ def population_optimum(
     Parameters
     ----------
     ref, preferences, beta, loss, mu, divergence, alpha, alpha_clamp, **options
-        As in :func:`population_loss`.
+        As in :func:`population_loss` (``sigmoid_norm`` takes ``lengths``, one positive
+        length per outcome, shape of ``ref``).
 
     Returns
     -------
@@ -863,6 +920,16 @@ def population_optimum(
     ``bco_pair``, ``sppo_hard``) are not functions of score differences: no f-DPO
     optimum is computed for them.
 
+    *Length normalisation* (``sigmoid_norm``, ``lengths`` = L, one per outcome). The loss
+    is ``sigmoid``'s on the scores :math:`s_y = \beta g_y / L_y`, so its minimisers have
+    :math:`s^*_y = x^*_y + c` with :math:`x^*` the sigmoid optimum's implied reward
+    (:math:`x^* = r` + const under Bradley-Terry preferences from ``r``) and any constant
+    :math:`c`; then :math:`\pi_y = \pi_{ref,y}\exp(L_y(x^*_y + c)/\beta)`, and because
+    the lengths differ the constant does not cancel: :math:`c` is the root of
+    :math:`\sum_y \pi_{ref,y}e^{L_y(x^*_y + c)/\beta} = 1`, increasing in :math:`c`
+    (solved by ``monotone_root``). Equal lengths :math:`L` give ``sigmoid``'s optimum at
+    :math:`\beta/L`; ``beta -> 0`` the greedy limit. f-DPO scores are not implemented for it.
+
     *Sorting losses.* ``aot_pair`` couples the chosen and rejected log-ratio laws by
     rank (their quantile functions); for a policy that orders outcomes so that the
     chosen law dominates, scaling :math:`g` up lowers the loss towards its value on
@@ -900,6 +967,15 @@ def population_optimum(
         w = _win_weights(ref_a, preferences, mu)
         chosen = np.where(ref_a > 0, w.sum(axis=1), 0.0)
         return chosen / chosen.sum()
+    if name == "sigmoid_norm":  # sigmoid on the scores g / L: see Notes
+        _no_divergence_for_norm(divergence, alpha, alpha_clamp)
+        lengths = _outcome_lengths(o["lengths"], ref_a)
+        pi_1 = dpo_optimum(ref_a, preferences, 1.0, mu=mu)  # x* = log(pi_1 / ref) + const
+        with np.errstate(divide="ignore"):
+            x = np.where(pi_1 > 0, np.log(np.where(pi_1 > 0, pi_1, 1.0)), -np.inf) - np.log(
+                np.where(ref_a > 0, ref_a, 1.0)
+            )
+        return _length_normalised_optimum(ref_a, x, lengths, b)
     f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
     if f_dpo or name == "chi_po":
         if name == "chi_po":
@@ -1201,7 +1277,8 @@ def compare_losses(
         (typically the one ``preferences = bradley_terry(reward)`` came from). Without it
         the target is the DPO (``sigmoid``) optimum and the reward columns are ``nan``.
     losses : dict, optional
-        ``{name: options}``; default every registry loss with its default options.
+        ``{name: options}``; default every registry loss with its default options
+        (but ``sigmoid_norm``, whose ``lengths`` have no default).
 
     Returns
     -------
@@ -1252,7 +1329,7 @@ def compare_losses(
         r = None
         target = population_optimum(ref_a, preferences, b, mu=mu)
     if losses is None:
-        losses = {name: {} for name in LOSSES}
+        losses = {name: {} for name in LOSSES if name != "sigmoid_norm"}  # lengths: no default
     if not isinstance(losses, dict) or not all(isinstance(v, dict) for v in losses.values()):
         raise ValueError(
             "`losses` must be a dict {name: options dict}, e.g. {'sigmoid': {}}; "

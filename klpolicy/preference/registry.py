@@ -17,7 +17,9 @@ at commit ``9d58faa767ee18f52217b32b82d75807c8ce404a`` (the 0.1x series that has
 ``sigmoid`` takes ``label_smoothing`` with TRL 0.1x's meaning, cDPO's label-flip
 rate :math:`\varepsilon`; TRL 1.x ignores ``label_smoothing`` for ``sigmoid``
 (observed with TRL 1.16.0), so its sigmoid loss is this row at
-``label_smoothing=0`` whatever its config says.
+``label_smoothing=0`` whatever its config says. ``sigmoid_norm`` (Tulu 3's
+length-normalised DPO) was added to TRL after that commit, by huggingface/trl#5406
+(merged 2026-03-30); its row follows the paper's eq. (6).
 Public names are re-exported by :mod:`klpolicy.preference`.
 """
 
@@ -73,6 +75,33 @@ class LossOption:
         if not ok:  # also refuses NaN
             raise ValueError(f"`{self.name}` must be a number in {self.describe()}; got {value!r}")
         return v
+
+
+@dataclass(frozen=True)
+class _LengthsOption(LossOption):
+    """An array option: positive, finite response lengths (tokens); required (no default).
+
+    ``validate`` returns the lengths as a float64 array; the caller checks their shape.
+    """
+
+    def describe(self) -> str:
+        return "a positive, finite array"
+
+    def validate(self, value: Any) -> NDArray[np.float64]:  # type: ignore[override]
+        if value is None:
+            raise ValueError(
+                f"`{self.name}` is required: the response lengths (tokens), {self.describe()}; "
+                "got None"
+            )
+        arr = V.as_float_array(self.name, value).astype(np.float64)
+        bad = ~(np.isfinite(arr) & (arr > 0))
+        if bad.any():
+            k = np.unravel_index(int(np.argmax(bad)), arr.shape)
+            raise ValueError(
+                f"`{self.name}` must be {self.describe()}; got {float(arr[k])!r} at index "
+                f"{tuple(int(i) for i in k)}"
+            )
+        return arr
 
 
 @dataclass(frozen=True)
@@ -355,6 +384,29 @@ def _make_sft():
 
     value.__name__, gradient.__name__ = "sft_value", "sft_gradient"
     return value, gradient
+
+
+def _norm_lengths(o):
+    """The chosen and rejected lengths of ``sigmoid_norm``'s pair form: ``lengths[0]``, ``[1]``."""
+    lengths = o["lengths"]
+    if lengths.shape[:1] != (2,):
+        raise ValueError(
+            "`lengths` of a pair loss must have shape (2, ...): the chosen lengths, then the "
+            f"rejected ones (population_loss takes one length per outcome); got shape "
+            f"{lengths.shape}"
+        )
+    return lengths[0], lengths[1]
+
+
+def _norm_ell(a, b, beta, o):
+    lc, lr = _norm_lengths(o)
+    return _sp(-beta * (a / lc - b / lr))
+
+
+def _norm_grad(a, b, beta, o):
+    lc, lr = _norm_lengths(o)
+    d = -beta * _sig(-beta * (a / lc - b / lr))
+    return d / lc, -d / lr
 
 
 def _chipo_x(a, b, beta):
@@ -681,6 +733,17 @@ _SPECS: list[tuple] = [
         "on whole responses (a tabular problem) it is the chosen response's negative "
         "log-likelihood, the value here. Combine it with another loss through "
         "population_loss(loss=[...], loss_weights=[...])",
+    ),
+    (
+        "sigmoid_norm",
+        r"\mathrm{sp}\big(-\beta\,[a / L_w - b / L_l]\big)",
+        (_norm_ell, _norm_grad),
+        (_LengthsOption("lengths", None, 0.0, math.inf, True, True, doc="response lengths"),),
+        "Lambert et al., 2024, arXiv:2411.15124 (Tulu 3), sec. 5.1.2, eq. (6); TRL "
+        "loss_type='sigmoid_norm' (huggingface/trl#5406, merged 2026-03-30)",
+        "DPO's sigmoid loss on the length-normalised log-ratios a / L_w, b / L_l. Pair form: "
+        "lengths=(L_w, L_l), each broadcasting with the pairs; population_loss and "
+        "population_optimum take one length per outcome (shape of ref)",
     ),
     (
         "chi_po",

@@ -85,8 +85,14 @@ def test_population_loss_is_the_weighted_sum_of_the_rows_values(rng, name):
         pi = rng.dirichlet(np.ones(n))
         lp, lr = np.log(pi), np.log(ref)
         i, j = np.meshgrid(range(n), range(n), indexing="ij")
-        vals = row.value(lp[i], lp[j], lr[i], lr[j], 0.8)
-        assert population_loss(pi, ref, p, 0.8, loss=name, mu=mu) == pytest.approx(
+        opts = {}
+        if name == "sigmoid_norm":  # per-outcome lengths; the pair form takes (L_w, L_l)
+            lengths = rng.integers(1, 40, n).astype(float)
+            opts = {"lengths": lengths}
+            vals = row.value(lp[i], lp[j], lr[i], lr[j], 0.8, lengths=(lengths[i], lengths[j]))
+        else:
+            vals = row.value(lp[i], lp[j], lr[i], lr[j], 0.8)
+        assert population_loss(pi, ref, p, 0.8, loss=name, mu=mu, **opts) == pytest.approx(
             float(np.sum(w * vals)), rel=1e-12
         )
 

@@ -29,7 +29,7 @@ NAMES = [
 ]
 # rows not transcribed from TRL's per-pair block (checked in tests/preference/test_fdpo.py):
 # sft is a TRL loss_type but TRL computes it from token logits, chi_po is not a TRL loss
-NOT_TRL = ["sft", "chi_po"]
+NOT_TRL = ["sft", "sigmoid_norm", "chi_po"]  # not in TRL at 9d58faa
 
 
 def _trl(loss_type, pc, pr, rc, rr, beta, label_smoothing=0.0, delta=0.0, tau=0.05):
