@@ -196,13 +196,19 @@ def trust_region_beta(
 
 
 def _problem(pi_old, advantage, axis):
-    """(pi_old, advantage / unit, unit): probability axis last, each row's advantage in units
-    of its largest magnitude. Both steps are invariant under A -> A / c (beta -> beta / c),
-    so an advantage of 1e308 cannot overflow a difference of advantages."""
+    """(pi_old, advantage / unit, unit): probability axis last; a row whose advantage is
+    extreme in scale is measured in a power of two at most its largest magnitude. Both steps
+    are invariant under A -> A / c (beta -> beta / c), so an advantage of 1e308 cannot
+    overflow a difference of advantages."""
     p, a = _prepare(pi_old, advantage, axis, ("pi_old", "advantage"))
     a = np.broadcast_to(a, p.shape)
-    unit = np.max(np.abs(a), axis=-1, keepdims=True)
-    unit = np.where(unit > 0, unit, 1.0).astype(a.dtype)
+    big = np.max(np.abs(a), axis=-1, keepdims=True)
+    # a power of two, so that a / unit is exact; 1 unless the advantage's scale is extreme
+    # (near the float range's ends, where A_i - A_j could overflow or underflow; elsewhere
+    # the step is bit for bit what beta_for_kl gives, to the accuracy its tests hold)
+    unit = np.ldexp(1.0, np.frexp(np.where(big > 0, big, 1.0))[1] - 1)
+    unit = np.where((big > 2.0**1020) | ((big > 0) & (big < 2.0**-1020)), unit, 1.0)
+    unit = unit.astype(a.dtype)
     return p, a / unit, unit
 
 
