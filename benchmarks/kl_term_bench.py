@@ -12,24 +12,15 @@ runs, as it sets itself).
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
+from _timing import best_time
 
 from klpolicy.testing import kl_term_report
 
 
 def k3(logp, old_logp, ref_logp):
     return torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import time
 
 import matplotlib
 
@@ -26,17 +25,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
+from _timing import best_time
 
 from klpolicy import plotting
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def save(fig, dpi: float) -> None:

@@ -12,20 +12,11 @@ machine-dependent, the ratios are what to compare.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_time
 
 from klpolicy.preference import dpo_optimum, population_optimum
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def problem(n: int, seed: int = 0):

@@ -14,20 +14,11 @@ Run from the repository root (with klpolicy installed, or with ``PYTHONPATH=.``)
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_time
 
 from klpolicy.sampling import sampler_law
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def softmax(x):

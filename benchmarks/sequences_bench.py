@@ -13,21 +13,12 @@ Run from the repository root (with klpolicy installed, or with ``PYTHONPATH=.``)
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from _timing import best_time
 
 from klpolicy import optimal_policy
 from klpolicy.sequences import joint, per_token_kl, soft_bellman
-
-
-def best_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

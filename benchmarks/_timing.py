@@ -1,0 +1,16 @@
+"""The one timing helper of the benchmark scripts (each script runs from any folder:
+``python benchmarks/NAME.py`` puts this folder first on ``sys.path``)."""
+
+from __future__ import annotations
+
+import time
+
+
+def best_time(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``fn()``, in seconds (noise only adds time)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
