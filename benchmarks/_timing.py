@@ -1,5 +1,6 @@
 """The one timing helper of the benchmark scripts (each script runs from any folder:
-``python benchmarks/NAME.py`` puts this folder first on ``sys.path``)."""
+a script run as ``python benchmarks/<script>`` has this folder first on
+``sys.path``)."""
 
 from __future__ import annotations
 
