@@ -191,8 +191,9 @@ def schulman_table(
         mean, var = gaussian_moments(m, e)
         b[:, j] = (mean - true) / true
         s[:, j] = np.sqrt(var) / true
-        if e == "k3":  # e^(mu^2) overflows from |mu| ~ 26.6 while the ratio is finite to ~37.8
-            s[:, j] = np.where(np.isfinite(var), s[:, j], _k3_stdev_ratio_large(m * m))
+        over = ~np.isfinite(var)
+        if e == "k3" and over.any():  # e^(mu^2) overflows from |mu| ~ 26.6, the ratio at 37.85
+            s[over, j] = _k3_stdev_ratio_large(m[over] ** 2)
     return GaussianTable(m, names, true, b, s)
 
 
