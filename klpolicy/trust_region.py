@@ -294,7 +294,10 @@ def _problem(pi_old, advantage, axis):
 def _mirror_beta(p, a, d):
     """The mirror step's multiplier for validated p and (scaled) a, probability axis last."""
     kmax = _tilt(p, a, np.zeros((*p.shape[:-1], 1), p.dtype)).kl[..., 0]
-    return beta_for_kl(p, a, np.minimum(d, kmax))
+    beta = beta_for_kl(p, a, np.minimum(d, kmax))
+    # a radius past the greedy step's KL is the greedy step (beta 0), at every dtype: in
+    # float32 the tilt's KL reaches kmax to rounding at a beta well above 0
+    return np.where(d > kmax, np.zeros_like(beta), beta)[()]
 
 
 def trust_region_step(

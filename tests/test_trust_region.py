@@ -359,3 +359,17 @@ def test_float32_trust_region_steps_do_not_warn():
                 trust_region_step(p.astype(float), a.astype(float), 0.3, constraint=constraint),
                 rtol=2e-6,
             )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mirror_radius_past_the_greedy_kl_is_the_greedy_step_at_every_dtype(dtype):
+    # the greedy step spends -log pi_old(best) = log 2 here; float32 gave beta 0.048 and
+    # (1, 6e-10, 4e-19) for delta = 1 (its tilt reaches log 2 to rounding above beta = 0)
+    p, a = np.array([0.5, 0.3, 0.2], dtype), np.array([1.0, 0.0, -1.0], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = trust_region_step(p, a, 1.0)
+        beta = trust_region_beta(p, a, np.array([1.0, 0.1]))
+    assert step.dtype == dtype
+    np.testing.assert_array_equal(step, [1.0, 0.0, 0.0])
+    assert beta[0] == 0.0 and beta[1] > 0
