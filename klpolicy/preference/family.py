@@ -365,129 +365,116 @@ def _margin_solver(name: str, o: dict[str, float]):
 
 
 def _hinge_scores(sub: NDArray) -> NDArray:
-    """An LP minimiser x of sum_ij w_ij max(0, 1 - (x_i - x_j)) (x[-1] = 0), smallest spread.
+    """The minimiser x of the hinge loss sum_ij w_ij max(0, 1 - (x_i - x_j)) with the smallest
+    weighted spread sum_{i<j} (w_ij + w_ji)|x_i - x_j| among the minimisers (x[-1] = 0).
 
-    Stage 1: the optimal value (HiGHS). Stage 2: among the minimisers, one minimising the
-    weighted spread sum_ij (w_ij + w_ji)|x_i - x_j|.
+    Exact: the weights become integers at a common power-of-two scale (every float is one),
+    the two objectives one integer key (loss * M + spread, M above any spread change), and a
+    steepest descent over the moves x + 1_S finds each step's best S by a minimum cut
+    (``_hinge_step``). The objective is a sum of convex functions of differences with
+    integer breakpoints, so it is L-convex on the integers (Murota, Discrete Convex
+    Analysis, 2003, ch. 7): a point no move x + 1_S (S any set) improves is a global
+    minimiser, and because it depends on differences only, x - 1_S is the move
+    x + 1_{V \\ S}. The descent starts at x = 0 and takes the smallest best S (unique), so
+    every step, and the answer, is the same in any order of the outcomes; its number of
+    steps is the range of the answer plus one.
     """
-    from scipy.optimize import linprog  # lazy: `import klpolicy` must not import scipy.optimize
-
     k = sub.shape[0]
     if k == 1:
         return np.zeros(1)
-    scale = float(sub.max())
-    wn = sub / scale
-    pi, pj = np.nonzero(wn > 0)
-    m = pi.size
-    # variables: x_0..x_{k-2} (x_{k-1} = 0), s_1..s_m
-    nx = k - 1
-
-    from scipy.sparse import coo_array, vstack
-
-    def diff_rows(ii, jj, sign, ncols):
-        """sign * (x_i - x_j), one row per pair (the pinned x_{k-1} = 0 left out): sparse."""
-        r = np.arange(ii.size)
-        keep_i, keep_j = ii < nx, jj < nx
-        rows = np.concatenate([r[keep_i], r[keep_j]])
-        cols = np.concatenate([ii[keep_i], jj[keep_j]])
-        vals = np.concatenate([np.full(keep_i.sum(), sign), np.full(keep_j.sum(), -sign)])
-        return rows, cols, vals
-
-    # stage 1: -(x_i - x_j) - s_r <= -1 for every drawn ordered pair r = (i, j): 3 nonzeros
-    # a row, O(n^2) memory in all (a dense matrix would be pairs x pairs)
-    r1, c1, v1 = diff_rows(pi, pj, -1.0, nx)
-    rows = np.concatenate([r1, np.arange(m)])
-    cols = np.concatenate([c1, nx + np.arange(m)])
-    vals = np.concatenate([v1, -np.ones(m)])
-    a_ub = coo_array((vals, (rows, cols)), shape=(m, nx + m)).tocsr()
-    b_ub = -np.ones(m)
-    cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
-    bounds = [(None, None)] * nx + [(0, None)] * m
-    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
-    if res.status != 0:  # pragma: no cover - the LP is always feasible and bounded
-        raise RuntimeError(f"hinge LP failed: {res.message}")
-    best = float(res.fun)
-    # stage 2: t_q >= |x_i - x_j| for unordered drawn pairs, the loss kept at its optimum
-    sym = wn + wn.T
-    ui, uj = np.nonzero(np.triu(sym > 0, 1))
-    q = ui.size
-    nv = nx + m + q
-    top = coo_array((vals, (rows, cols)), shape=(m, nv))
-    blocks = [top]
-    for sgn in (1.0, -1.0):
-        r2, c2, v2 = diff_rows(ui, uj, sgn, nv)
-        blocks.append(
-            coo_array(
-                (
-                    np.concatenate([v2, -np.ones(q)]),
-                    (
-                        np.concatenate([r2, np.arange(q)]),
-                        np.concatenate([c2, nx + m + np.arange(q)]),
-                    ),
-                ),
-                shape=(q, nv),
-            )
-        )
-    blocks.append(coo_array((wn[pi, pj], (np.zeros(m, int), nx + np.arange(m))), shape=(1, nv)))
-    a2 = vstack(blocks).tocsr()
-    b2 = np.concatenate([-np.ones(m), np.zeros(2 * q), [best + 1e-12 * max(1.0, abs(best))]])
-    cost2 = np.zeros(nv)
-    cost2[nx + m :] = sym[ui, uj]
-    res2 = linprog(
-        cost2,
-        A_ub=a2,
-        b_ub=b2,
-        bounds=[(None, None)] * nx + [(0, None)] * (m + q),
-        method="highs",
-    )
-    x = res.x[:nx] if res2.status != 0 else res2.x[:nx]  # pragma: no branch
-    # the constraint matrix is a network matrix: vertices are integral
-    x = np.append([_integral(v) for v in x], 0.0)
-    if np.all(x == np.round(x)) and k <= _DESCENT_MAX_N:
-        x = _hinge_descent(sub, x, secondary=sub + sub.T)
-    return x
-
-
-_DESCENT_MAX_N = 12
-
-
-def _hinge_terms(sub: NDArray, x: NDArray, secondary: NDArray | None):
-    """(loss, spread) of integer scores x, each summed exactly (math.fsum)."""
-    d = x[:, None] - x[None, :]
-    mask = sub > 0
-    loss = math.fsum((sub * np.maximum(0.0, 1.0 - d))[mask].tolist())
-    if secondary is None:
-        return loss, 0.0
-    sm = np.triu(secondary > 0, 1)
-    return loss, math.fsum((secondary * np.abs(d))[sm].tolist())
-
-
-def _hinge_descent(sub: NDArray, x: NDArray, *, secondary: NDArray | None) -> NDArray:
-    """Exact steepest descent over the moves x +- 1_S (all subsets S, last entry fixed).
-
-    The hinge loss plus the weighted spread is a sum of convex functions of differences
-    x_i - x_j, i.e. L-natural convex on the integers (Murota, Discrete Convex Analysis,
-    2003, ch. 7): a point no move x +- 1_S improves is a global minimiser, compared
-    lexicographically (loss first, spread second). This fixes LP vertices that HiGHS's
-    tolerances (~1e-7 relative) choose wrongly on pairs of tiny weight.
-    """
-    k = x.size
-    moves = []
-    for mask in range(1, 2 ** (k - 1)):
-        s = np.array([(mask >> i) & 1 for i in range(k - 1)] + [0], float)
-        moves.extend((s, -s))
-    cur = _hinge_terms(sub, x, secondary)
-    for _ in range(100 * k):
-        best, best_x = cur, None
-        for mv in moves:
-            cand = x + mv
-            val = _hinge_terms(sub, cand, secondary)
-            if val < best:
-                best, best_x = val, cand
-        if best_x is None:
+    ratios = [v.as_integer_ratio() for v in sub.ravel().tolist()]
+    den = max(d for _, d in ratios)  # powers of two: the scaled weights are exact integers
+    w = [num * (den // d) for num, d in ratios]
+    pairs = []
+    for i in range(k):
+        for j in range(i + 1, k):
+            a, b = w[i * k + j], w[j * k + i]
+            if a or b:
+                pairs.append((i, j, a, b))
+    m = 1 << (sum(a + b for _, _, a, b in pairs).bit_length() + 2)
+    pairs = [(i, j, a * m, b * m, a + b) for i, j, a, b in pairs]
+    x = [0] * k
+    while True:
+        step = _hinge_step(k, pairs, x)
+        if not step:
             break
-        x, cur = best_x, best
-    return x
+        for v in step:
+            x[v] += 1
+    return np.array(x, float) - x[-1]
+
+
+def _hinge_step(k: int, pairs: list, x: list) -> list:
+    """The smallest S minimising F(x + 1_S) - F(x) (empty where x is optimal): a minimum cut.
+
+    Per pair, with d = x_i - x_j and f its term, the change is A = f(d+1) - f(d) when only i
+    moves and B = f(d-1) - f(d) when only j does: -B 1_i + B 1_j plus A + B >= 0 (f convex)
+    when i moves without j, an arc i -> j. Source side = S; the smallest minimiser is the
+    set the source reaches in the residual graph of a maximum flow.
+    """
+    src, snk = k, k + 1
+    unary = [0] * k
+    arcs = []
+    for i, j, a, b, s in pairs:
+        d = x[i] - x[j]
+        up = (-a if d <= 0 else 0) + (b if d >= -1 else 0) + (s if d >= 0 else -s)
+        down = (a if d <= 1 else 0) - (b if d >= 0 else 0) + (s if d <= 0 else -s)
+        unary[i] -= down
+        unary[j] += down
+        if up + down:
+            arcs.append((i, j, up + down))
+    for i, u in enumerate(unary):
+        if u > 0:
+            arcs.append((i, snk, u))
+        elif u < 0:
+            arcs.append((src, i, -u))
+    return [v for v in _residual_reach(k + 2, src, snk, arcs) if v < k]
+
+
+def _residual_reach(nv: int, src: int, snk: int, arcs: list) -> list:
+    """Nodes the source reaches after a maximum flow (Dinic's algorithm, integer capacities)."""
+    head = [0] * (2 * len(arcs))
+    cap = [0] * (2 * len(arcs))
+    adj: list[list[int]] = [[] for _ in range(nv)]
+    for e, (a, b, c) in enumerate(arcs):
+        head[2 * e], cap[2 * e] = b, c
+        head[2 * e + 1] = a
+        adj[a].append(2 * e)
+        adj[b].append(2 * e + 1)
+    while True:
+        level = [-1] * nv
+        level[src] = 0
+        queue = [src]
+        for v in queue:  # breadth first: the levels of the residual graph
+            for e in adj[v]:
+                if cap[e] > 0 and level[head[e]] < 0:
+                    level[head[e]] = level[v] + 1
+                    queue.append(head[e])
+        if level[snk] < 0:
+            return queue
+        nxt = [0] * nv
+        while True:  # a blocking flow: shortest augmenting paths, depth first
+            path: list[int] = []
+            v = src
+            while v != snk:
+                out, i, up = adj[v], nxt[v], level[v] + 1
+                while i < len(out) and (cap[out[i]] == 0 or level[head[out[i]]] != up):
+                    i += 1
+                nxt[v] = i
+                if i < len(out):
+                    path.append(out[i])
+                    v = head[out[i]]
+                elif v == src:
+                    break
+                else:  # a dead end: retreat
+                    level[v] = -1
+                    v = head[path.pop() ^ 1]
+                    nxt[v] += 1
+            if v != snk:
+                break
+            f = min(cap[e] for e in path)
+            for e in path:
+                cap[e] -= f
+                cap[e ^ 1] += f
 
 
 class _PerOutcome:
