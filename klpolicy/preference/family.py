@@ -858,13 +858,18 @@ def population_optimum(
     least-squares fit of the per-pair minimisers (for two outcomes this is the global
     minimiser, the per-pair one). ``discopop`` and ``sigmoid`` with deterministic
     preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
-    ``hinge`` is a linear program (HiGHS); its minimisers can form a polyhedron: the
-    returned point is a minimiser of the weighted spread
-    :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|` among them (an LP vertex: integral,
-    since the constraint matrix is a network matrix), made exact for up to 12 outcomes
-    by a steepest descent over the moves :math:`x \pm 1_S` (the hinge loss is
+    ``hinge`` is a linear program; its minimisers can form a polyhedron: the returned
+    point is a minimiser of the weighted spread :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|`
+    among them, with integral scores (the LP's constraint matrix is a network matrix, so
+    the faces of its optima have integral vertices). It is computed exactly, in integer
+    arithmetic on the weights, by a steepest descent from :math:`x = 0` over the moves
+    :math:`x + 1_S`, each step's best set :math:`S` a minimum cut: the loss and the spread
+    are sums of convex functions of score differences with integer breakpoints, hence
     L-natural convex on the integers, so a point no such move improves is a global
-    minimiser; this repairs vertices HiGHS picks wrongly on pairs of tiny weight), and
+    minimiser (Murota, Discrete Convex Analysis, 2003, ch. 7). Each step takes the
+    smallest best set, which is unique, so the answer is the same in any order of the
+    outcomes, also where several minimisers tie; the number of steps is the range of the
+    scores plus one (at most the number of outcomes). Memory is :math:`O(n^2)`;
     :func:`optimum_set` gives the range of every log-odds over the whole set.
 
     *Per-outcome losses* (``nca_pair``, ``bco_pair`` with a fixed ``delta``,
