@@ -1192,6 +1192,7 @@ _LP_SPAN = 1e-6
 def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
     """min and max of x_i - x_j over the hinge LP's optimal face (two LPs per pair)."""
     from scipy.optimize import linprog
+    from scipy.sparse import coo_array
 
     k = sub.shape[0]
     wn = sub / float(sub.max())
@@ -1205,16 +1206,20 @@ def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
         )
     m = pi.size
     nx = k
-    a_ub = np.zeros((m + 1, nx + m))
-    for r, (i, j) in enumerate(zip(pi, pj, strict=True)):
-        a_ub[r, i] -= 1.0
-        a_ub[r, j] += 1.0
-        a_ub[r, nx + r] = -1.0
+    # one row per drawn ordered pair, -(x_i - x_j) - s_r <= -1, then the loss row: sparse,
+    # O(n^2) memory (a dense matrix would be pairs x pairs)
+    r = np.arange(m)
+    a_ub = coo_array(
+        (
+            np.concatenate([-np.ones(m), np.ones(m), -np.ones(m), wn[pi, pj]]),
+            (np.concatenate([r, r, r, np.full(m, m)]), np.concatenate([pi, pj, nx + r, nx + r])),
+        ),
+        shape=(m + 1, nx + m),
+    ).tocsr()
     b_ub = np.concatenate([-np.ones(m), [0.0]])
     cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
     bounds = [(None, None)] * (nx - 1) + [(0, 0)] + [(0, None)] * m
     best = linprog(cost, A_ub=a_ub[:m], b_ub=b_ub[:m], bounds=bounds, method="highs").fun
-    a_ub[m, nx:] = wn[pi, pj]
     b_ub[m] = best + 1e-12 * max(1.0, abs(best))
     lo = np.zeros((k, k))
     hi = np.zeros((k, k))
