@@ -382,15 +382,7 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     k = sub.shape[0]
     if k == 1:
         return np.zeros(1)
-    ratios = [v.as_integer_ratio() for v in sub.ravel().tolist()]
-    den = max(d for _, d in ratios)  # powers of two: the scaled weights are exact integers
-    w = [num * (den // d) for num, d in ratios]
-    pairs = []
-    for i in range(k):
-        for j in range(i + 1, k):
-            a, b = w[i * k + j], w[j * k + i]
-            if a or b:
-                pairs.append((i, j, a, b))
+    pairs = _hinge_pairs(sub)
     m = 1 << (sum(a + b for _, _, a, b in pairs).bit_length() + 2)
     pairs = [(i, j, a * m, b * m, a + b) for i, j, a, b in pairs]
     x = [0] * k
@@ -401,6 +393,22 @@ def _hinge_scores(sub: NDArray) -> NDArray:
         for v in step:
             x[v] += 1
     return np.array(x, float) - x[-1]
+
+
+def _hinge_pairs(sub: NDArray) -> list:
+    """(i, j, w_ij, w_ji) for i < j with a weight, the weights as exact integers (every float
+    is an integer times a power of two: all are scaled by the largest denominator)."""
+    k = sub.shape[0]
+    ratios = [v.as_integer_ratio() for v in sub.ravel().tolist()]
+    den = max(d for _, d in ratios)
+    w = [num * (den // d) for num, d in ratios]
+    pairs = []
+    for i in range(k):
+        for j in range(i + 1, k):
+            a, b = w[i * k + j], w[j * k + i]
+            if a or b:
+                pairs.append((i, j, a, b))
+    return pairs
 
 
 def _hinge_step(k: int, pairs: list, x: list) -> list:
@@ -427,11 +435,12 @@ def _hinge_step(k: int, pairs: list, x: list) -> list:
             arcs.append((i, snk, u))
         elif u < 0:
             arcs.append((src, i, -u))
-    return [v for v in _residual_reach(k + 2, src, snk, arcs) if v < k]
+    return [v for v in _max_flow(k + 2, src, snk, arcs)[0] if v < k]
 
 
-def _residual_reach(nv: int, src: int, snk: int, arcs: list) -> list:
-    """Nodes the source reaches after a maximum flow (Dinic's algorithm, integer capacities)."""
+def _max_flow(nv: int, src: int, snk: int, arcs: list) -> tuple[list, list]:
+    """A maximum flow by Dinic's algorithm on integer capacities: the nodes the source reaches
+    in the residual graph, and the flow on each arc (a, b, capacity)."""
     head = [0] * (2 * len(arcs))
     cap = [0] * (2 * len(arcs))
     adj: list[list[int]] = [[] for _ in range(nv)]
@@ -450,7 +459,7 @@ def _residual_reach(nv: int, src: int, snk: int, arcs: list) -> list:
                     level[head[e]] = level[v] + 1
                     queue.append(head[e])
         if level[snk] < 0:
-            return queue
+            return queue, [arcs[e][2] - cap[2 * e] for e in range(len(arcs))]
         nxt = [0] * nv
         while True:  # a blocking flow: shortest augmenting paths, depth first
             path: list[int] = []
@@ -1108,10 +1117,10 @@ def optimum_set(
     ratio (``low == high``, from :func:`population_optimum` on that part), and across
     parts, or to outcomes of the support that ``mu`` never draws, the ratio is free
     (:math:`\pm\infty`): the offline-support effect, where the loss is blind to mass
-    moved onto responses outside the data. For ``hinge`` the ranges within a part come
-    from two linear programs per pair (minimise and maximise :math:`x_i - x_j` over the
-    optimal face), refused (``ValueError``) when the drawn pairs' weights span more than
-    six decades, beyond what the LP tolerances resolve.
+    moved onto responses outside the data. For ``hinge`` the ranges within a part are
+    exact: an optimal flow of the dual (a maximum flow on the weights as exact integers)
+    confines every score difference of a minimiser to an interval with integer ends, and
+    the extremes of :math:`x_i - x_j` are shortest-path lengths through those intervals.
 
     References
     ----------
@@ -1178,61 +1187,54 @@ def optimum_set(
     return OptimumSet(low, high, unique)
 
 
-def _integral(v: float) -> float:
-    """The optimal face of the hinge LP is a face of an integral polyhedron (its constraint
-    matrix is a network matrix), so the extremes of x_i - x_j are integers: snap HiGHS's
-    answer (tolerance ~1e-7) to the integer it approximates."""
-    r = round(v)
-    return float(r) if abs(v - r) <= 1e-6 else v
-
-
-_LP_SPAN = 1e-6
-
-
 def _hinge_ranges(sub: NDArray) -> tuple[NDArray, NDArray]:
-    """min and max of x_i - x_j over the hinge LP's optimal face (two LPs per pair)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import coo_array
+    """min and max of x_i - x_j over the minimisers of the hinge loss (exact, integral).
 
+    With an optimal flow y (one per pair, a subgradient of its term f_e, the flows balanced
+    at every outcome), x minimises the loss if and only if y_e is a subgradient of f_e at
+    x_i - x_j for every pair (complementary slackness; the same y serves every minimiser).
+    That confines each difference to an interval with integer (or infinite) ends, and the
+    extremes of x_i - x_j over such difference constraints are shortest-path lengths
+    (Floyd-Warshall). y is found exactly: the subgradients at one minimiser x* (the
+    integral answer of ``_hinge_scores``) bound a circulation, solved as a maximum flow
+    on the weights as exact integers.
+    """
     k = sub.shape[0]
-    wn = sub / float(sub.max())
-    pi, pj = np.nonzero(wn > 0)
-    span = float(wn[pi, pj].min())
-    if span < _LP_SPAN:
-        raise ValueError(
-            f"the hinge minimiser set is computed by linear programs whose tolerances (~1e-7) "
-            f"cannot resolve pair weights spanning {-math.log10(span):.1f} decades (more than "
-            f"{-math.log10(_LP_SPAN):g}); population_optimum still returns an exact minimiser"
-        )
-    m = pi.size
-    nx = k
-    # one row per drawn ordered pair, -(x_i - x_j) - s_r <= -1, then the loss row: sparse,
-    # O(n^2) memory (a dense matrix would be pairs x pairs)
-    r = np.arange(m)
-    a_ub = coo_array(
-        (
-            np.concatenate([-np.ones(m), np.ones(m), -np.ones(m), wn[pi, pj]]),
-            (np.concatenate([r, r, r, np.full(m, m)]), np.concatenate([pi, pj, nx + r, nx + r])),
-        ),
-        shape=(m + 1, nx + m),
-    ).tocsr()
-    b_ub = np.concatenate([-np.ones(m), [0.0]])
-    cost = np.concatenate([np.zeros(nx), wn[pi, pj]])
-    bounds = [(None, None)] * (nx - 1) + [(0, 0)] + [(0, None)] * m
-    best = linprog(cost, A_ub=a_ub[:m], b_ub=b_ub[:m], bounds=bounds, method="highs").fun
-    b_ub[m] = best + 1e-12 * max(1.0, abs(best))
-    lo = np.zeros((k, k))
-    hi = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i + 1, k):
-            obj = np.zeros(nx + m)
-            obj[i], obj[j] = 1.0, -1.0
-            r1 = linprog(obj, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
-            r2 = linprog(-obj, A_ub=a_ub, b_ub=b_ub, bounds=bounds, method="highs")
-            lo[i, j] = _integral(r1.fun) if r1.status == 0 else -np.inf
-            hi[i, j] = _integral(-r2.fun) if r2.status == 0 else np.inf
-            lo[j, i], hi[j, i] = -hi[i, j], -lo[i, j]
-    return lo, hi
+    pairs = _hinge_pairs(sub)
+    x = [int(v) for v in _hinge_scores(sub)]
+    # the subdifferential of a max(0, 1 - d) + b max(0, 1 + d) at d, then a circulation
+    # y_e = low_e + z_e, 0 <= z_e <= high_e - low_e, balanced at every outcome
+    src, snk = k, k + 1
+    lows, arcs, excess = [], [], [0] * k
+    for i, j, a, b in pairs:
+        d = x[i] - x[j]
+        low = -a if d <= -1 else (b - a if d <= 1 else b)
+        high = -a if d < -1 else (b - a if d < 1 else b)
+        lows.append(low)
+        excess[i] -= low  # the fixed part sends `low` from i to j
+        excess[j] += low
+        arcs.append((i, j, high - low))
+    for v, e in enumerate(excess):
+        if e > 0:
+            arcs.append((src, v, e))
+        elif e < 0:
+            arcs.append((v, snk, -e))
+    flow = _max_flow(k + 2, src, snk, arcs)[1]
+    if sum(flow[len(pairs) :]) != sum(max(e, 0) - min(e, 0) for e in excess):  # pragma: no cover
+        raise RuntimeError("hinge ranges: the minimiser's subgradients admit no balanced flow")
+    # each pair's interval of differences where y_e is a subgradient, as shortest-path arcs
+    # (x_v <= x_u + length for the arc u -> v)
+    dist = np.full((k, k), np.inf)
+    np.fill_diagonal(dist, 0.0)
+    for (i, j, a, b), low, z in zip(pairs, lows, flow, strict=False):
+        y = low + z
+        lo_e = -np.inf if y == -a else (-1.0 if y <= b - a else 1.0)
+        hi_e = np.inf if y == b else (1.0 if y >= b - a else -1.0)
+        dist[j, i] = min(dist[j, i], hi_e)  # x_i - x_j <= hi_e
+        dist[i, j] = min(dist[i, j], -lo_e)  # x_j - x_i <= -lo_e
+    for v in range(k):
+        dist = np.minimum(dist, dist[:, v, None] + dist[None, v, :])
+    return -dist, dist.T.copy()
 
 
 class LossComparison(NamedTuple):
@@ -1348,7 +1350,7 @@ def compare_losses(
             try:
                 s = optimum_set(ref_a, preferences, b, loss=name, mu=mu, **o)
                 status = "unique" if s.unique else "set"
-            except ValueError:  # hinge with weights beyond the LP's resolution
+            except ValueError:  # a set the solver cannot resolve
                 status = "minimiser (set not resolved)"
         tv = 0.5 * float(np.abs(pi - target).sum())
         kl = float(kl_divergence(pi, ref_a))

@@ -19,7 +19,7 @@ import pytest
 from scipy.optimize import linprog
 from scipy.sparse import coo_array, vstack
 
-from klpolicy.preference import bradley_terry, population_optimum
+from klpolicy.preference import bradley_terry, optimum_set, population_optimum
 
 
 def _prefs(rng, n, values=None):
@@ -177,7 +177,7 @@ def test_hinge_optimum_is_the_same_in_any_order_of_the_outcomes(n):
     cases.append((tiny / tiny.sum(), _prefs(rng, n, [0.0, 0.3, 0.5, 0.7, 1.0])))
     for ref, p in cases:
         want = population_optimum(ref, p, 0.7, loss="hinge")
-        for _ in range(2):
+        for _ in range(2 if n < 100 else 1):
             perm = rng.permutation(n)
             inv = np.argsort(perm)
             got = population_optimum(ref[perm], p[np.ix_(perm, perm)], 0.7, loss="hinge")[inv]
@@ -199,3 +199,30 @@ def test_hinge_ties_resolve_the_same_in_every_order():
         perm = rng.permutation(n)
         got = population_optimum(ref[perm], p[np.ix_(perm, perm)], 1.0, loss="hinge")
         np.testing.assert_allclose(got[np.argsort(perm)], want, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["random", "ties", "tiny", "deterministic"])
+def test_hinge_set_is_the_exhaustive_range_of_the_minimisers(kind):
+    # every integer minimiser of the exact loss in a box of +-2n (finite ranges are at most
+    # n - 1: intervals of width 2 chained; a range that reaches n in the box is unbounded);
+    # optimum_set's log-odds range is x's range / beta plus log(ref_i / ref_j)
+    rng = np.random.default_rng(10 + ["random", "ties", "tiny", "deterministic"].index(kind))
+    for n in (2, 3, 4):
+        for _ in range(3):
+            ref = rng.dirichlet(np.ones(n))
+            if kind == "tiny":
+                ref = 10.0 ** rng.uniform(-30, 0, n)
+                ref /= ref.sum()
+            values = {"ties": [0.0, 0.3, 0.5, 0.7, 1.0], "deterministic": [0.0, 1.0]}.get(kind)
+            p = _prefs(rng, n, values)
+            value = _exact_objective(_weights(ref, p))
+            pts = [(*h, 0) for h in itertools.product(range(-2 * n, 2 * n + 1), repeat=n - 1)]
+            losses = [value(x)[0] for x in pts]
+            best = min(losses)
+            xs = np.array([x for x, v in zip(pts, losses, strict=True) if v == best], float)
+            top = (xs[:, :, None] - xs[:, None, :]).max(axis=0)
+            want = np.where(top >= n, np.inf, top)
+            s = optimum_set(ref, p, 0.5, loss="hinge")
+            dref = np.log(ref)[:, None] - np.log(ref)[None, :]
+            np.testing.assert_allclose(0.5 * (s.high - dref), want, rtol=0, atol=1e-9)
+            np.testing.assert_allclose(0.5 * (s.low - dref), -want.T, rtol=0, atol=1e-9)
