@@ -81,26 +81,34 @@ def _brute_force(w):
     return best, arg
 
 
-@pytest.mark.parametrize("kind", ["random", "ties", "tiny", "deterministic"])
-def test_hinge_optimum_is_the_exhaustive_lexicographic_minimum(kind):
-    # the exact loss, then the exact spread, over every integer score vector; reference
-    # entries down to 1e-30 (pair weights 1e-60 beside 1: HiGHS's tolerances, ~1e-7, could
-    # not see them) and preferences with exact ties (0, 1/2, 1)
-    rng = np.random.default_rng(["random", "ties", "tiny", "deterministic"].index(kind))
-    for n in (2, 3, 4, 5):
+KINDS = ["random", "ties", "tiny", "deterministic"]
+
+
+def _small_problems(kind, sizes, seed):
+    """Three problems per size: reference entries down to 1e-30 for "tiny" (pair weights
+    1e-60 beside 1), preferences with exact ties (0, 1/2, 1) for "ties"."""
+    rng = np.random.default_rng(seed + KINDS.index(kind))
+    for n in sizes:
         for _ in range(3):
             ref = rng.dirichlet(np.ones(n))
             if kind == "tiny":
                 ref = 10.0 ** rng.uniform(-30, 0, n)
                 ref /= ref.sum()
             values = {"ties": [0.0, 0.3, 0.5, 0.7, 1.0], "deterministic": [0.0, 1.0]}.get(kind)
-            p = _prefs(rng, n, values)
-            w = _weights(ref, p)
-            best, arg = _brute_force(w)
-            x = _scores(population_optimum(ref, p, 1.0, loss="hinge"), ref, 1.0)
-            assert _exact_objective(w)(x) == best
-            if len(arg) == 1:
-                assert x == arg[0]
+            yield ref, _prefs(rng, n, values)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_hinge_optimum_is_the_exhaustive_lexicographic_minimum(kind):
+    # the exact loss, then the exact spread, over every integer score vector (HiGHS's
+    # tolerances, ~1e-7, could not see the tiny pairs)
+    for ref, p in _small_problems(kind, (2, 3, 4, 5), 0):
+        w = _weights(ref, p)
+        best, arg = _brute_force(w)
+        x = _scores(population_optimum(ref, p, 1.0, loss="hinge"), ref, 1.0)
+        assert _exact_objective(w)(x) == best
+        if len(arg) == 1:
+            assert x == arg[0]
 
 
 def _lp_optimum(w):
@@ -201,28 +209,21 @@ def test_hinge_ties_resolve_the_same_in_every_order():
         np.testing.assert_allclose(got[np.argsort(perm)], want, rtol=1e-14, atol=0)
 
 
-@pytest.mark.parametrize("kind", ["random", "ties", "tiny", "deterministic"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_hinge_set_is_the_exhaustive_range_of_the_minimisers(kind):
     # every integer minimiser of the exact loss in a box of +-2n (finite ranges are at most
-    # n - 1: intervals of width 2 chained; a range that reaches n in the box is unbounded);
+    # n - 1: shortest paths of steps +-1; a range that reaches n in the box is unbounded);
     # optimum_set's log-odds range is x's range / beta plus log(ref_i / ref_j)
-    rng = np.random.default_rng(10 + ["random", "ties", "tiny", "deterministic"].index(kind))
-    for n in (2, 3, 4):
-        for _ in range(3):
-            ref = rng.dirichlet(np.ones(n))
-            if kind == "tiny":
-                ref = 10.0 ** rng.uniform(-30, 0, n)
-                ref /= ref.sum()
-            values = {"ties": [0.0, 0.3, 0.5, 0.7, 1.0], "deterministic": [0.0, 1.0]}.get(kind)
-            p = _prefs(rng, n, values)
-            value = _exact_objective(_weights(ref, p))
-            pts = [(*h, 0) for h in itertools.product(range(-2 * n, 2 * n + 1), repeat=n - 1)]
-            losses = [value(x)[0] for x in pts]
-            best = min(losses)
-            xs = np.array([x for x, v in zip(pts, losses, strict=True) if v == best], float)
-            top = (xs[:, :, None] - xs[:, None, :]).max(axis=0)
-            want = np.where(top >= n, np.inf, top)
-            s = optimum_set(ref, p, 0.5, loss="hinge")
-            dref = np.log(ref)[:, None] - np.log(ref)[None, :]
-            np.testing.assert_allclose(0.5 * (s.high - dref), want, rtol=0, atol=1e-9)
-            np.testing.assert_allclose(0.5 * (s.low - dref), -want.T, rtol=0, atol=1e-9)
+    for ref, p in _small_problems(kind, (2, 3, 4), 10):
+        n = ref.size
+        value = _exact_objective(_weights(ref, p))
+        pts = [(*h, 0) for h in itertools.product(range(-2 * n, 2 * n + 1), repeat=n - 1)]
+        losses = [value(x)[0] for x in pts]
+        best = min(losses)
+        xs = np.array([x for x, v in zip(pts, losses, strict=True) if v == best], float)
+        top = (xs[:, :, None] - xs[:, None, :]).max(axis=0)
+        want = np.where(top >= n, np.inf, top)
+        s = optimum_set(ref, p, 0.5, loss="hinge")
+        dref = np.log(ref)[:, None] - np.log(ref)[None, :]
+        np.testing.assert_allclose(0.5 * (s.high - dref), want, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(0.5 * (s.low - dref), -want.T, rtol=0, atol=1e-9)
