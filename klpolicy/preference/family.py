@@ -376,8 +376,9 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     Analysis, 2003, ch. 7): a point no move x + 1_S (S any set) improves is a global
     minimiser, and because it depends on differences only, x - 1_S is the move
     x + 1_{V \\ S}. The descent starts at x = 0 and takes the smallest best S (unique), so
-    every step, and the answer, is the same in any order of the outcomes; its number of
-    steps is the range of the answer plus one.
+    every step, and the answer, is the same in any order of the outcomes. A step widens the
+    range of x by one at most, so there are at least range + 1 steps (the last finds no
+    improvement); every case measured took exactly that many.
     """
     k = sub.shape[0]
     if k == 1:
@@ -877,9 +878,12 @@ def population_optimum(
     L-natural convex on the integers, so a point no such move improves is a global
     minimiser (Murota, Discrete Convex Analysis, 2003, ch. 7). Each step takes the
     smallest best set, which is unique, so the answer is the same in any order of the
-    outcomes, also where several minimisers tie; the number of steps is the range of the
-    scores plus one (at most the number of outcomes). Memory is :math:`O(n^2)`;
-    :func:`optimum_set` gives the range of every log-odds over the whole set.
+    outcomes, also where several minimisers tie. The time grows with the range of the
+    integral scores (a step widens it by one at most; the range is below the number of
+    outcomes): on a 2-core machine, 0.15 s for 100 outcomes with random preferences (two
+    steps), 24 s for a deterministic chain of 200 outcomes (200 steps). Memory is
+    :math:`O(n^2)`; :func:`optimum_set` gives the range of every log-odds over the whole
+    set.
 
     *Per-outcome losses* (``nca_pair``, ``bco_pair`` with a fixed ``delta``,
     ``sppo_hard``) split as :math:`\sum_i f_i(g_i)` with :math:`f_i` convex; the
