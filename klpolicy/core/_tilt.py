@@ -22,6 +22,7 @@ refinements either. Every other row is handed to the careful path.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -165,7 +166,7 @@ def _set_shift(rmax, rmin, ib, c, itemsize: int) -> bool:
     return bool(shift.any())
 
 
-def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None):
+def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None, route=True):
     """One pass over row blocks: the validators' reductions and the fast path.
 
     For every row, whatever its values: ``w = ref * exp((r - c) * ib)`` with
@@ -189,7 +190,8 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     exponential (a batch of wide rows computes no float32 result to throw away);
     after a block without, optimistically as float64's. The order changes no bit of
     the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
-    known (such float64 rows are not re-reduced).
+    known (such float64 rows are not re-reduced); ``route=False`` leaves ``ok`` to the
+    caller (the wide rows of a float32 sweep are routed together at its end).
     """
     rows, n = ref.shape
     dtype = ref.dtype
@@ -207,7 +209,8 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     if pre is not None:
         sw.qmin[...], sw.rmax[...], sw.rmin[...] = pre
     ahead = False  # float32: route this block before its exponentials (the last needed float64)
-    done = np.zeros(rows, bool)  # float32 rows routed with their block
+    done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
+    wide64 = _Wide(rows, "value" in res) if routed else None
     for start in range(0, rows, step):
         s = slice(start, min(start + step, rows))
         q, r, ibs = ref[s], reward[s], ib[s]
@@ -261,13 +264,13 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             wide = np.nonzero(~ok)[0]
             ahead = bool(wide.size)
             if wide.size:
-                ok[wide] = _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s)
+                _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s, wide64)
             sw.ok[s] = ok
             done[s] = True
         elif routed:  # a cheap look at the underflow bound decides how to take the next block
             ahead = not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
     later = ~done if routed else slice(None)
-    if not routed or later.any():
+    if route and (not routed or later.any()):
         ok = _fast_ok(ref, reward, ib, sw, stats)
         if "value" in res:
             ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
@@ -275,19 +278,48 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     if routed:  # rows of blocks computed optimistically that float32 does not hold
         wide = np.nonzero(~sw.ok & later)[0]
         if wide.size:
-            sw.ok[wide] = _wide_rows(
-                ref, reward, ib64, wide, want, pi_out, res, slice(None), scratch, sw, slice(None)
+            every = slice(None)
+            _wide_rows(
+                ref, reward, ib64, wide, want, pi_out, res, every, scratch, sw, every, wide64
             )
+        # the rows computed in float64, routed by float64's conditions, all at once
+        at = np.nonzero(wide64.went)[0]
+        if at.size:
+            red = _Wide.reductions(sw, at, wide64.c[at])
+            ok = _fast_ok(ref, reward, ib64[at], red, stats, at=at, itemsize=8)
+            if "value" in res:
+                ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
+            sw.ok[at] = ok
     if outer:
         _trim(scratch)
     return sw
 
 
-def _wide_rows(q, r, ib64, wide, want, w, res, s, scratch, sw, sb) -> NDArray[np.bool_]:
+class _Wide:
+    """The float32 rows a sweep computed in float64: their float64 shift and soft value,
+    for routing them together at the sweep's end."""
+
+    def __init__(self, rows: int, value: bool):
+        self.went = np.zeros(rows, bool)
+        self.c = np.empty(rows)
+        self.value = np.empty(rows) if value else None
+
+    @staticmethod
+    def reductions(sw, at, c):
+        """The rows ``at`` of the float32 sweep's reductions, in float64 (exactly)."""
+        red = _Sweep(0, np.float64)
+        red.qmin, red.rmin, red.rmax = (
+            getattr(sw, f)[at].astype(np.float64) for f in ("qmin", "rmin", "rmax")
+        )
+        red.c = c
+        return red
+
+
+def _wide_rows(q, r, ib64, wide, want, w, res, s, scratch, sw, sb, into: _Wide) -> None:
     """The float32 block's rows ``wide`` by float64's sweep on the cached block, rounded
-    once into the float32 outputs; returns which of them float64's fast path holds.
-    ``sw``, ``sb``: the float32 sweep and the block's slice of it (its reductions are
-    exact in float64)."""
+    once into the float32 outputs; their float64 shift and value go to ``into`` (routed
+    at the sweep's end). ``sw``, ``sb``: the float32 sweep and the block's slice of it
+    (its reductions are exact in float64)."""
     k, n = wide.size, q.shape[1]
     every = k == q.shape[0]
     q64, r64 = _buffer(scratch, "q", np.float64, k, n), _buffer(scratch, "r", np.float64, k, n)
@@ -295,16 +327,21 @@ def _wide_rows(q, r, ib64, wide, want, w, res, s, scratch, sw, sb) -> NDArray[np
     np.copyto(r64, r if every else r[wide])
     pi64 = _buffer(scratch, "pi", np.float64, k, n) if "pi" in want else None
     sub = {name: _buffer(scratch, name, np.float64, k, n if name == "u" else 1) for name in res}
-    pre = tuple(getattr(sw, f)[sb][wide] for f in ("qmin", "rmax", "rmin"))
-    sw64 = _sweep(q64, r64, ib64[wide], want, pi64, sub, scratch=scratch, pre=pre)
+    pick = slice(None) if every else wide
+    pre = tuple(getattr(sw, f)[sb][pick] for f in ("qmin", "rmax", "rmin"))
+    sw64 = _sweep(q64, r64, ib64[pick], want, pi64, sub, scratch=scratch, pre=pre, route=False)
     if pi64 is not None:
         if every:
             np.copyto(w, pi64, casting="same_kind")
         else:
             w[wide] = pi64
     for name, out in sub.items():
-        res[name][s][wide] = out
-    return sw64.ok
+        res[name][s][pick] = out
+    at = np.arange(sb.start or 0, (sb.start or 0) + q.shape[0])[pick]  # rows of the sweep
+    into.went[at] = True
+    into.c[at] = sw64.c
+    if into.value is not None:
+        into.value[at] = sub["value"][:, 0]
 
 
 def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
@@ -460,11 +497,15 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int, ib64=None)
     return sw
 
 
-def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None)) -> NDArray[np.bool_]:
+def _fast_ok(
+    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None
+) -> NDArray[np.bool_]:
     """Rows where the sweep's one-exp result is provably as accurate as the careful path.
 
     ``ref``, ``reward``, ``ib``: the rows (a block of the sweep, or all of them); ``s``:
-    their slice of the sweep's reductions ``sw``. Conditions:
+    their slice of the sweep's reductions ``sw``; or ``at``, the indices of the rows of
+    ``ref`` and ``reward`` that ``ib`` and ``sw`` hold. ``itemsize``: the bounds' dtype
+    (default ``ref``'s). Conditions:
 
     * ``0 < 1/beta < inf``: finite positive beta (the limits are the careful path's);
     * no overflow: ``(max r - c) / beta + log n`` stays below the largest exponent, so
@@ -481,23 +522,29 @@ def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None)) -> NDArray
 
     Run under ``np.errstate(all="ignore")`` (the sweep is): invalid rows give NaN here.
     """
-    low, high = _RANGE[ref.dtype.itemsize]
+    low, high = _RANGE[itemsize or ref.dtype.itemsize]
     qmin, rmin, rmax, c = sw.qmin[s], sw.rmin[s], sw.rmax[s], sw.c[s]
     qpos, r_lo, r_hi = qmin, rmin, rmax
     zero = np.nonzero(qmin == 0)[0]
     if zero.size:  # rows with zeros: smallest entry, smallest and best reward on the support
         qpos, r_lo, r_hi = qmin.copy(), rmin.copy(), rmax.copy()
-        qz, rz = ref[zero], reward[zero]
+        rows = zero if at is None else at[zero]
+        qz, rz = ref[rows], reward[rows]
         sup = qz > 0
         qpos[zero] = np.min(np.where(sup, qz, np.inf), axis=-1)
         r_lo[zero] = np.min(np.where(sup, rz, np.inf), axis=-1)
         r_hi[zero] = np.max(np.where(sup, rz, -np.inf), axis=-1)
-    ok = (ib > 0) & np.isfinite(ib)
-    ok &= (rmax - c) * ib + np.log(ref.shape[-1]) < high
-    ok &= np.log(qpos) + (r_lo - c) * ib > low
+    lo = (r_lo - c) * ib
+    ok = np.log(qpos) + lo > low
+    hi = rmax - c
+    hi *= ib
+    hi += math.log(ref.shape[-1])
+    ok &= hi < high
+    ok &= ib > 0
+    ok &= ib < np.inf
     # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
     # there, and the KL's and variance's summands -inf * 0 = NaN
-    ok &= np.isfinite((rmin - c) * ib)
+    ok &= np.isfinite(lo if r_lo is rmin else (rmin - c) * ib)
     if stats:
         ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
     return ok
