@@ -28,11 +28,21 @@ The threads crossover table times ``workers=-1`` and threads forced on every row
 block against ``workers=1`` over batch sizes: "threads" is what ``workers=-1``
 uses there.
 
+The goal check (one table per ``--beta``, by default 0.1, 0.5, 1 and 10) times, interleaved:
+``optimal_policy`` on (256, 65536) float64 against the floor (goal: at most 1.2x), float32
+at that shape against ``softmax`` (goal: at least as fast), and at (16, 4096), where the
+per-call work shows, float64 against ``np.exp`` (aim: under 2x) and float32 against
+``softmax`` (goal: at least as fast); each line ends in "met" or "not met".
+
 Peak memory is measured with :mod:`tracemalloc` (numpy reports its buffers to
 it) as the largest traced allocation during the call, in units of one input
 array; the returned array itself counts as 1.
 
-Run from the repository root: ``python benchmarks/core_bench.py [--repeat 7] [--quick]``.
+Run from the repository root: ``python benchmarks/core_bench.py [--repeat 7] [--quick]
+[--beta 0.1 0.5 1 10] [--goals-only] [--cpu]``. The first ``--beta`` is the full table's.
+``--cpu`` times the single-threaded lines by this process's CPU time, which a shared
+machine disturbs less than wall time (the ``workers=-1`` line and the threads table stay
+on wall time).
 """
 
 from __future__ import annotations
@@ -49,16 +59,49 @@ from klpolicy import beta_for_kl, kl_divergence, max_kl, optimal_kl, optimal_pol
 from klpolicy.core import _tilt
 from klpolicy.sequences import joint, soft_bellman
 
+CLOCK = time.perf_counter  # --cpu: time.process_time for the single-threaded lines
 
-def interleaved(fns: dict, repeat: int) -> dict:
-    """Minimum time of each function, the functions run in turn ``repeat`` times."""
+
+def interleaved(fns: dict, repeat: int, clock=None, calls: int = 1) -> dict:
+    """Minimum time of each function per call, the functions run in turn ``repeat`` times
+    (each ``calls`` times in a row, for calls too short to time one by one)."""
+    clock = clock or CLOCK
     best = dict.fromkeys(fns, np.inf)
     for _ in range(repeat):
         for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            best[name] = min(best[name], time.perf_counter() - t0)
+            t0 = clock()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (clock() - t0) / calls)
     return best
+
+
+# (shape, dtype, baseline, numerator, goal, at most (True) or at least): the goal check
+GOALS = [
+    ((256, 65536), np.float64, "floor", "policy", 1.2, True),
+    ((256, 65536), np.float32, "softmax", "policy", 1.0, True),
+    ((16, 4096), np.float64, "exp", "policy", 2.0, True),
+    ((16, 4096), np.float32, "softmax", "policy", 1.0, True),
+]
+
+
+def goal_check(beta: float, rep: int) -> list:
+    """The goal lines at one ``beta``: (case, ratio, baseline, goal, met)."""
+    out = []
+    for (rows, n), dtype, base, num, goal, at_most in GOALS:
+        ref, reward = problem(rows, n, dtype)
+        fns = {
+            "exp": lambda b=reward: np.exp(b),
+            "floor": lambda a=ref, b=reward: exp_times(b, a),
+            "policy": lambda a=ref, b=reward: optimal_policy(a, b, beta),
+            "softmax": lambda a=ref, b=reward: scipy.special.softmax(np.log(a) + b / beta, axis=-1),
+        }
+        calls = max(1, (1 << 20) // (rows * n))
+        t = interleaved({k: fns[k] for k in (base, num)}, rep, calls=calls)
+        ratio = t[num] / t[base]
+        label = f"optimal_policy ({rows}, {n}) {np.dtype(dtype).name}"
+        out.append((label, ratio, base, goal, ratio <= goal if at_most else ratio >= goal))
+    return out
 
 
 def peak_memory(fn, nbytes: int) -> float:
@@ -108,11 +151,27 @@ def threads_crossover(rows_list, n: int, beta: float, rep: int) -> list:
                     "forced": forced,
                 },
                 rep,
+                clock=time.perf_counter,  # threads: wall time, whatever --cpu says
             )
             blocks = -(-rows // _tilt._rows_per_block(n, np.dtype(dtype).itemsize))
             used = _tilt._threads(os.cpu_count() or 1, blocks)
             out.append((np.dtype(dtype).name, rows, n, blocks, used, t))
     return out
+
+
+def print_goals(goals: list, rep: int) -> None:
+    print(f"goal check: minimum of {rep} interleaved runs, one thread")
+    print(f"{'beta':>6s}  {'case':40s} {'ratio':>8s}  {'of':18s} goal")
+    for beta, lines in goals:
+        for label, ratio, base, goal, met in lines:
+            sign = "<=" if base != "softmax" else ">="
+            shown = ratio if base != "softmax" else 1 / ratio
+            name = "softmax / policy" if base == "softmax" else f"policy / {base}"
+            print(
+                f"{beta:6g}  {label:40s} {shown:7.2f}x  {name:18s} goal {sign} {goal:.2f}x: "
+                + ("met" if met else "not met")
+            )
+    print()
 
 
 def row(table: list, name: str, ratio: float, baseline: str, t: float, extra: str = "") -> None:
@@ -122,13 +181,30 @@ def row(table: list, name: str, ratio: float, baseline: str, t: float, extra: st
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--beta", type=float, default=0.5)
+    parser.add_argument(
+        "--beta",
+        type=float,
+        nargs="+",
+        default=[0.1, 0.5, 1.0, 10.0],
+        help="the goal check's betas (the full table uses the first)",
+    )
     parser.add_argument("--quick", action="store_true", help="small shapes, a smoke test")
+    parser.add_argument("--goals-only", action="store_true", help="only the goal check")
+    parser.add_argument(
+        "--cpu", action="store_true", help="single-threaded lines by process CPU time"
+    )
     args = parser.parse_args()
+    global CLOCK
+    if args.cpu:
+        CLOCK = time.process_time
+    goals = [(b, goal_check(b, args.repeat)) for b in args.beta]
+    print_goals(goals, args.repeat)
+    if args.goals_only:
+        return
     rows, n = (16, 4096) if args.quick else (256, 65536)
     small = (64, 256) if args.quick else (1024, 1024)
     vocab, length = (8, 3) if args.quick else (32, 4)
-    beta = args.beta
+    beta = args.beta[0]
     rep = args.repeat
     table: list = []
 
@@ -140,7 +216,6 @@ def main() -> None:
                 "exp": lambda r=reward: np.exp(r),
                 "floor": lambda a=ref, b=reward: exp_times(b, a),
                 "policy": lambda a=ref, b=reward: optimal_policy(a, b, beta),
-                "threads": lambda a=ref, b=reward: optimal_policy(a, b, beta, workers=-1),
                 "softmax": lambda a=ref, b=reward: scipy.special.softmax(
                     np.log(a) + b / beta, axis=-1
                 ),
@@ -148,6 +223,14 @@ def main() -> None:
                 "kl": lambda a=ref, b=reward: optimal_kl(a, b, beta),
             },
             rep,
+        )
+        t_threads = interleaved(
+            {
+                "floor": lambda a=ref, b=reward: exp_times(b, a),
+                "threads": lambda a=ref, b=reward: optimal_policy(a, b, beta, workers=-1),
+            },
+            rep,
+            clock=time.perf_counter,
         )
         pi = optimal_policy(ref, reward, beta)
         t_div = interleaved(
@@ -161,9 +244,9 @@ def main() -> None:
         row(
             table,
             f"  optimal_policy workers=-1 ({os.cpu_count()} cores) {label}",
-            t["threads"] / t["floor"],
+            t_threads["threads"] / t_threads["floor"],
             "floor",
-            t["threads"],
+            t_threads["threads"],
         )
         row(
             table,
@@ -247,7 +330,8 @@ def main() -> None:
         (8, 16, 64, 256) if args.quick else (16, 64, 128, 256, 512, 1024), 4096, beta, rep
     )
 
-    print(f"klpolicy core benchmark, beta={beta}, minimum of {rep} interleaved runs")
+    clock = "process CPU time" if args.cpu else "wall time"
+    print(f"klpolicy core benchmark, beta={beta}, minimum of {rep} interleaved runs ({clock})")
     print(f"{'case':58s} {'ratio':>8s}  {'to':16s} {'time (machine-dependent)':>24s}")
     for name, ratio, base, secs, extra in table:
         when = "" if np.isnan(secs) else f"{secs * 1e3:10.1f} ms"

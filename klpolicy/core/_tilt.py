@@ -22,7 +22,9 @@ refinements either. Every other row is handed to the careful path.
 
 from __future__ import annotations
 
+import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -109,69 +111,237 @@ def _rows_per_block(n: int, itemsize: int) -> int:
     return max(1, _BLOCK_BYTES // max(1, n * itemsize))
 
 
+# Scratch buffers (flat, by name and dtype) are kept per thread between calls up to this
+# size: a fresh block-sized buffer costs page faults on every call (the allocator hands
+# freed megabytes back to the system), which dominated calls on small batches.
+_KEEP_BYTES = 4 << 20
+_LOCAL = threading.local()
+
+
+def _scratch() -> dict:
+    """This thread's scratch buffers."""
+    try:
+        return _LOCAL.scratch
+    except AttributeError:
+        _LOCAL.scratch = {}
+        return _LOCAL.scratch
+
+
+def _buffer(scratch: dict, name: str, dtype, k: int, n: int) -> NDArray:
+    """A (k, n) scratch array of ``dtype`` named ``name``, reused from ``scratch``."""
+    key = (name, np.dtype(dtype).char)
+    b = scratch.get(key)
+    if b is None or b.size < k * n:
+        b = scratch[key] = np.empty(k * n, dtype)
+    return b[: k * n].reshape(k, n)
+
+
+def _trim(scratch: dict) -> None:
+    """Let go of the scratch buffers larger than ``_KEEP_BYTES`` (very long rows)."""
+    for key in [key for key, b in scratch.items() if b.nbytes > _KEEP_BYTES]:
+        del scratch[key]
+
+
 class _Sweep:
-    """Per-row reductions and fast-path results of one sweep over the row blocks."""
+    """Per-row reductions and fast-path results of one sweep over the row blocks.
+
+    ``ok``: rows whose sweep result is final (provably as accurate as the careful path);
+    the others are the careful path's.
+    """
 
     def __init__(self, rows: int, dtype):
-        self.qmin, self.total, self.rmax, self.rmin, self.c, self.w_sum = (
-            np.empty(rows, dtype) for _ in range(6)
-        )
+        self.qmin, self.total, self.rmax, self.rmin, self.c, self.w_sum = np.empty((6, rows), dtype)
+        self.ok = np.empty(rows, bool)
 
 
-def _sweep(ref, reward, ib, want, pi_out, res):
-    """One pass over row blocks: the validators' reductions and the optimistic fast path.
+def _set_shift(rmax, rmin, ib, c, itemsize: int) -> bool:
+    """``c = max(r)`` on rows where ``max |r| / beta`` exceeds ``_NO_SHIFT``, else 0 (an
+    exact no-op, which saves a pass); NaN rows shift too (they are redone or refused).
+    Returns whether any row shifts."""
+    mag = np.maximum(np.abs(rmax), np.abs(rmin))
+    mag *= ib
+    shift = ~(mag <= _NO_SHIFT[itemsize])
+    c[...] = 0
+    np.copyto(c, rmax, where=shift)
+    return bool(shift.any())
+
+
+def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None, route=True):
+    """One pass over row blocks: the validators' reductions and the fast path.
 
     For every row, whatever its values: ``w = ref * exp((r - c) * ib)`` with
     ``c = max(r)`` when ``|r| / beta`` exceeds a few tens (else ``c = 0``, an
-    exact no-op), ``pi = w / sum(w)`` and the requested statistics. Rows where
-    that is not provably accurate are detected afterwards (:func:`_fast_ok`) and
-    recomputed by the careful path; rows with invalid values make the caller
-    raise. Each block is read from memory once and stays in cache.
+    exact no-op), ``pi = w / sum(w)`` and the requested statistics. Each block is
+    read from memory once and stays in cache; rows with invalid values make the
+    caller raise (from the reductions, :func:`_valid`), and ``ok`` marks the rows
+    whose result is final (:func:`_fast_ok`, and for the soft value
+    :func:`_value_resolved`); the caller recomputes the others by the careful path.
+
+    float64 blocks are computed optimistically, ``r / beta`` first: the reads of
+    ``r`` and ``ref`` from memory then overlap the first write of the output and the
+    multiplication by ``ref``, instead of costing reductions of their own; the
+    reductions follow on the cached block, and a row whose ``max |r| / beta`` asks
+    for a shift is rescaled from the cached ``r``. float32 blocks (``ib64``, the
+    float64 ``1 / beta``, given) are routed per block: a row whose range ``r / beta``
+    lies beyond float32's exponent range (:func:`_fast_ok` with float32's bounds) is
+    computed in float64 on the cached block and rounded once (:func:`_wide_rows`),
+    and a row whose float32 soft value is not resolved likewise. After a block with
+    such rows, the next is routed from its reductions before any float32
+    exponential (a batch of wide rows computes no float32 result to throw away);
+    after a block without, optimistically as float64's. The order changes no bit of
+    the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
+    known (such float64 rows are not re-reduced); ``route=False`` leaves ``ok`` to the
+    caller (the wide rows of a float32 sweep are routed together at its end).
     """
     rows, n = ref.shape
     dtype = ref.dtype
     sw = _Sweep(rows, dtype)
     step = _rows_per_block(n, dtype.itemsize)
-    nb = min(step, rows)
-    scratch = {}
+    outer = scratch is None
+    scratch = _scratch() if outer else scratch
 
     def buf(name, k):
-        if name not in scratch:
-            scratch[name] = np.empty((nb, n), dtype)
-        return scratch[name][:k]
+        return _buffer(scratch, name, dtype, k, n)
 
-    shift_above = _NO_SHIFT[dtype.itemsize]
+    stats = bool(len(res))
+    routed = dtype.itemsize == 4 and ib64 is not None
     need_z = "kl" in want or "u" in want
+    if pre is not None:
+        sw.qmin[...], sw.rmax[...], sw.rmin[...] = pre
+    ahead = False  # float32: route this block before its exponentials (the last needed float64)
+    done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
+    wide64 = _Wide(rows, "value" in res) if routed else None
     for start in range(0, rows, step):
         s = slice(start, min(start + step, rows))
         q, r, ibs = ref[s], reward[s], ib[s]
         k = q.shape[0]
-        q.min(axis=-1, out=sw.qmin[s])
-        q.sum(axis=-1, out=sw.total[s])
-        r.max(axis=-1, out=sw.rmax[s])
-        r.min(axis=-1, out=sw.rmin[s])
-        mag = np.maximum(np.abs(sw.rmax[s]), np.abs(sw.rmin[s])) * ibs
-        shift = ~(mag <= shift_above)  # also NaN: such rows are redone or refused
-        c = sw.c[s]
-        c[...] = 0
-        c[shift] = sw.rmax[s][shift]
         w = pi_out[s] if pi_out is not None else buf("w", k)
-        ibc = ibs[:, None]
         z = buf("z", k) if need_z else w
-        if shift.any():
-            np.subtract(r, c[:, None], out=z)
-            np.multiply(z, ibc, out=z)
+        qmin, total, rmax, rmin, c = sw.qmin[s], sw.total[s], sw.rmax[s], sw.rmin[s], sw.c[s]
+        # one beta for the block (the usual case): a scalar factor takes numpy's vector loop,
+        # a (k, 1) column a strided one about three times slower
+        ibc = ibs[0] if k == 1 or (ibs == ibs[0]).all() else ibs[:, None]
+        ok = None
+        reduced = ahead or pre is not None
+        if reduced:
+            if pre is None:
+                q.min(axis=-1, out=qmin)
+                r.max(axis=-1, out=rmax)
+                r.min(axis=-1, out=rmin)
+            shifted = _set_shift(rmax, rmin, ibs, c, dtype.itemsize)
+            if routed:
+                ok = _fast_ok(q, r, ibs, sw, stats, s)
+            if ok is not None and not ok.any():
+                pass
+            elif shifted:
+                np.subtract(r, c[:, None], out=z)
+                np.multiply(z, ibc, out=z)
+            else:
+                np.multiply(r, ibc, out=z)
         else:
-            np.multiply(r, ibc, out=z)
-        np.exp(z, out=w)
-        np.multiply(w, q, out=w)
-        w_sum = w.sum(axis=-1, out=sw.w_sum[s])
-        np.multiply(w, (1 / w_sum)[:, None], out=w)  # w is now pi
-        if len(res):
-            _block_stats(
-                q, r, c, ibs, sw.total[s], w_sum, w, z, s, res, buf, sw.rmin[s], sw.rmax[s]
+            np.multiply(r, ibc, out=z)  # reads r while the output is first written
+            r.max(axis=-1, out=rmax)
+            r.min(axis=-1, out=rmin)
+            if _set_shift(rmax, rmin, ibs, c, dtype.itemsize):
+                np.subtract(r, c[:, None], out=z)
+                np.multiply(z, ibc, out=z)
+        if ok is None or ok.any():
+            np.exp(z, out=w)
+            np.multiply(w, q, out=w)  # reads ref
+            if not reduced:
+                q.min(axis=-1, out=qmin)
+            if stats or pre is None:  # with ``pre``, the caller has checked the sums
+                q.sum(axis=-1, out=total)
+            w_sum = w.sum(axis=-1, out=sw.w_sum[s])
+            np.multiply(w, (1 / w_sum)[:, None], out=w)  # w is now pi
+            if stats:
+                _block_stats(q, r, c, ibs, total, w_sum, w, z, s, res, buf, rmin, rmax)
+        else:
+            q.sum(axis=-1, out=total)
+        if ok is not None:  # routed ahead: the block's wide rows now, from the cache
+            if "value" in res:
+                ok &= _value_resolved(res["value"][s, 0], c, ibs)
+            wide = np.nonzero(~ok)[0]
+            ahead = bool(wide.size)
+            if wide.size:
+                _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s, wide64)
+            sw.ok[s] = ok
+            done[s] = True
+        elif routed:  # a cheap look at the underflow bound decides how to take the next block
+            ahead = not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
+    later = ~done if routed else slice(None)
+    if route and (not routed or later.any()):
+        ok = _fast_ok(ref, reward, ib, sw, stats)
+        if "value" in res:
+            ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
+        sw.ok[later] = ok[later]
+    if routed:  # rows of blocks computed optimistically that float32 does not hold
+        wide = np.nonzero(~sw.ok & later)[0]
+        if wide.size:
+            every = slice(None)
+            _wide_rows(
+                ref, reward, ib64, wide, want, pi_out, res, every, scratch, sw, every, wide64
             )
+        # the rows computed in float64, routed by float64's conditions, all at once
+        at = np.nonzero(wide64.went)[0]
+        if at.size:
+            red = _Wide.reductions(sw, at, wide64.c[at])
+            ok = _fast_ok(ref, reward, ib64[at], red, stats, at=at, itemsize=8)
+            if "value" in res:
+                ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
+            sw.ok[at] = ok
+    if outer:
+        _trim(scratch)
     return sw
+
+
+class _Wide:
+    """The float32 rows a sweep computed in float64: their float64 shift and soft value,
+    for routing them together at the sweep's end."""
+
+    def __init__(self, rows: int, value: bool):
+        self.went = np.zeros(rows, bool)
+        self.c = np.empty(rows)
+        self.value = np.empty(rows) if value else None
+
+    @staticmethod
+    def reductions(sw, at, c):
+        """The rows ``at`` of the float32 sweep's reductions, in float64 (exactly)."""
+        red = _Sweep(0, np.float64)
+        red.qmin, red.rmin, red.rmax = (
+            getattr(sw, f)[at].astype(np.float64) for f in ("qmin", "rmin", "rmax")
+        )
+        red.c = c
+        return red
+
+
+def _wide_rows(q, r, ib64, wide, want, w, res, s, scratch, sw, sb, into: _Wide) -> None:
+    """The float32 block's rows ``wide`` by float64's sweep on the cached block, rounded
+    once into the float32 outputs; their float64 shift and value go to ``into`` (routed
+    at the sweep's end). ``sw``, ``sb``: the float32 sweep and the block's slice of it
+    (its reductions are exact in float64)."""
+    k, n = wide.size, q.shape[1]
+    every = k == q.shape[0]
+    q64, r64 = _buffer(scratch, "q", np.float64, k, n), _buffer(scratch, "r", np.float64, k, n)
+    np.copyto(q64, q if every else q[wide])
+    np.copyto(r64, r if every else r[wide])
+    pi64 = _buffer(scratch, "pi", np.float64, k, n) if "pi" in want else None
+    sub = {name: _buffer(scratch, name, np.float64, k, n if name == "u" else 1) for name in res}
+    pick = slice(None) if every else wide
+    pre = tuple(getattr(sw, f)[sb][pick] for f in ("qmin", "rmax", "rmin"))
+    sw64 = _sweep(q64, r64, ib64[pick], want, pi64, sub, scratch=scratch, pre=pre, route=False)
+    if pi64 is not None:
+        if every:
+            np.copyto(w, pi64, casting="same_kind")
+        else:
+            w[wide] = pi64
+    for name, out in sub.items():
+        res[name][s][pick] = out
+    at = np.arange(sb.start or 0, (sb.start or 0) + q.shape[0])[pick]  # rows of the sweep
+    into.went[at] = True
+    into.c[at] = sw64.c
+    if into.value is not None:
+        into.value[at] = sub["value"][:, 0]
 
 
 def _block_stats(q, r, c, ib, total, w_sum, pi, z, s, res, buf, rmin, rmax):
@@ -290,7 +460,7 @@ def _threads(workers: int, blocks: int) -> int:
     return max(1, min(workers, blocks // _MIN_BLOCKS_PER_THREAD))
 
 
-def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
+def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int, ib64=None) -> _Sweep:
     """:func:`_sweep` over row chunks on a thread pool (numpy's ufuncs release the GIL).
 
     Each chunk is a whole number of cache blocks, so every thread runs exactly the
@@ -305,7 +475,7 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
     blocks = -(-rows // step)
     workers = _threads(workers, blocks)
     if workers <= 1:
-        return _sweep(ref, reward, ib, want, pi_out, res)
+        return _sweep(ref, reward, ib, want, pi_out, res, ib64)
     per = -(-blocks // (workers * _TASKS_PER_WORKER)) * step
     bounds = [(a, min(a + per, rows)) for a in range(0, rows, per)]
 
@@ -316,17 +486,26 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int) -> _Sweep:
         sub = {k: v[a:b] for k, v in res.items()}
         out = None if pi_out is None else pi_out[a:b]
         with np.errstate(**state):
-            return _sweep(ref[a:b], reward[a:b], ib[a:b], want, out, sub)
+            return _sweep(
+                ref[a:b], reward[a:b], ib[a:b], want, out, sub, None if ib64 is None else ib64[a:b]
+            )
 
     parts = list(_pool(workers).map(run, bounds))
     sw = _Sweep(0, ref.dtype)
-    for name in ("qmin", "total", "rmax", "rmin", "c", "w_sum"):
+    for name in ("qmin", "total", "rmax", "rmin", "c", "w_sum", "ok"):
         setattr(sw, name, np.concatenate([getattr(p, name) for p in parts]))
     return sw
 
 
-def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
+def _fast_ok(
+    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None
+) -> NDArray[np.bool_]:
     """Rows where the sweep's one-exp result is provably as accurate as the careful path.
+
+    ``ref``, ``reward``, ``ib``: the rows (a block of the sweep, or all of them); ``s``:
+    their slice of the sweep's reductions ``sw``; or ``at``, the indices of the rows of
+    ``ref`` and ``reward`` that ``ib`` and ``sw`` hold. ``itemsize``: the bounds' dtype
+    (default ``ref``'s). Conditions:
 
     * ``0 < 1/beta < inf``: finite positive beta (the limits are the careful path's);
     * no overflow: ``(max r - c) / beta + log n`` stays below the largest exponent, so
@@ -340,26 +519,34 @@ def _fast_ok(ref, reward, ib, sw: _Sweep, stats: bool) -> NDArray[np.bool_]:
     * with statistics, ``(max r - min r) / beta >= 2`` on the support: there the
       careful path uses neither its mean-centred soft value (it does when
       ``max |r - E_ref r| < beta``) nor ``log1p`` for a log-partition near 0.
+
+    Run under ``np.errstate(all="ignore")`` (the sweep is): invalid rows give NaN here.
     """
-    low, high = _RANGE[ref.dtype.itemsize]
-    qpos, r_lo, r_hi = sw.qmin.copy(), sw.rmin.copy(), sw.rmax.copy()
-    zero = np.nonzero(sw.qmin == 0)[0]
+    low, high = _RANGE[itemsize or ref.dtype.itemsize]
+    qmin, rmin, rmax, c = sw.qmin[s], sw.rmin[s], sw.rmax[s], sw.c[s]
+    qpos, r_lo, r_hi = qmin, rmin, rmax
+    zero = np.nonzero(qmin == 0)[0]
     if zero.size:  # rows with zeros: smallest entry, smallest and best reward on the support
-        qz, rz = ref[zero], reward[zero]
+        qpos, r_lo, r_hi = qmin.copy(), rmin.copy(), rmax.copy()
+        rows = zero if at is None else at[zero]
+        qz, rz = ref[rows], reward[rows]
         sup = qz > 0
         qpos[zero] = np.min(np.where(sup, qz, np.inf), axis=-1)
         r_lo[zero] = np.min(np.where(sup, rz, np.inf), axis=-1)
         r_hi[zero] = np.max(np.where(sup, rz, -np.inf), axis=-1)
-    n = ref.shape[-1]
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ok = (ib > 0) & np.isfinite(ib)
-        ok &= (sw.rmax - sw.c) * ib + np.log(n) < high
-        ok &= np.log(qpos) + (r_lo - sw.c) * ib > low
-        # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
-        # there, and the KL's and variance's summands -inf * 0 = NaN
-        ok &= np.isfinite((sw.rmin - sw.c) * ib)
-        if stats:
-            ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
+    lo = (r_lo - c) * ib
+    ok = np.log(qpos) + lo > low
+    hi = rmax - c
+    hi *= ib
+    hi += math.log(ref.shape[-1])
+    ok &= hi < high
+    ok &= ib > 0
+    ok &= ib < np.inf
+    # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
+    # there, and the KL's and variance's summands -inf * 0 = NaN
+    ok &= np.isfinite(lo if r_lo is rmin else (rmin - c) * ib)
+    if stats:
+        ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
     return ok
 
 
@@ -390,12 +577,12 @@ def _value_resolved(value: NDArray, c: NDArray, ib: NDArray) -> NDArray[np.bool_
 def _valid(sw: _Sweep, check) -> bool:
     """What the validators check, from the sweep's reductions (NaN fails every comparison)."""
     tol, in64, ref = check
-    if not (np.all(sw.qmin >= 0) and np.all(np.isfinite(sw.rmax)) and np.all(np.isfinite(sw.rmin))):
+    if not ((sw.qmin >= 0).all() and np.isfinite(sw.rmax).all() and np.isfinite(sw.rmin).all()):
         return False
     dev = np.abs(sw.total - 1.0)
-    if in64 and np.any(dev > 0.5 * tol):  # borderline in float32: sum in float64 as they do
+    if in64 and (dev > 0.5 * tol).any():  # borderline in float32: sum in float64 as they do
         dev = np.abs(ref.sum(axis=-1, dtype=np.float64) - 1.0)
-    return bool(np.all(dev <= tol))
+    return bool((dev <= tol).all())
 
 
 def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None, workers=1):
@@ -411,31 +598,21 @@ def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None, w
     pi_out = np.empty((rows, n), dtype) if "pi" in want else None
     with np.errstate(all="ignore"):
         ib = (1 / beta[:, 0]).astype(dtype, copy=False)
-        sw = _parallel_sweep(ref, reward, ib, want, pi_out, res, workers)
+        ib64 = None if dtype == np.float64 else 1 / beta[:, 0].astype(np.float64)
+        sw = _parallel_sweep(ref, reward, ib, want, pi_out, res, workers, ib64)
     if check is not None and not _valid(sw, (*check, ref)):
         return None
-    ok = _fast_ok(ref, reward, ib, sw, stats=bool(res))
-    if "value" in res:
-        ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
-    slow = np.nonzero(~ok)[0]
-    if slow.size and dtype == np.float32:
-        # float32 rows beyond float32's exp range (a spread r/beta past ~80) are rows
-        # float64's one-exp sweep still takes: computed there and rounded once, they are
-        # at least as exact as float32's careful kernel and an order of magnitude faster
-        wide = _tilt_rows(
-            ref[slow].astype(np.float64),
-            reward[slow].astype(np.float64),
-            beta[slow].astype(np.float64),
-            want,
-            workers=workers,
-        )
-        if pi_out is not None:
-            pi_out[slow] = wide["pi"]
-        for k in res:
-            res[k][slow] = wide[k]
-        slow = slow[:0]
+    slow = np.nonzero(~sw.ok)[0]
     if slow.size:
-        t = _tilt_careful(ref[slow], reward[slow], beta[slow], want)
+        # float32 rows come here only where float64's fast path did not hold either: the
+        # careful kernel in float64, rounded once
+        wide = dtype != np.float64
+        t = _tilt_careful(
+            ref[slow].astype(np.float64) if wide else ref[slow],
+            reward[slow].astype(np.float64) if wide else reward[slow],
+            beta[slow].astype(np.float64) if wide else beta[slow],
+            want,
+        )
         if pi_out is not None:
             pi_out[slow] = t.pi
         for k in res:
@@ -458,13 +635,14 @@ def tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=ALL, check=None, wor
         beta = beta.reshape((1,) * ref.ndim)
     shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape[:-1] + (1,))
     n = shape[-1]
-    ref2 = np.broadcast_to(ref, shape).reshape(-1, n)
-    rew2 = np.broadcast_to(reward, shape).reshape(-1, n)
-    b2 = np.broadcast_to(beta, shape[:-1] + (1,)).reshape(-1, 1).astype(ref.dtype, copy=False)
+    ref2 = (ref if ref.shape == shape else np.broadcast_to(ref, shape)).reshape(-1, n)
+    rew2 = (reward if reward.shape == shape else np.broadcast_to(reward, shape)).reshape(-1, n)
+    keep = shape[:-1] + (1,)
+    b2 = (beta if beta.shape == keep else np.broadcast_to(beta, keep)).reshape(-1, 1)
+    b2 = b2.astype(ref.dtype, copy=False)
     out = _tilt_rows(ref2, rew2, b2, want, check=check, workers=workers)
     if out is None:
         return None
-    keep = shape[:-1] + (1,)
     fields = {k: (out[k].reshape(shape) if k in out else None) for k in ("pi", "u")}
     for k in ("value", "kl", "mean", "var"):
         fields[k] = out[k].reshape(keep) if k in out else None

@@ -104,6 +104,8 @@ def as_float_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
 
 def result_dtype(*arrays: NDArray) -> np.dtype:
     """float32 when every input is float32 (or narrower), float64 otherwise."""
+    if all(a.dtype == np.float64 for a in arrays):
+        return np.dtype(np.float64)
     dt = np.result_type(*[a.dtype for a in arrays], np.float32)
     if dt not in (np.float32, np.float64):
         dt = np.dtype(np.float64)
@@ -251,7 +253,7 @@ def as_beta(
             f"`{name}` must have size 1 along the probability axis (one beta per row); "
             f"got shape {np.shape(beta)}"
         )
-    return np.moveaxis(b, ax, -1)
+    return b if ax == b.ndim - 1 else np.moveaxis(b, ax, -1)
 
 
 def check_beta_values(

@@ -132,17 +132,23 @@ def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
     try:
         ax_ref = V.normalise_axis(axis, ref_a.ndim, "ref")
         ax_rew = V.normalise_axis(axis, rew_a.ndim, "reward")
-        ref_m, rew_m = np.moveaxis(ref_a, ax_ref, -1), np.moveaxis(rew_a, ax_rew, -1)
+        ref_m = ref_a if ax_ref == ref_a.ndim - 1 else np.moveaxis(ref_a, ax_ref, -1)
+        rew_m = rew_a if ax_rew == rew_a.ndim - 1 else np.moveaxis(rew_a, ax_rew, -1)
         if ref_m.shape[-1] != rew_m.shape[-1]:
             return None
-        pair = np.broadcast_shapes(ref_m.shape, rew_m.shape)
+        pair = (
+            ref_m.shape
+            if ref_m.shape == rew_m.shape
+            else np.broadcast_shapes(ref_m.shape, rew_m.shape)
+        )
         ax = V.normalise_axis(axis, len(pair))
         b = V.as_beta(beta, len(pair), ax)
         shape = np.broadcast_shapes(pair, b.shape)
     except ValueError:
         return None
     dtype = V.result_dtype(ref_m, rew_m)
-    b = np.broadcast_to(b, shape[:-1] + (1,))
+    if b.shape != shape[:-1] + (1,):
+        b = np.broadcast_to(b, shape[:-1] + (1,))
     if dtype == np.float32:
         b = b.astype(np.float32)
     check = (

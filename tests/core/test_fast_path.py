@@ -38,7 +38,7 @@ def _routes(ref, reward, beta, stats=False):
         ib = 1 / b[:, 0]
         res = {"value": np.empty((ref.shape[0], 1))} if stats else {}
         sw = K._sweep(ref, reward, ib, frozenset(res), None, res)
-    return K._fast_ok(ref, reward, ib, sw, stats=stats)
+        return K._fast_ok(ref, reward, ib, sw, stats=stats)
 
 
 # rows of 4 entries, each with its beta; True where the fast path is provably exact
@@ -304,3 +304,64 @@ def test_soft_values_stay_on_the_fast_path_unless_near_zero(dtype):
     with np.errstate(all="ignore"):
         sw1 = K._sweep(q, r, ib1, frozenset(res1), None, res1)
     assert not K._value_resolved(res1["value"][:, 0], sw1.c, ib1)[0]
+
+
+# --------------------------------------------------------------------------- float32 routing
+
+
+def _float32_batch():
+    """Rows of 64 alternating ordinary and wide for float32 (a range of r / beta past
+    float32's exponent range), in one order and the other (the row before decides how a
+    one-row block is taken: optimistically, or routed before its exponentials)."""
+    rng = np.random.default_rng(11)
+    ref = rng.dirichlet(np.ones(64), size=8)
+    reward = rng.normal(size=(8, 64))
+    reward[1::2] *= 12.0  # r / beta spans about +-300 at beta 1/8
+    reward[5, 3] = 40.0  # one wide row with a far outlier
+    return ref.astype(np.float32), reward.astype(np.float32)
+
+
+@pytest.mark.usefixtures("blocks")
+@pytest.mark.parametrize("order", ["wide second", "wide first"])
+def test_float32_wide_rows_are_float64_rounded_once(order):
+    ref, reward = _float32_batch()
+    if order == "wide first":
+        ref, reward = ref[::-1].copy(), reward[::-1].copy()
+    beta = 0.125  # exact in float32: the float64 reference sees the same beta
+    with np.errstate(all="ignore"):
+        ib = np.full(8, 8.0, np.float32)
+        sw = K._sweep(ref, reward, ib, frozenset({"pi"}), None, {})
+        wide = ~K._fast_ok(ref, reward, ib, sw, stats=False)
+    assert wide.sum() == 4  # the scaled rows, and only they
+    pi = kp.optimal_policy(ref, reward, beta)
+    value = kp.soft_value(ref, reward, beta)
+    kl = kp.optimal_kl(ref, reward, beta)
+    assert pi.dtype == value.dtype == kl.dtype == np.float32
+    ref64, rew64 = ref.astype(np.float64), reward.astype(np.float64)
+    pi64 = kp.optimal_policy(ref64, rew64, beta)
+    # wide rows: float64's one-exp result rounded once, to the bit
+    np.testing.assert_array_equal(pi[wide], pi64[wide].astype(np.float32))
+    np.testing.assert_array_equal(
+        value[wide], kp.soft_value(ref64, rew64, beta)[wide].astype(np.float32)
+    )
+    np.testing.assert_array_equal(
+        kl[wide], kp.optimal_kl(ref64, rew64, beta)[wide].astype(np.float32)
+    )
+    np.testing.assert_allclose(pi[~wide], pi64[~wide], rtol=1e-5, atol=1e-37)
+    for i in range(8):  # every row as in a batch of its own, and against mpmath
+        np.testing.assert_array_equal(kp.optimal_policy(ref[i], reward[i], beta), pi[i])
+        want = R.to_float(R.optimal_policy(ref64[i], rew64[i], beta))
+        normal = want > 1e-36
+        assert np.all(np.abs(pi[i][normal] / want[normal] - 1) < 4e-6)
+        assert np.all(np.abs(pi[i][~normal] - want[~normal]) <= 1.5e-45 + 1e-6 * want[~normal])
+    with np.errstate(all="raise"):  # no floating-point warning escapes the kernel
+        kp.optimal_policy(ref, reward, beta, workers=2)
+
+
+def test_float32_threads_give_the_same_bits(monkeypatch):
+    ref, reward = _float32_batch()
+    ref, reward = np.tile(ref, (40, 1)), np.tile(reward, (40, 1))
+    one = kp.optimal_kl(ref, reward, 0.125)
+    monkeypatch.setattr(K, "_MIN_BLOCKS_PER_THREAD", 1)
+    monkeypatch.setattr(K, "_BLOCK_BYTES", 64 * 4 * 3)
+    np.testing.assert_array_equal(kp.optimal_kl(ref, reward, 0.125, workers=2), one)
