@@ -695,8 +695,10 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
     there) and then falls. At a minimiser every h_i equals one multiplier nu > 0 and at
     most one outcome sits on its falling branch (two would give the descent direction
     e_j - e_k). The candidates: all outcomes rising (mass increasing in nu: one root), or
-    outcome k falling (roots located on a grid of nu, for all k at once, the most promising
-    refined by Brent); the least loss is returned.
+    outcome k falling (roots located on a grid of nu, for all k at once; every bracket that
+    may hold the least loss refined by regula falsi); the least loss is returned, candidates
+    compared by :func:`_loss_difference` (resolved below the rounding of the loss, so that
+    near ties between outcomes of tiny mass do not fall to the outcomes' order).
     """
     k_n = idx.size
     rows = np.arange(k_n)
@@ -704,19 +706,16 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
         logtop = fo.log_d1(np.minimum(fo.peak, -lref), rows) - lref - np.minimum(fo.peak, -lref)
     logcap = float(np.min(logtop))
 
-    def loss(g):
-        return math.fsum(fo.value(g, rows).tolist())
-
     def rising_g(lognu):
         return _nu_g(fo, lref, rows, np.full(k_n, lognu), rising=True)
 
-    cands = []
+    cands = []  # (g, log nu) of each stationary point
     # all outcomes on their rising branch
     if _log_mass(lref, rising_g(logcap)) >= 0:
         ln = _scalar_root(
             lambda v: _log_mass(lref, rising_g(min(v, logcap))), logcap - 1.0, logcap, 1
         )
-        cands.append(rising_g(min(ln, logcap)))
+        cands.append((rising_g(min(ln, logcap)), min(ln, logcap)))
     # one outcome on its falling branch: a grid of nu for every k at once
     # down to the smallest marginal cost at full mass (the falling branches' far ends)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -738,30 +737,89 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
     vl, vr = fo.value(gl, rr.reshape(k_n, n_g)), fo.value(gr, rr.reshape(k_n, n_g))
     approx = vl.sum(axis=0)[None, :] - vl + vr
     kk, jj = np.nonzero((ex[:, :-1] == 0) | (ex[:, :-1] * ex[:, 1:] < 0))
-    order = np.argsort(approx[kk, jj], kind="stable")[:4]
-    for k, j in zip(kk[order], jj[order], strict=True):
-
-        def falling_g(v, k=k):
-            g = rising_g(v)
-            g[k] = _nu_g(fo, lref, rows[k : k + 1], np.array([v]), rising=False)[0]
-            return g
-
-        if ex[k, j] == 0:
-            cands.append(falling_g(grid[j]))
-            continue
-        from scipy.optimize import brentq
-
-        v = brentq(
-            lambda v, k=k: _log_mass(lref, falling_g(v)),
-            grid[j],
-            grid[j + 1],
-            xtol=1e-15,
-            rtol=4 * np.finfo(float).eps,
-        )
-        cands.append(falling_g(v))
+    if kk.size:
+        # which brackets to refine: the loss at a grid point, corrected to first order for
+        # its mass excess (the Lagrangian approx - nu * ex), brackets every root's loss up to
+        # the curvature between the two grid points; keep every bracket that may hold the
+        # least loss (near ties, e.g. outcomes of tiny mass that swap roles, are all kept:
+        # a fixed number of the "most promising" depended on the outcomes' order)
+        lag = approx - np.exp(grid)[None, :] * ex
+        a_l, a_r = lag[kk, jj], lag[kk, jj + 1]
+        lo_b, hi_b = np.minimum(a_l, a_r), np.maximum(a_l, a_r)
+        slack = 0.1 * (hi_b - lo_b) + 1e-9 * np.abs(hi_b)
+        keep = lo_b - slack <= np.min(hi_b + slack)
+        kk, jj = kk[keep], jj[keep]
+        cands.extend(_falling_candidates(fo, lref, rows, grid, ex, kk, jj))
     if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
         raise ValueError(f"the population {name} loss: no stationary point found")
-    return min(cands, key=loss)
+    best = cands[0]
+    for cand in cands[1:]:
+        if _loss_difference(fo, lref, rows, cand, best) < 0:
+            best = cand
+    return best[0]
+
+
+def _falling_candidates(fo, lref, rows, grid, ex, kk, jj):
+    """The stationary points with outcome kk[q] on its falling branch and a multiplier in
+    [grid[jj[q]], grid[jj[q] + 1]] (a sign change of the mass excess ``ex``): all brackets
+    refined together by regula falsi (Illinois) in log nu, vectorised over the brackets."""
+    k_n, m = rows.size, kk.size
+
+    def excess(v):
+        """Mass excess and log-ratios at multipliers v (one per bracket)."""
+        rr = np.tile(rows, m)
+        gl = _nu_g(fo, lref, rr, np.repeat(v, k_n), rising=True).reshape(m, k_n)
+        gk = _nu_g(fo, lref, rows[kk], v, rising=False)
+        gl[np.arange(m), kk] = gk
+        with np.errstate(over="ignore"):
+            mass = np.exp(lref[None, :] + gl)
+        return np.sort(mass, axis=1).sum(axis=1) - 1.0, gl  # sorted: order-free rounding
+
+    # Illinois regula falsi, vectorised over the brackets
+    a, b = grid[jj].copy(), grid[jj + 1].copy()
+    fa, fb = ex[kk, jj].copy(), ex[kk, jj + 1].copy()
+    for _ in range(100):
+        done = (fa == 0) | (fb == 0) | (np.abs(b - a) <= 4 * np.finfo(float).eps * np.abs(b))
+        if done.all():
+            break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = b - fb * (b - a) / (fb - fa)
+        x = np.where(done | ~((x > np.minimum(a, b)) & (x < np.maximum(a, b))), 0.5 * (a + b), x)
+        fx, _ = excess(x)
+        fx = np.where(done, fb, fx)
+        x = np.where(done, b, x)
+        flip = np.sign(fx) != np.sign(fb)  # the root lies between b and x: a <- b
+        a = np.where(flip, b, a)
+        fa = np.where(flip, fb, 0.5 * fa)  # Illinois: halve the end kept again
+        b, fb = x, fx
+    v = np.where(fa == 0, a, b)
+    _, gl = excess(v)
+    return [(gl[q], float(v[q])) for q in range(m)]
+
+
+def _loss_difference(fo, lref, rows, a, b) -> float:
+    """L(a) - L(b) for two stationary points ``(g, log nu)`` of the separable problem,
+    resolved below the rounding of L itself.
+
+    Two candidates can differ only in outcomes of tiny mass (which outcome takes the
+    falling branch), their losses then agreeing to far below float resolution. The
+    outcomes whose log-ratios barely move (``near``) are, at both points, at the common
+    marginal cost nu: their loss changes by ~ nu_mid * (their mass change), and the
+    normalisation makes that mass change minus the others'. So
+    ``L(a) - L(b) = sum_far [f_i(a) - f_i(b)] - nu_mid * sum_far [m_i(a) - m_i(b)]``,
+    each term accurate relative to itself (second-order error in the near masses' change).
+    """
+    ga, gb = a[0], b[0]
+    far = ~(np.abs(ga - gb) <= 1e-6 * np.maximum(1.0, np.abs(gb)))
+    if not far.any():
+        return 0.0
+    idx = rows[far]
+    with np.errstate(over="ignore"):
+        dm = np.exp(lref[far] + ga[far]) - np.exp(lref[far] + gb[far])
+        df = fo.value(ga[far], idx) - fo.value(gb[far], idx)
+    nu = 0.5 * (math.exp(a[1]) + math.exp(b[1]))
+    terms = np.concatenate([df, -nu * dm])
+    return math.fsum(sorted(terms.tolist(), key=abs))
 
 
 def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
