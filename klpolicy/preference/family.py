@@ -510,9 +510,10 @@ class _PerOutcome:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             self.g0 = (d + np.log(c) - np.log(a - c)) / b
             # h = f' e^{-g} peaks where f'' = f': a b s^2 - a (b - 1) s - c = 0, s = sigma
-            disc = np.sqrt((a * (b - 1)) ** 2 + 4 * a * b * c)
-            s = (a * (b - 1) + disc) / (2 * a * b)
-            one_minus = (a * (b + 1) - disc) / (2 * a * b)  # 1 - s, its own rounding
+            # roots without cancellation (and without overflow at extreme beta)
+            disc = a * np.hypot(b - 1, 2 * np.sqrt(b * c / a))
+            s = np.where(b <= 1, 2 * c / (a * (1 - b) + disc), (a * (b - 1) + disc) / (2 * a * b))
+            one_minus = 2 * (a - c) / (a * (b + 1) + disc)  # 1 - s, its own rounding
             self.peak = (np.log(s) - np.log(one_minus) + d) / b
 
     def value(self, g, rows):
@@ -743,12 +744,15 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
         # the curvature between the two grid points; keep every bracket that may hold the
         # least loss (near ties, e.g. outcomes of tiny mass that swap roles, are all kept:
         # a fixed number of the "most promising" depended on the outcomes' order)
-        lag = approx - np.exp(grid)[None, :] * ex
-        a_l, a_r = lag[kk, jj], lag[kk, jj + 1]
-        lo_b, hi_b = np.minimum(a_l, a_r), np.maximum(a_l, a_r)
-        slack = 0.1 * (hi_b - lo_b) + 1e-9 * np.abs(hi_b)
-        keep = lo_b - slack <= np.min(hi_b + slack)
-        kk, jj = kk[keep], jj[keep]
+        with np.errstate(over="ignore", invalid="ignore"):
+            lag = np.where(ex == 0, approx, approx - np.exp(grid)[None, :] * ex)
+            a_l, a_r = lag[kk, jj], lag[kk, jj + 1]
+            lo_b, hi_b = np.minimum(a_l, a_r), np.maximum(a_l, a_r)
+            slack = 0.1 * (hi_b - lo_b) + 1e-9 * np.abs(hi_b)
+        sure = np.isfinite(lo_b) & np.isfinite(hi_b)  # (a multiplier past the floats: kept)
+        if sure.any():
+            keep = ~sure | (lo_b - slack <= np.min((hi_b + slack)[sure]))
+            kk, jj = kk[keep], jj[keep]
         cands.extend(_falling_candidates(fo, lref, rows, grid, ex, kk, jj))
     if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
         raise ValueError(f"the population {name} loss: no stationary point found")
@@ -817,9 +821,53 @@ def _loss_difference(fo, lref, rows, a, b) -> float:
     with np.errstate(over="ignore"):
         dm = np.exp(lref[far] + ga[far]) - np.exp(lref[far] + gb[far])
         df = fo.value(ga[far], idx) - fo.value(gb[far], idx)
-    nu = 0.5 * (math.exp(a[1]) + math.exp(b[1]))
-    terms = np.concatenate([df, -nu * dm])
+    with np.errstate(over="ignore", invalid="ignore"):
+        nu = 0.5 * (np.exp(a[1]) + np.exp(b[1]))
+        terms = np.concatenate([df, -nu * dm])
+    if not np.isfinite(terms).all():  # a multiplier past the floats: the plain difference
+        return math.fsum(fo.value(ga, rows).tolist()) - math.fsum(fo.value(gb, rows).tolist())
     return math.fsum(sorted(terms.tolist(), key=abs))
+
+
+def _underflow_vertex(fo, lref):
+    """The non-convex case when every outcome's rising branch holds a mass below the
+    smallest float (bco_pair with a large negative ``delta``, or a tiny ``beta``: the
+    free minimisers sit at ``g ~ delta / beta``), else None.
+
+    Then all mass but an underflowing remainder sits on one outcome k on its falling branch
+    (all rising cannot reach mass 1; two falling is never a minimiser), the others at their
+    free minimisers to within e^{-745}, so the loss is
+    sum_i f_i(g0_i) + [f_k(-log ref_k) - f_k(g0_k)], least for the k with the least bracket;
+    the answer in floats is the vertex e_k. The bracket is evaluated in x = beta g - delta,
+    where the free minimiser is x0 = log c - log(alpha - c) (exact at any delta / beta).
+    """
+    rows = np.arange(lref.size)
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = lref + np.minimum(fo.peak, -lref)  # log of the largest rising mass
+    if not np.all(top < -800.0) or np.any(fo.c == 0):
+        return None
+    if fo.name == "sppo_hard":
+        with np.errstate(over="ignore", invalid="ignore"):
+            gain = fo.value(-lref, rows) - fo.value(fo.g0, rows)
+    else:
+        c, a = fo.c, fo.alpha
+        with np.errstate(over="ignore"):
+            x1 = -fo.beta * lref - fo.delta
+        x0 = np.log(c) - np.log(a - c)
+
+        def vx(x):  # f in x: c sp(-x) + (a - c) sp(x) up to terms equal at x0 and x1
+            if fo.name == "nca_pair":
+                return c * (_sp(-x) + 0.5 * _sp(x)) + 0.5 * fo.r * _sp(x)
+            return c * _sp(-x) + fo.r * _sp(x)
+
+        gain = vx(x1) - vx(x0)
+    if not np.isfinite(gain).any():
+        return None
+    # least bracket; an exact tie goes to the larger reference mass (order-free)
+    k = int(np.lexsort((-lref, gain))[0])
+    g = np.full(lref.size, -np.inf)
+    g[k] = -lref[k]
+    return g
 
 
 def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
@@ -844,7 +892,11 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
             g[unseen] = math.log1p(-s0) - math.log(float(ref_a[unseen].sum()))
         return g
     if s0 < 1.0:
-        if not np.all(np.isfinite(g0)):
+        vertex = _underflow_vertex(fo, lref)
+        if vertex is not None:
+            g[idx] = vertex
+            return g
+        if np.any(fo.c == 0):
             raise ValueError(
                 f"the population {name} loss is minimised outcome by outcome at log-ratios "
                 f"whose policy has total mass {s0:.6g} < 1, every outcome of `ref`'s support is "

@@ -220,7 +220,7 @@ def _expand(fn, start, step, want_positive):
 def separable_policy(name, o, ref, p, beta, joint=None, *, details=False):
     """The population optimum of a per-outcome loss, as floats, from 60-digit mpmath.
 
-    Recipe: W as in :func:`weights`; c_i = sum_j W_ij (chosen), r_i = sum_j W_ji
+    Recipe: W as in :func:`weights`, its diagonal (pairs of identical responses) kept; c_i = sum_j W_ij (chosen), r_i = sum_j W_ji
     (rejected); the loss is sum_i f_i(g_i), f_i = c_i A + r_i B with A, B written from the
     definitions in LOSSES, over g = log(pi / ref) with sum_i ref_i e^{g_i} = 1.
     The free minimisers g0_i (f_i' = 0, by bisection/Newton) carry mass S0.
@@ -243,6 +243,9 @@ def separable_policy(name, o, ref, p, beta, joint=None, *, details=False):
     with mp.workdps(DPS):
         q, w = weights(ref, p, joint)
         n = len(q)
+        for i in range(n):  # pairs of identical responses count here (a = b = g_i)
+            mu_ii = q[i] * q[i] if joint is None else mp.mpf(float(joint[i][i]))
+            w[i][i] = 2 * mu_ii * mp.mpf(float(p[i][i]))
         c = [mp.fsum(w[i]) for i in range(n)]
         r = [mp.fsum(w[j][i] for j in range(n)) for i in range(n)]
         da, dda, db, ddb = _per_outcome_derivatives(name, o, beta)
