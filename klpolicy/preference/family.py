@@ -656,7 +656,8 @@ def _nu_g(fo, lref, rows, lognu, *, rising):
         def du2(g, live):
             return du(g, sel[live])
 
-        tol = 64 * np.finfo(float).eps * (1 + np.abs(lref[rows[sel]]) + np.abs(hi[sel]))
+        tol = 0.0  # the best float g: u is flat near the peak, where an absolute |u| bar
+        # leaves g loose (1e-9 relative in a mass was seen)
         out[sel] = _roots(
             u2, du2, lo[sel], hi[sel], increasing=rising, what="marginal cost", ftol=tol
         )
@@ -668,6 +669,20 @@ def _log_mass(lref, g):
 
     with np.errstate(divide="ignore"):
         return float(logsumexp(lref + g))
+
+
+def _mass_excess(lref, g) -> NDArray:
+    """sum_i e^{lref_i + g_i} - 1 along the last axis, accurate to the rounding of the
+    smaller masses: the largest mass enters as expm1 (its own distance to 1), so an
+    outcome of tiny mass that absorbs the normalisation is not off by eps / its mass."""
+    x = np.asarray(lref + g, dtype=float)
+    k = np.argmax(x, axis=-1)
+    top = np.take_along_axis(x, k[..., None], axis=-1)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        m = np.exp(x)
+        np.put_along_axis(m, k[..., None], 0.0, axis=-1)
+        rest = np.sort(m, axis=-1).sum(axis=-1)  # sorted: rounding free of the order
+        return np.expm1(top[..., 0]) + rest
 
 
 def _scalar_root(fn, lo, hi, direction):
@@ -712,9 +727,9 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
 
     cands = []  # (g, log nu) of each stationary point
     # all outcomes on their rising branch
-    if _log_mass(lref, rising_g(logcap)) >= 0:
+    if _mass_excess(lref, rising_g(logcap)) >= 0:
         ln = _scalar_root(
-            lambda v: _log_mass(lref, rising_g(min(v, logcap))), logcap - 1.0, logcap, 1
+            lambda v: float(_mass_excess(lref, rising_g(min(v, logcap)))), logcap - 1.0, logcap, 1
         )
         cands.append((rising_g(min(ln, logcap)), min(ln, logcap)))
     # one outcome on its falling branch: a grid of nu for every k at once
@@ -775,9 +790,7 @@ def _falling_candidates(fo, lref, rows, grid, ex, kk, jj):
         gl = _nu_g(fo, lref, rr, np.repeat(v, k_n), rising=True).reshape(m, k_n)
         gk = _nu_g(fo, lref, rows[kk], v, rising=False)
         gl[np.arange(m), kk] = gk
-        with np.errstate(over="ignore"):
-            mass = np.exp(lref[None, :] + gl)
-        return np.sort(mass, axis=1).sum(axis=1) - 1.0, gl  # sorted: order-free rounding
+        return _mass_excess(lref[None, :], gl), gl
 
     # Illinois regula falsi, vectorised over the brackets
     a, b = grid[jj].copy(), grid[jj + 1].copy()
@@ -911,7 +924,7 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
     live = np.flatnonzero(~(np.isinf(g0) & (g0 < 0)))
 
     def log_mass(t):
-        return _log_mass(lref[live], _lambda_g(fo, lref, live, t))
+        return float(_mass_excess(lref[live], _lambda_g(fo, lref, live, t)))
 
     t = _scalar_root(log_mass, -1.0, 1.0, -1)
     g[idx[live]] = _lambda_g(fo, lref, live, t)
