@@ -1018,8 +1018,17 @@ def population_optimum(
     minimiser all :math:`h_i` equal one multiplier and at most one outcome is on a falling
     branch (two would give the descent direction :math:`e_j - e_k`), so the candidates
     (all rising, or outcome :math:`k` falling) are enumerated, their roots in the
-    multiplier located on a grid and refined by Brent, and the least loss is returned.
-    Outcomes never chosen (no finite :math:`g^0_i`) in this case raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
+    multiplier located on a grid, every bracket that may hold the least loss refined, and
+    the least loss is returned. Candidates are compared by a loss difference resolved
+    below the loss's own rounding (the outcomes whose log-ratios barely move enter through
+    the multiplier times their mass change), so that stationary points differing only in
+    outcomes of tiny mass, whose losses agree to 1e-20 relative, are told apart whatever
+    the order of the outcomes. When every rising branch holds a mass below the smallest
+    float (``bco_pair`` with a large negative ``delta``, or a tiny ``beta``) the minimiser
+    is, in floats, the vertex :math:`e_k` of the outcome with the least
+    :math:`f_k(-\log\pi_{ref,k}) - f_k(g^0_k)` (the others keep masses below
+    :math:`e^{-745}`). Outcomes never chosen (no finite :math:`g^0_i`) in this case
+    raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
     running mean of :math:`\beta(a + b)/2`; at population level that is
     :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` with :math:`c_i, r_i` the
     chosen and rejected marginals of ``W``: a function of the policy, so the trainer's
