@@ -664,13 +664,6 @@ def _nu_g(fo, lref, rows, lognu, *, rising):
     return out
 
 
-def _log_mass(lref, g):
-    from scipy.special import logsumexp
-
-    with np.errstate(divide="ignore"):
-        return float(logsumexp(lref + g))
-
-
 def _mass_excess(lref, g) -> NDArray:
     """sum_i e^{lref_i + g_i} - 1 along the last axis, accurate to the rounding of the
     smaller masses: the largest mass enters as expm1 (its own distance to 1), so an

@@ -148,17 +148,20 @@ OPTIMA = [
 
 
 @st.composite
-def problems(draw):
-    n = draw(st.integers(2, 5))
+def problems(draw, max_n=5, p_range=(0.2, 0.8), log10_beta=None):
+    n = draw(st.integers(2, max_n))
     logs = draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n))
     ref = 10.0 ** np.array(logs)
     ref /= ref.sum()
-    upper = draw(st.lists(st.floats(0.2, 0.8), min_size=n * n, max_size=n * n))
+    upper = draw(st.lists(st.floats(*p_range), min_size=n * n, max_size=n * n))
     p = np.full((n, n), 0.5)
     for k, (i, j) in enumerate(itertools.combinations(range(n), 2)):
         p[i, j] = upper[k]
         p[j, i] = 1 - upper[k]
-    beta = draw(st.floats(0.05, 5.0))
+    if log10_beta is None:
+        beta = draw(st.floats(0.05, 5.0))
+    else:
+        beta = 10.0 ** draw(st.floats(*log10_beta))
     perm = np.array(draw(st.permutations(range(n))))
     return ref, p, beta, perm
 
@@ -399,19 +402,8 @@ def test_per_outcome_near_ties_in_any_order_against_mpmath(name, opts, ref, p, b
 
 @st.composite
 def small_problems(draw):
-    n = draw(st.integers(2, 4))
-    logs = draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n))
-    ref = 10.0 ** np.array(logs)
-    ref /= ref.sum()
-    upper = draw(st.lists(st.floats(0.0, 1.0), min_size=n * n, max_size=n * n))
-    p = np.full((n, n), 0.5)
-    for k, (i, j) in enumerate(itertools.combinations(range(n), 2)):
-        p[i, j] = upper[k]
-        p[j, i] = 1 - upper[k]
-    beta = 10.0 ** draw(st.floats(-2, 1.5))
-    delta = draw(st.floats(-1, 1))
-    perm = np.array(draw(st.permutations(range(n))))
-    return ref, p, beta, delta, perm
+    ref, p, beta, perm = draw(problems(max_n=4, p_range=(0.0, 1.0), log10_beta=(-2, 1.5)))
+    return ref, p, beta, draw(st.floats(-1, 1)), perm
 
 
 @settings(max_examples=10, deadline=None)
