@@ -507,9 +507,10 @@ class _PerOutcome:
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             self.g0 = (d + np.log(c) - np.log(a - c)) / b
             # h = f' e^{-g} peaks where f'' = f': a b s^2 - a (b - 1) s - c = 0, s = sigma
-            disc = np.sqrt((a * (b - 1)) ** 2 + 4 * a * b * c)
-            s = (a * (b - 1) + disc) / (2 * a * b)
-            one_minus = (a * (b + 1) - disc) / (2 * a * b)  # 1 - s, its own rounding
+            # roots without cancellation (and without overflow at extreme beta)
+            disc = a * np.hypot(b - 1, 2 * np.sqrt(b * c / a))
+            s = np.where(b <= 1, 2 * c / (a * (1 - b) + disc), (a * (b - 1) + disc) / (2 * a * b))
+            one_minus = 2 * (a - c) / (a * (b + 1) + disc)  # 1 - s, its own rounding
             self.peak = (np.log(s) - np.log(one_minus) + d) / b
 
     def value(self, g, rows):
@@ -652,18 +653,26 @@ def _nu_g(fo, lref, rows, lognu, *, rising):
         def du2(g, live):
             return du(g, sel[live])
 
-        tol = 64 * np.finfo(float).eps * (1 + np.abs(lref[rows[sel]]) + np.abs(hi[sel]))
+        tol = 0.0  # the best float g: u is flat near the peak, where an absolute |u| bar
+        # leaves g loose (1e-9 relative in a mass was seen)
         out[sel] = _roots(
             u2, du2, lo[sel], hi[sel], increasing=rising, what="marginal cost", ftol=tol
         )
     return out
 
 
-def _log_mass(lref, g):
-    from scipy.special import logsumexp
-
-    with np.errstate(divide="ignore"):
-        return float(logsumexp(lref + g))
+def _mass_excess(lref, g) -> NDArray:
+    """sum_i e^{lref_i + g_i} - 1 along the last axis, accurate to the rounding of the
+    smaller masses: the largest mass enters as expm1 (its own distance to 1), so an
+    outcome of tiny mass that absorbs the normalisation is not off by eps / its mass."""
+    x = np.asarray(lref + g, dtype=float)
+    k = np.argmax(x, axis=-1)
+    top = np.take_along_axis(x, k[..., None], axis=-1)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        m = np.exp(x)
+        np.put_along_axis(m, k[..., None], 0.0, axis=-1)
+        rest = np.sort(m, axis=-1).sum(axis=-1)  # sorted: rounding free of the order
+        return np.expm1(top[..., 0]) + rest
 
 
 def _scalar_root(fn, lo, hi, direction):
@@ -692,8 +701,10 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
     there) and then falls. At a minimiser every h_i equals one multiplier nu > 0 and at
     most one outcome sits on its falling branch (two would give the descent direction
     e_j - e_k). The candidates: all outcomes rising (mass increasing in nu: one root), or
-    outcome k falling (roots located on a grid of nu, for all k at once, the most promising
-    refined by Brent); the least loss is returned.
+    outcome k falling (roots located on a grid of nu, for all k at once; every bracket that
+    may hold the least loss refined by regula falsi); the least loss is returned, candidates
+    compared by :func:`_loss_difference` (resolved below the rounding of the loss, so that
+    near ties between outcomes of tiny mass do not fall to the outcomes' order).
     """
     k_n = idx.size
     rows = np.arange(k_n)
@@ -701,19 +712,16 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
         logtop = fo.log_d1(np.minimum(fo.peak, -lref), rows) - lref - np.minimum(fo.peak, -lref)
     logcap = float(np.min(logtop))
 
-    def loss(g):
-        return math.fsum(fo.value(g, rows).tolist())
-
     def rising_g(lognu):
         return _nu_g(fo, lref, rows, np.full(k_n, lognu), rising=True)
 
-    cands = []
+    cands = []  # (g, log nu) of each stationary point
     # all outcomes on their rising branch
-    if _log_mass(lref, rising_g(logcap)) >= 0:
+    if _mass_excess(lref, rising_g(logcap)) >= 0:
         ln = _scalar_root(
-            lambda v: _log_mass(lref, rising_g(min(v, logcap))), logcap - 1.0, logcap, 1
+            lambda v: float(_mass_excess(lref, rising_g(min(v, logcap)))), logcap - 1.0, logcap, 1
         )
-        cands.append(rising_g(min(ln, logcap)))
+        cands.append((rising_g(min(ln, logcap)), min(ln, logcap)))
     # one outcome on its falling branch: a grid of nu for every k at once
     # down to the smallest marginal cost at full mass (the falling branches' far ends)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -735,30 +743,134 @@ def _fill_mass(name, fo, lref, idx) -> NDArray:
     vl, vr = fo.value(gl, rr.reshape(k_n, n_g)), fo.value(gr, rr.reshape(k_n, n_g))
     approx = vl.sum(axis=0)[None, :] - vl + vr
     kk, jj = np.nonzero((ex[:, :-1] == 0) | (ex[:, :-1] * ex[:, 1:] < 0))
-    order = np.argsort(approx[kk, jj], kind="stable")[:4]
-    for k, j in zip(kk[order], jj[order], strict=True):
-
-        def falling_g(v, k=k):
-            g = rising_g(v)
-            g[k] = _nu_g(fo, lref, rows[k : k + 1], np.array([v]), rising=False)[0]
-            return g
-
-        if ex[k, j] == 0:
-            cands.append(falling_g(grid[j]))
-            continue
-        from scipy.optimize import brentq
-
-        v = brentq(
-            lambda v, k=k: _log_mass(lref, falling_g(v)),
-            grid[j],
-            grid[j + 1],
-            xtol=1e-15,
-            rtol=4 * np.finfo(float).eps,
-        )
-        cands.append(falling_g(v))
+    if kk.size:
+        # which brackets to refine: the loss at a grid point, corrected to first order for
+        # its mass excess (the Lagrangian approx - nu * ex), brackets every root's loss up to
+        # the curvature between the two grid points; keep every bracket that may hold the
+        # least loss (near ties, e.g. outcomes of tiny mass that swap roles, are all kept:
+        # a fixed number of the "most promising" depended on the outcomes' order)
+        with np.errstate(over="ignore", invalid="ignore"):
+            lag = np.where(ex == 0, approx, approx - np.exp(grid)[None, :] * ex)
+            a_l, a_r = lag[kk, jj], lag[kk, jj + 1]
+            lo_b, hi_b = np.minimum(a_l, a_r), np.maximum(a_l, a_r)
+            slack = 0.1 * (hi_b - lo_b) + 1e-9 * np.abs(hi_b)
+        sure = np.isfinite(lo_b) & np.isfinite(hi_b)  # (a multiplier past the floats: kept)
+        if sure.any():
+            keep = ~sure | (lo_b - slack <= np.min((hi_b + slack)[sure]))
+            kk, jj = kk[keep], jj[keep]
+        cands.extend(_falling_candidates(fo, lref, rows, grid, ex, kk, jj))
     if not cands:  # pragma: no cover - the all-rising branch reaches mass 1 or a falling one does
         raise ValueError(f"the population {name} loss: no stationary point found")
-    return min(cands, key=loss)
+    best = cands[0]
+    for cand in cands[1:]:
+        if _loss_difference(fo, lref, rows, cand, best) < 0:
+            best = cand
+    return best[0]
+
+
+def _falling_candidates(fo, lref, rows, grid, ex, kk, jj):
+    """The stationary points with outcome kk[q] on its falling branch and a multiplier in
+    [grid[jj[q]], grid[jj[q] + 1]] (a sign change of the mass excess ``ex``): all brackets
+    refined together by regula falsi (Illinois) in log nu, vectorised over the brackets."""
+    k_n, m = rows.size, kk.size
+
+    def excess(v):
+        """Mass excess and log-ratios at multipliers v (one per bracket)."""
+        rr = np.tile(rows, m)
+        gl = _nu_g(fo, lref, rr, np.repeat(v, k_n), rising=True).reshape(m, k_n)
+        gk = _nu_g(fo, lref, rows[kk], v, rising=False)
+        gl[np.arange(m), kk] = gk
+        return _mass_excess(lref[None, :], gl), gl
+
+    # Illinois regula falsi, vectorised over the brackets
+    a, b = grid[jj].copy(), grid[jj + 1].copy()
+    fa, fb = ex[kk, jj].copy(), ex[kk, jj + 1].copy()
+    for _ in range(100):
+        done = (fa == 0) | (fb == 0) | (np.abs(b - a) <= 4 * np.finfo(float).eps * np.abs(b))
+        if done.all():
+            break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            x = b - fb * (b - a) / (fb - fa)
+        x = np.where(done | ~((x > np.minimum(a, b)) & (x < np.maximum(a, b))), 0.5 * (a + b), x)
+        fx, _ = excess(x)
+        fx = np.where(done, fb, fx)
+        x = np.where(done, b, x)
+        flip = np.sign(fx) != np.sign(fb)  # the root lies between b and x: a <- b
+        a = np.where(flip, b, a)
+        fa = np.where(flip, fb, 0.5 * fa)  # Illinois: halve the end kept again
+        b, fb = x, fx
+    v = np.where(fa == 0, a, b)
+    _, gl = excess(v)
+    return [(gl[q], float(v[q])) for q in range(m)]
+
+
+def _loss_difference(fo, lref, rows, a, b) -> float:
+    """L(a) - L(b) for two stationary points ``(g, log nu)`` of the separable problem,
+    resolved below the rounding of L itself.
+
+    Two candidates can differ only in outcomes of tiny mass (which outcome takes the
+    falling branch), their losses then agreeing to far below float resolution. The
+    outcomes whose log-ratios barely move (``near``) are, at both points, at the common
+    marginal cost nu: their loss changes by ~ nu_mid * (their mass change), and the
+    normalisation makes that mass change minus the others'. So
+    ``L(a) - L(b) = sum_far [f_i(a) - f_i(b)] - nu_mid * sum_far [m_i(a) - m_i(b)]``,
+    each term accurate relative to itself (second-order error in the near masses' change).
+    """
+    ga, gb = a[0], b[0]
+    far = ~(np.abs(ga - gb) <= 1e-6 * np.maximum(1.0, np.abs(gb)))
+    if not far.any():
+        return 0.0
+    idx = rows[far]
+    with np.errstate(over="ignore"):
+        dm = np.exp(lref[far] + ga[far]) - np.exp(lref[far] + gb[far])
+        df = fo.value(ga[far], idx) - fo.value(gb[far], idx)
+    with np.errstate(over="ignore", invalid="ignore"):
+        nu = 0.5 * (np.exp(a[1]) + np.exp(b[1]))
+        terms = np.concatenate([df, -nu * dm])
+    if not np.isfinite(terms).all():  # a multiplier past the floats: the plain difference
+        return math.fsum(fo.value(ga, rows).tolist()) - math.fsum(fo.value(gb, rows).tolist())
+    return math.fsum(sorted(terms.tolist(), key=abs))
+
+
+def _underflow_vertex(fo, lref):
+    """The non-convex case when every outcome's rising branch holds a mass below the
+    smallest float (bco_pair with a large negative ``delta``, or a tiny ``beta``: the
+    free minimisers sit at ``g ~ delta / beta``), else None.
+
+    Then all mass but an underflowing remainder sits on one outcome k on its falling branch
+    (all rising cannot reach mass 1; two falling is never a minimiser), the others at their
+    free minimisers to within e^{-745}, so the loss is
+    sum_i f_i(g0_i) + [f_k(-log ref_k) - f_k(g0_k)], least for the k with the least bracket;
+    the answer in floats is the vertex e_k. The bracket is evaluated in x = beta g - delta,
+    where the free minimiser is x0 = log c - log(alpha - c) (exact at any delta / beta).
+    """
+    rows = np.arange(lref.size)
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = lref + np.minimum(fo.peak, -lref)  # log of the largest rising mass
+    if not np.all(top < -800.0) or np.any(fo.c == 0):
+        return None
+    if fo.name == "sppo_hard":
+        with np.errstate(over="ignore", invalid="ignore"):
+            gain = fo.value(-lref, rows) - fo.value(fo.g0, rows)
+    else:
+        c, a = fo.c, fo.alpha
+        with np.errstate(over="ignore"):
+            x1 = -fo.beta * lref - fo.delta
+        x0 = np.log(c) - np.log(a - c)
+
+        def vx(x):  # f in x: c sp(-x) + (a - c) sp(x) up to terms equal at x0 and x1
+            if fo.name == "nca_pair":
+                return c * (_sp(-x) + 0.5 * _sp(x)) + 0.5 * fo.r * _sp(x)
+            return c * _sp(-x) + fo.r * _sp(x)
+
+        gain = vx(x1) - vx(x0)
+    if not np.isfinite(gain).any():
+        return None
+    # least bracket; an exact tie goes to the larger reference mass (order-free)
+    k = int(np.lexsort((-lref, gain))[0])
+    g = np.full(lref.size, -np.inf)
+    g[k] = -lref[k]
+    return g
 
 
 def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
@@ -783,7 +895,11 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
             g[unseen] = math.log1p(-s0) - math.log(float(ref_a[unseen].sum()))
         return g
     if s0 < 1.0:
-        if not np.all(np.isfinite(g0)):
+        vertex = _underflow_vertex(fo, lref)
+        if vertex is not None:
+            g[idx] = vertex
+            return g
+        if np.any(fo.c == 0):
             raise ValueError(
                 f"the population {name} loss is minimised outcome by outcome at log-ratios "
                 f"whose policy has total mass {s0:.6g} < 1, every outcome of `ref`'s support is "
@@ -798,7 +914,7 @@ def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
     live = np.flatnonzero(~(np.isinf(g0) & (g0 < 0)))
 
     def log_mass(t):
-        return _log_mass(lref[live], _lambda_g(fo, lref, live, t))
+        return float(_mass_excess(lref[live], _lambda_g(fo, lref, live, t)))
 
     t = _scalar_root(log_mass, -1.0, 1.0, -1)
     g[idx[live]] = _lambda_g(fo, lref, live, t)
@@ -900,8 +1016,17 @@ def population_optimum(
     minimiser all :math:`h_i` equal one multiplier and at most one outcome is on a falling
     branch (two would give the descent direction :math:`e_j - e_k`), so the candidates
     (all rising, or outcome :math:`k` falling) are enumerated, their roots in the
-    multiplier located on a grid and refined by Brent, and the least loss is returned.
-    Outcomes never chosen (no finite :math:`g^0_i`) in this case raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
+    multiplier located on a grid, every bracket that may hold the least loss refined, and
+    the least loss is returned. Candidates are compared by a loss difference resolved
+    below the loss's own rounding (the outcomes whose log-ratios barely move enter through
+    the multiplier times their mass change), so that stationary points differing only in
+    outcomes of tiny mass, whose losses agree to 1e-20 relative, are told apart whatever
+    the order of the outcomes. When every rising branch holds a mass below the smallest
+    float (``bco_pair`` with a large negative ``delta``, or a tiny ``beta``) the minimiser
+    is, in floats, the vertex :math:`e_k` of the outcome with the least
+    :math:`f_k(-\log\pi_{ref,k}) - f_k(g^0_k)` (the others keep masses below
+    :math:`e^{-745}`). Outcomes never chosen (no finite :math:`g^0_i`) in this case
+    raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
     running mean of :math:`\beta(a + b)/2`; at population level that is
     :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` with :math:`c_i, r_i` the
     chosen and rejected marginals of ``W``: a function of the policy, so the trainer's

@@ -136,10 +136,11 @@ def dpo_loss(
     )
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    x = (dtype.type(b) * h).astype(dtype, copy=False)
-    loss = _softplus(-x)
-    if eps > 0:
-        loss = dtype.type(1 - eps) * loss + dtype.type(eps) * _softplus(x)
+    with np.errstate(over="ignore"):  # beta h past the largest float is +-inf, exactly so
+        x = (dtype.type(b) * h).astype(dtype, copy=False)
+        loss = _softplus(-x)
+        if eps > 0:
+            loss = dtype.type(1 - eps) * loss + dtype.type(eps) * _softplus(x)
     return loss.astype(dtype, copy=False)[()]
 
 
@@ -207,7 +208,8 @@ def dpo_loss_grad(
     )
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    d = (b * (eps - special.expit(-b * h.astype(np.float64)))).astype(dtype)
+    with np.errstate(over="ignore"):  # beta h past the largest float: expit's limit
+        d = (b * (eps - special.expit(-b * h.astype(np.float64)))).astype(dtype)
     return PairGradient(d[()], (-d)[()], (-d)[()], d[()])
 
 

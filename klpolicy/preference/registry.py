@@ -229,7 +229,8 @@ def _exo_phi(x, o):
 
 
 def _exo_d1(x, o):
-    return _sig(x) * _sig(-x) * (x - _exo_k(o))
+    # at x = +-inf the weight sigma(x) sigma(-x) is 0 and so is the derivative (not 0 x inf)
+    return _times(_sig(x) * _sig(-x), x - _exo_k(o))
 
 
 def _exo_d2(x, o):
@@ -258,7 +259,7 @@ def _disco_d1(x, o):
     a, a1 = _sp(-x), -_sig(-x)
     m1 = m * (1 - m) / tau
     # phi = A + m (E - A):  phi' = A' + m' (E - A) + m (E' - A'),  E' = -E
-    return a1 + (1 - m) / tau * me - m1 * a + (-me - m * a1)
+    return a1 + (1 - m) / tau * me - _times(m1, a) + (-me - m * a1)  # m1 = 0 where a = inf
 
 
 def _disco_d2(x, o):
@@ -410,8 +411,14 @@ def _norm_grad(a, b, beta, o):
 
 
 def _chipo_x(a, b, beta):
+    """beta ((e^a + a) - (e^b + b)) = beta (e^m (e^{a-m} - e^{b-m}) + (a - b)), m = max(a, b):
+    both e-terms past the floats give the sign of a - b (never inf - inf), a = b gives 0."""
+    m = np.maximum(a, b)
     with np.errstate(over="ignore", invalid="ignore"):
-        return beta * ((np.exp(a) + a) - (np.exp(b) + b))
+        t = np.exp(a - m) - np.exp(b - m)  # a - m = nan only for a = b = +inf (t = 0 then)
+        t = np.where(np.isnan(t), 0.0, t)
+        e = np.where(t == 0, 0.0, t * np.exp(m))
+        return beta * (e + (a - b))
 
 
 def _chipo_ell(a, b, beta, o):
@@ -421,15 +428,27 @@ def _chipo_ell(a, b, beta, o):
 def _chipo_grad(a, b, beta, o):
     # d/da sp(-x) = -beta sigma(-x) (e^a + 1), with sigma(-x) e^a = exp(log sigma(-x) + a)
     ls = special.log_expit(-_chipo_x(a, b, beta))
-    with np.errstate(over="ignore", under="ignore"):
-        da = -beta * (np.exp(ls + a) + np.exp(ls))
-        db = beta * (np.exp(ls + b) + np.exp(ls))
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        # sigma(-x) = 0 (x = +inf): each term is 0, also where a or b is +inf itself
+        ea = np.where(np.isneginf(ls), 0.0, np.exp(ls + a))
+        eb = np.where(np.isneginf(ls), 0.0, np.exp(ls + b))
+        da = -beta * (ea + np.exp(ls))
+        db = beta * (eb + np.exp(ls))
     return da, db
 
 
 # ---------------------------------------------------------------------------
 # the public value / gradient wrappers (TRL's argument order)
 # ---------------------------------------------------------------------------
+
+
+def _beyond_floats():
+    """Overflow and underflow are exact here, not warnings: a log-ratio, margin, loss or
+    gradient beyond the largest float (beta x log-prob past 1.8e308, or a float32 result
+    past 3.4e38) is +-inf, its correctly rounded value, and one below the smallest is 0.
+    The kernels are written so that these infinities give the loss's limits (no inf - inf,
+    no 0 x inf): an invalid operation still warns."""
+    return np.errstate(over="ignore", under="ignore")
 
 
 def _inputs(pc, pr, rc, rr):
@@ -462,7 +481,8 @@ def _make_pair(row_name, ell, grad, margin):
         )
         b = V.as_positive_scalar("beta", beta)
         o = LOSSES[row_name].resolve_options(options)
-        return ell(*ratios(pc, pr, rc, rr), b, o).astype(dtype)[()]
+        with _beyond_floats():
+            return ell(*ratios(pc, pr, rc, rr), b, o).astype(dtype)[()]
 
     def gradient(
         policy_chosen_logps: ArrayLike,
@@ -477,10 +497,11 @@ def _make_pair(row_name, ell, grad, margin):
         )
         b = V.as_positive_scalar("beta", beta)
         o = LOSSES[row_name].resolve_options(options)
-        da, db = grad(*ratios(pc, pr, rc, rr), b, o)
-        if margin:
-            db = -da
-        da, db = da.astype(dtype), db.astype(dtype)
+        with _beyond_floats():
+            da, db = grad(*ratios(pc, pr, rc, rr), b, o)
+            if margin:
+                db = -da
+            da, db = da.astype(dtype), db.astype(dtype)
         return PairGradient(da[()], db[()], (-da)[()], (-db)[()])
 
     value.__name__ = f"{row_name}_value"
@@ -529,9 +550,10 @@ def _make_sorted(row_name: str, pair_form: str):
             scalar = True
         else:
             scalar = False
-        left, right = parts(pc, pr, rc, rr)
-        delta = _sorted_delta(left, right)[0]
-        out = _sigmoid_phi(b * delta, o).astype(dtype)
+        with _beyond_floats():
+            left, right = parts(pc, pr, rc, rr)
+            delta = _sorted_delta(left, right)[0]
+            out = _sigmoid_phi(b * delta, o).astype(dtype)
         return out[0] if scalar else out
 
     def gradient(
@@ -550,15 +572,16 @@ def _make_sorted(row_name: str, pair_form: str):
         scalar = pc.ndim == 0
         if scalar:
             pc, pr, rc, rr = (np.reshape(t, (1,)) for t in (pc, pr, rc, rr))
-        left, right = parts(pc, pr, rc, rr)
-        delta, il, ir = _sorted_delta(left, right)
-        d = b * _sigmoid_d1(b * delta, o)
-        dl, dr = _scatter(d, il), _scatter(-d, ir)
-        if pair_form == "aot_pair":  # left = pc - rc, right = pr - rr
-            g = (dl, dr, -dl, -dr)
-        else:  # left = pc - pr, right = rc - rr
-            g = (dl, -dl, dr, -dr)
-        g = tuple(t.astype(dtype) for t in g)
+        with _beyond_floats():
+            left, right = parts(pc, pr, rc, rr)
+            delta, il, ir = _sorted_delta(left, right)
+            d = b * _sigmoid_d1(b * delta, o)
+            dl, dr = _scatter(d, il), _scatter(-d, ir)
+            if pair_form == "aot_pair":  # left = pc - rc, right = pr - rr
+                g = (dl, dr, -dl, -dr)
+            else:  # left = pc - pr, right = rc - rr
+                g = (dl, -dl, dr, -dr)
+            g = tuple(t.astype(dtype) for t in g)
         if scalar:
             g = tuple(t[0] for t in g)
         return PairGradient(*g)

@@ -122,3 +122,302 @@ def policy(name, o, ref, p, beta):
         m = max(logits)
         z = mp.fsum(mp.exp(v - m) for v in logits)
         return np.array([float(mp.exp(v - m) / z) for v in logits])
+
+
+# ---------------------------------------------------------------------------
+# the per-outcome losses (nca_pair, bco_pair, sppo_hard): a separable problem
+# ---------------------------------------------------------------------------
+
+
+def _per_outcome_derivatives(name, o, beta):
+    """A', A'' (chosen) and B', B'' (rejected) of the pair loss A(a) + B(b), from its
+    definition in LOSSES (a, b the chosen and rejected log-ratios)."""
+    b = mp.mpf(float(beta))
+    if name == "nca_pair":  # sp(-b a) + sp(b a) / 2 + sp(b v) / 2
+        return (
+            lambda a: b * (_sig(b * a) / 2 - _sig(-b * a)),
+            lambda a: b * b * _sig(b * a) * _sig(-b * a) * mp.mpf(3) / 2,
+            lambda v: b * _sig(b * v) / 2,
+            lambda v: b * b * _sig(b * v) * _sig(-b * v) / 2,
+        )
+    if name == "bco_pair":  # sp(d - b a) + sp(b v - d)
+        d = mp.mpf(float(o["delta"]))
+        return (
+            lambda a: -b * _sig(d - b * a),
+            lambda a: b * b * _sig(d - b * a) * _sig(b * a - d),
+            lambda v: b * _sig(b * v - d),
+            lambda v: b * b * _sig(b * v - d) * _sig(d - b * v),
+        )
+    if name == "sppo_hard":  # (a - k)^2 + (v + k)^2, k = 1 / (2 beta)
+        k = 1 / (2 * b)
+        return (
+            lambda a: 2 * (a - k),
+            lambda a: mp.mpf(2),
+            lambda v: 2 * (v + k),
+            lambda v: mp.mpf(2),
+        )
+    raise AssertionError(name)
+
+
+def _per_outcome_value(name, o, beta):
+    b = mp.mpf(float(beta))
+
+    def sp(t):
+        return mp.log1p(mp.exp(t)) if t < 0 else t + mp.log1p(mp.exp(-t))
+
+    if name == "nca_pair":
+        return lambda a: sp(-b * a) + sp(b * a) / 2, lambda v: sp(b * v) / 2
+    if name == "bco_pair":
+        d = mp.mpf(float(o["delta"]))
+        return lambda a: sp(d - b * a), lambda v: sp(b * v - d)
+    k = 1 / (2 * b)
+    return lambda a: (a - k) ** 2, lambda v: (v + k) ** 2
+
+
+def _mono_root(fn, dfn, lo, hi, increasing=True, x0=None):
+    """The root of a monotone fn on [lo, hi] (signs checked): Newton steps kept inside the
+    bracket (from ``x0``, default the midpoint), bisection otherwise, until a step is
+    below the working precision."""
+    s = 1 if increasing else -1
+    if s * fn(lo) >= 0:
+        return lo
+    if s * fn(hi) <= 0:
+        return hi
+    x = (lo + hi) / 2 if x0 is None or not lo < x0 < hi else x0
+    eps = mp.mpf(2) ** (-mp.mp.prec + 8)
+    for _ in range(4 * mp.mp.prec):
+        fx = s * fn(x)
+        if fx == 0:
+            return x
+        if fx < 0:
+            lo = x
+        else:
+            hi = x
+        if hi - lo <= eps * (abs(lo) + abs(hi)):
+            return (lo + hi) / 2
+        d = s * dfn(x)
+        nx = x - fx / d if d > 0 else None
+        if nx is not None and lo < nx < hi:
+            if abs(nx - x) <= eps * abs(x):
+                return nx
+            x = nx
+        else:
+            x = (lo + hi) / 2
+    return x
+
+
+def _expand(fn, start, step, want_positive):
+    """Move from ``start`` by doubling steps until fn has the wanted sign."""
+    x = start
+    for _ in range(3000):
+        if (fn(x) > 0) == want_positive:
+            return x
+        x += step
+        step *= 2
+    raise AssertionError("no bracket")
+
+
+def separable_policy(name, o, ref, p, beta, joint=None, *, details=False):
+    """The population optimum of a per-outcome loss, as floats, from 60-digit mpmath.
+
+    Recipe: W as in :func:`weights`, its diagonal (pairs of identical responses) kept; c_i = sum_j W_ij (chosen), r_i = sum_j W_ji
+    (rejected); the loss is sum_i f_i(g_i), f_i = c_i A + r_i B with A, B written from the
+    definitions in LOSSES, over g = log(pi / ref) with sum_i ref_i e^{g_i} = 1.
+    The free minimisers g0_i (f_i' = 0, by bisection/Newton) carry mass S0.
+    - S0 >= 1 (convex): f_i'(g_i) + lam ref_i e^{g_i} = 0 with lam >= 0 the root of the
+      mass (decreasing in lam; outcomes never chosen get mass 0).
+    - S0 < 1 with outcomes of the support never compared: g0, the rest of the mass to
+      those in proportion to ref.
+    - S0 < 1, all compared (non-convex in the masses m_i): every minimiser is a KKT point
+      F_i'(m_i) = nu with F_i(m) = f_i(log(m / ref_i)); each marginal cost
+      h_i(g) = f_i'(g) e^{-g} / ref_i is unimodal on [g0_i, -log ref_i] (its peak, where
+      f_i'' = f_i', found by bisection), so each outcome sits on its rising or its falling
+      branch. Enumerated: all rising (mass increasing in nu: one root) and each single
+      outcome k falling, parametrised by g_k itself on a 400-point grid of its falling
+      branch (uniform, and geometric towards both ends), every sign change of the mass
+      refined by bisection in g_k. The candidate of least loss (60 digits) wins. (Two
+      outcomes falling is never a minimiser: e_j - e_k is a descent direction.)
+    Nothing here reads the float answer under test. ``details=True`` also returns the
+    candidates' losses (mpf, sorted) to show how close the runner-up is.
+    """
+    with mp.workdps(DPS):
+        q, w = weights(ref, p, joint)
+        n = len(q)
+        for i in range(n):  # pairs of identical responses count here (a = b = g_i)
+            mu_ii = q[i] * q[i] if joint is None else mp.mpf(float(joint[i][i]))
+            w[i][i] = 2 * mu_ii * mp.mpf(float(p[i][i]))
+        c = [mp.fsum(w[i]) for i in range(n)]
+        r = [mp.fsum(w[j][i] for j in range(n)) for i in range(n)]
+        da, dda, db, ddb = _per_outcome_derivatives(name, o, beta)
+        va, vb = _per_outcome_value(name, o, beta)
+
+        def d1(i, g):
+            return c[i] * da(g) + r[i] * db(g)
+
+        def d2(i, g):
+            return c[i] * dda(g) + r[i] * ddb(g)
+
+        def loss(g):
+            return mp.fsum(
+                c[i] * va(g[i]) + r[i] * vb(g[i])
+                for i in range(n)
+                if c[i] + r[i] > 0 and g[i] != -mp.inf
+            )
+
+        compared = [c[i] + r[i] > 0 for i in range(n)]
+        lq = [mp.log(v) if v > 0 else None for v in q]
+        g0 = []
+        for i in range(n):
+            if not compared[i] or c[i] == 0:
+                g0.append(-mp.inf)
+                continue
+            lo = _expand(lambda g, i=i: d1(i, g), mp.mpf(0), mp.mpf(-1), False)
+            hi = _expand(lambda g, i=i: d1(i, g), mp.mpf(0), mp.mpf(1), True)
+            g0.append(_mono_root(lambda g, i=i: d1(i, g), lambda g, i=i: d2(i, g), lo, hi))
+        s0 = mp.fsum(q[i] * mp.exp(g0[i]) for i in range(n) if compared[i] and g0[i] != -mp.inf)
+        unseen = [i for i in range(n) if q[i] > 0 and not compared[i]]
+        g = [-mp.inf] * n
+        cands = []
+        if s0 >= 1:
+
+            def g_of(t, i):  # f_i'(g) + e^t ref_i e^g = 0, increasing in g
+                lam = mp.exp(t)
+
+                def u(x):
+                    return d1(i, x) + lam * q[i] * mp.exp(x)
+
+                def du(x):
+                    return d2(i, x) + lam * q[i] * mp.exp(x)
+
+                hi = g0[i]
+                lo = _expand(u, hi, mp.mpf(-1), False)
+                return _mono_root(u, du, lo, hi)
+
+            live = [i for i in range(n) if compared[i] and g0[i] != -mp.inf]
+
+            def excess(t):
+                return mp.fsum(q[i] * mp.exp(g_of(t, i)) for i in live) - 1
+
+            if s0 == 1:
+                t = None
+            else:
+                hi = _expand(excess, mp.mpf(0), mp.mpf(1), False)
+                lo = _expand(excess, mp.mpf(0), mp.mpf(-1), True)
+                for _ in range(mp.mp.prec + 20):  # bisection in t (mass decreasing)
+                    mid = (lo + hi) / 2
+                    if excess(mid) > 0:
+                        lo = mid
+                    else:
+                        hi = mid
+                t = (lo + hi) / 2
+            for i in live:
+                g[i] = g0[i] if t is None else g_of(t, i)
+            cands.append(g)
+        elif unseen:
+            rest = (1 - s0) / mp.fsum(q[i] for i in unseen)
+            for i in range(n):
+                g[i] = g0[i] if compared[i] else mp.log(rest)
+            cands.append(g)
+        else:
+            if any(v == -mp.inf for v in g0):
+                raise ValueError("non-convex case with an outcome never chosen")
+            gmax = [-v for v in lq]
+
+            def hpeak(i):  # h_i' ~ f_i'' - f_i': positive at g0, negative at the peak's right
+                def u(x):
+                    return d1(i, x) - d2(i, x)
+
+                def du(x):
+                    return mp.diff(u, x)
+
+                hi = _expand(u, g0[i] + 1, mp.mpf(1), True)
+                return _mono_root(u, du, g0[i], hi)
+
+            peak = [hpeak(i) for i in range(n)]
+            top_g = [min(peak[i], gmax[i]) for i in range(n)]
+
+            def logh(i, x):
+                return mp.log(d1(i, x)) - x - lq[i]
+
+            logtop = [logh(i, top_g[i]) for i in range(n)]
+
+            def rising(i, lognu, x0=None):  # g on [g0, top], log h_i(g) = lognu (increasing)
+                if lognu >= logtop[i]:
+                    return None
+                return _mono_root(
+                    lambda x: logh(i, x) - lognu if x > g0[i] else -mp.inf,
+                    lambda x: (d2(i, x) - d1(i, x)) / d1(i, x),
+                    g0[i],
+                    top_g[i],
+                    x0=x0,
+                )
+
+            def mass(gs):
+                return mp.fsum(q[i] * mp.exp(gs[i]) for i in range(n))
+
+            # all rising: mass increasing in nu from S0 < 1
+            lt = min(logtop)
+            full = [rising(i, lt - mp.mpf(10) ** (-40)) for i in range(n)]
+            if mass(full) >= 1:
+                lo = lt - 1
+                while mass([rising(i, lo) for i in range(n)]) > 1:
+                    lo -= 1
+                hi = lt - mp.mpf(10) ** (-40)
+                for _ in range(mp.mp.prec + 20):
+                    mid = (lo + hi) / 2
+                    if mass([rising(i, mid) for i in range(n)]) < 1:
+                        lo = mid
+                    else:
+                        hi = mid
+                cands.append([rising(i, (lo + hi) / 2) for i in range(n)])
+            # outcome k falling, parametrised by g_k in [peak_k, gmax_k]
+            for k in range(n):
+                if peak[k] >= gmax[k]:
+                    continue
+
+                last = [None] * n
+
+                def excess_k(x, k=k, last=last):
+                    ln = logh(k, x)
+                    gs = [x if i == k else rising(i, ln, last[i]) for i in range(n)]
+                    last[:] = gs
+                    if any(v is None for v in gs):
+                        return None, None
+                    return mass(gs) - 1, gs
+
+                a, b_ = peak[k], gmax[k]
+                span = b_ - a
+                u = [mp.mpf(j) / 120 for j in range(121)]
+                geo = [mp.mpf(10) ** (-mp.mpf(j) / 4) for j in range(1, 60)]
+                pts = sorted(
+                    set([a + span * v for v in u] + [a + span * v for v in geo])
+                    | set(b_ - span * v for v in geo)
+                )
+                prev = None
+                for x in pts:
+                    e, gs = excess_k(x)
+                    if e is None:
+                        prev = None
+                        continue
+                    if e == 0:
+                        cands.append(gs)
+                    elif prev is not None and (prev[0] < 0) != (e < 0):
+                        lo, hi = prev[1], x
+                        elo = prev[0]
+                        for _ in range(mp.mp.prec + 20):
+                            mid = (lo + hi) / 2
+                            em, _gs = excess_k(mid)
+                            if (em < 0) == (elo < 0):
+                                lo = mid
+                            else:
+                                hi = mid
+                        cands.append(excess_k((lo + hi) / 2)[1])
+                    prev = (e, x)
+        scored = sorted(((loss(gs), gs) for gs in cands), key=lambda t: t[0])
+        best = scored[0][1]
+        pi = [q[i] * mp.exp(best[i]) if best[i] != -mp.inf else mp.mpf(0) for i in range(n)]
+        s = mp.fsum(pi)
+        out = np.array([float(v / s) for v in pi])
+        if details:
+            return out, [t[0] for t in scored]
+        return out
