@@ -353,19 +353,56 @@ def _minimise_margin_loss(
     return g
 
 
-def _margin_newton(
-    w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 300
-) -> NDArray[np.float64]:
-    """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x``, 0 at the heaviest outcome (``w`` zero-diagonal).
+_NEG_CURVATURE = 1e-9  # a scaled Hessian eigenvalue below -this is negative curvature
 
-    Newton's method with a Jacobi-scaled solve and an Armijo line search; where the
-    Hessian is not positive definite on the gauge-fixed space (non-convex losses) the
-    step falls back to the scaled gradient. Stops at a step below ``1e-15 max(1, |x|)``.
+
+def _scaled_curvature(hs: NDArray) -> tuple[float, NDArray]:
+    """The smallest eigenvalue of a scaled symmetric Hessian and a unit eigenvector."""
+    lam, q = np.linalg.eigh(0.5 * (hs + hs.T))
+    return float(lam[0]), q[:, 0]
+
+
+def _descent_direction(hs: NDArray, gs: NDArray) -> NDArray:
+    """A descent direction for the scaled gradient ``gs`` and scaled Hessian ``hs``.
+
+    Newton's ``-hs^-1 gs`` where ``hs`` is positive definite (Cholesky succeeds); otherwise
+    the saddle-free Newton step ``-|hs|^-1 gs`` (eigenvalues replaced by their absolute
+    values, at least 1e-8 of the largest), which descends and moves away from saddles
+    along the directions of negative curvature (Dauphin et al. 2014, arXiv:1406.2572).
+    """
+    try:
+        c = np.linalg.cholesky(hs)
+    except np.linalg.LinAlgError:
+        lam, q = np.linalg.eigh(0.5 * (hs + hs.T))
+        floor = 1e-8 * max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
+        return -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor))
+    return -np.linalg.solve(c.T, np.linalg.solve(c, gs))
+
+
+def _margin_newton(
+    w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 500
+) -> NDArray[np.float64]:
+    """A local minimiser of ``sum_ij w_ij phi(x_i - x_j)`` over ``x`` (``w`` zero-diagonal).
+
+    Second-order descent on the gauge-fixed space (the heaviest outcome pinned for the
+    linear algebra). Each outcome is scaled by its own curvature (``D_i^2``: the sum of
+    the magnitudes of its Hessian terms, floored at 1e-20 of its pair weight), because
+    the weights span many decades. Step: Newton's where the scaled Hessian is positive
+    definite, the saddle-free Newton step otherwise (:func:`_descent_direction`); it is
+    re-centred on the weight-averaged step (so that it does not depend on which outcome
+    is pinned), clipped coordinate by coordinate to ``_MAX_STEP`` log-odds units, and
+    searched by Armijo on the loss (or, where the loss cannot resolve the change, on the
+    scaled gradient and every outcome's own terms). At a point where no step can be
+    taken (stationary to rounding), the smallest eigenvalue of the scaled gauge-fixed
+    Hessian is checked: below ``-_NEG_CURVATURE`` (a saddle or a maximum) the iteration
+    steps along its eigenvector, in the sign that lowers the loss, and continues; so the
+    point returned has a zero gradient (to rounding) and a positive semi-definite Hessian.
     """
     k = w.shape[0]
     if k == 1:
         return np.zeros(1)
     mask = w > 0
+    tot = np.sum(w + w.T, axis=1)
 
     def value(x):
         d = x[:, None] - x[None, :]
@@ -383,58 +420,91 @@ def _margin_newton(
         c = np.where(mask, w * d1(d), 0.0)
         grad = c.sum(axis=1) - c.sum(axis=0)
         e = np.where(mask, w * d2(d), 0.0)
+        size = np.abs(e).sum(axis=1) + np.abs(e).sum(axis=0)
         e = e + e.T
-        return grad, np.diag(e.sum(axis=1)) - e
+        return grad, np.diag(e.sum(axis=1)) - e, size
 
     anchor = _anchor(w + w.T)
     free = _others(k, anchor)
-    x = np.asarray(x0, float) - x0[anchor]
-    f = value(x)
-    grad, hess = grad_hess(x)
-    for _ in range(max_iter):
-        if not grad[free].any():
-            break
-        h = hess[np.ix_(free, free)]
-        dscale = np.sqrt(np.maximum(np.abs(np.diag(h)), np.finfo(float).tiny))
-        d = _scaled_solve(h, -grad[free])
-        slope = float(grad[free] @ d)
-        if not np.isfinite(slope) or slope >= 0:  # not a descent direction: scaled gradient
-            d = -grad[free] / dscale**2
-            slope = float(grad[free] @ d)
-        # a box trust region, coordinate by coordinate: flat or non-convex directions of
-        # an outcome of tiny weight ask for huge steps, which must not shorten the others'
-        d = np.clip(d, -_MAX_STEP, _MAX_STEP)
-        slope = float(grad[free] @ d)
-        if not slope < 0:
-            d = np.clip(-grad[free] / dscale**2, -_MAX_STEP, _MAX_STEP)
-            slope = float(grad[free] @ d)
+
+    def full_step(d):
+        # a step on the free coordinates, clipped relative to its weighted mean (not to the
+        # pinned outcome, which rounding picks among near-ties), then shifted back to 0 at
+        # the pinned outcome (a constant: the same policy)
         step = np.zeros(k)
         step[free] = d
+        step = np.clip(step - float(tot @ step) / float(tot.sum()), -_MAX_STEP, _MAX_STEP)
+        return step - step[anchor]
+
+    def slope_of(grad, step):
+        return float(grad[free] @ step[free])
+
+    def search(x, f, grad, step, model, dsc, newton):
+        """Backtracking from the full step; ``model(t)`` the predicted change (< 0)."""
         scale = max(1.0, float(np.max(np.abs(x))))
-        if np.max(np.abs(step)) <= 1e-15 * scale:
-            x = x + step
-            break
-        gnorm = float(np.linalg.norm(grad[free] / dscale))
+        gnorm = float(np.linalg.norm(grad[free] / dsc))
         own_f = own(x)
-        t, accepted = 1.0, False
+        t = 1.0
         while t * np.max(np.abs(step)) > 1e-16 * scale:
             x_new = x + t * step
             f_new = value(x_new)
-            grad_new, hess_new = grad_hess(x_new)
-            if f_new <= f + 1e-4 * t * slope:
-                accepted = True
-            elif (
-                abs(f_new - f) <= 1e-14 * abs(f)
-                and np.linalg.norm(grad_new[free] / dscale) < gnorm
-                and np.all(own(x_new) <= own_f * (1 + 1e-14))
-            ):
-                # f cannot resolve the change: accept a step that shrinks the scaled
-                # gradient without raising any outcome's own terms
-                accepted = True
-            if accepted:
-                break
+            grad_new, hess_new, size_new = grad_hess(x_new)
+            if f_new <= f + 1e-4 * model(t):
+                return x_new, f_new, grad_new, hess_new, size_new
+            if abs(f_new - f) <= 1e-14 * abs(f):
+                # f cannot resolve the change: accept a step that lowers the outcomes'
+                # own terms (none rises) and, for a Newton step, shrinks the scaled gradient
+                own_new = own(x_new)
+                if np.all(own_new <= own_f * (1 + 1e-14)) and (
+                    np.linalg.norm(grad_new[free] / dsc) < gnorm
+                    if newton
+                    else np.any(own_new < own_f * (1 - 1e-12))
+                ):
+                    return x_new, f_new, grad_new, hess_new, size_new
             t *= 0.5
-        if not accepted:
-            break
-        x, f, grad, hess = x_new, f_new, grad_new, hess_new
+        return None
+
+    x = np.asarray(x0, float) - x0[anchor]
+    f = value(x)
+    grad, hess, size = grad_hess(x)
+    for _ in range(max_iter):
+        dsc = np.sqrt(np.maximum(size[free], 1e-20 * tot[free]))
+        hs = hess[np.ix_(free, free)] / dsc[:, None] / dsc[None, :]
+        moved = None
+        if grad[free].any():
+            step = full_step(_descent_direction(hs, grad[free] / dsc) / dsc)
+            slope = slope_of(grad, step)
+            if not slope < 0:  # clipping broke descent: the clipped scaled gradient
+                step = full_step(-grad[free] / dsc**2)
+                slope = slope_of(grad, step)
+            scale = max(1.0, float(np.max(np.abs(x))))
+            if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
+                moved = search(x, f, grad, step, lambda t, s=slope: t * s, dsc, True)
+        if moved is None:
+            # stationary to rounding: a minimiser unless the Hessian has negative curvature
+            lam, v = _scaled_curvature(hs)
+            if lam >= -_NEG_CURVATURE:
+                break
+            p = full_step(v / dsc)
+            p /= np.max(np.abs(p))
+            gp = slope_of(grad, p)
+            curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
+            signs = (-1.0,) if gp > 0 else (1.0,) if gp < 0 else (1.0, -1.0)
+            tries = []
+            for sg in signs:
+                r = search(
+                    x,
+                    f,
+                    grad,
+                    sg * p,
+                    lambda t, a=sg * gp, c=curv: t * min(a, 0.0) + 0.5 * t * t * c,
+                    dsc,
+                    False,
+                )
+                if r is not None:
+                    tries.append(r)
+            if not tries:
+                break
+            moved = min(tries, key=lambda r: r[1])  # the lower loss (a tie: the + sign)
+        x, f, grad, hess, size = moved
     return x
