@@ -82,8 +82,8 @@ def loss_function(name, o):
     """phi itself (exo_pair, discopop), written from the papers' definitions."""
     if name == "exo_pair":
         e = mp.mpf(float(o.get("epsilon", 1e-3)))
-        return lambda x: _sig(x) * (mp.log(_sig(x)) - mp.log(1 - e)) + _sig(-x) * (
-            mp.log(_sig(-x)) - mp.log(e)
+        return lambda x: (
+            _sig(x) * (mp.log(_sig(x)) - mp.log(1 - e)) + _sig(-x) * (mp.log(_sig(-x)) - mp.log(e))
         )
     if name == "discopop":
         tau = mp.mpf(float(o.get("tau", 0.05)))
@@ -168,7 +168,9 @@ def _scaled_hessian(d2, w, x, free, tot):
         for b, k in enumerate(free):
             if i == k:
                 v = mp.fsum(
-                    w[i][j] * d2(x[i] - x[j]) + w[j][i] * d2(x[j] - x[i]) for j in range(n) if j != i
+                    w[i][j] * d2(x[i] - x[j]) + w[j][i] * d2(x[j] - x[i])
+                    for j in range(n)
+                    if j != i
                 )
             else:
                 v = -(w[i][k] * d2(x[i] - x[k]) + w[k][i] * d2(x[k] - x[i]))
@@ -244,7 +246,11 @@ def minimise_local(phi, d1, d2, w, x0=None):
             fc, gc = value(cand), grad(cand)
             if fc <= f + t * slope / 10**4:
                 break
-            if convex and t == 1 and mp.fsum((v / tot[i]) ** 2 for v, i in zip(gc, free)) < merit / 4:
+            if (
+                convex
+                and t == 1
+                and mp.fsum((v / tot[i]) ** 2 for v, i in zip(gc, free)) < merit / 4
+            ):
                 break
             if t < mp.mpf(2) ** -80:
                 raise AssertionError("the mpmath reference found no descent")
