@@ -362,8 +362,9 @@ def _scaled_curvature(hs: NDArray) -> tuple[float, NDArray]:
     return float(lam[0]), q[:, 0]
 
 
-def _descent_direction(hs: NDArray, gs: NDArray) -> NDArray:
-    """A descent direction for the scaled gradient ``gs`` and scaled Hessian ``hs``.
+def _descent_direction(hs: NDArray, gs: NDArray) -> tuple[NDArray, bool]:
+    """A descent direction for the scaled gradient ``gs`` and scaled Hessian ``hs``, and
+    whether ``hs`` is positive definite (the Newton step).
 
     Newton's ``-hs^-1 gs`` where ``hs`` is positive definite (Cholesky succeeds); otherwise
     the saddle-free Newton step ``-|hs|^-1 gs`` (eigenvalues replaced by their absolute
@@ -375,8 +376,8 @@ def _descent_direction(hs: NDArray, gs: NDArray) -> NDArray:
     except np.linalg.LinAlgError:
         lam, q = np.linalg.eigh(0.5 * (hs + hs.T))
         floor = 1e-8 * max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
-        return -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor))
-    return -np.linalg.solve(c.T, np.linalg.solve(c, gs))
+        return -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor)), False
+    return -np.linalg.solve(c.T, np.linalg.solve(c, gs)), True
 
 
 def _margin_newton(
@@ -389,31 +390,39 @@ def _margin_newton(
     the magnitudes of its Hessian terms, floored at 1e-20 of its pair weight), because
     the weights span many decades. Step: Newton's where the scaled Hessian is positive
     definite, the saddle-free Newton step otherwise (:func:`_descent_direction`); it is
-    re-centred on the weight-averaged step (so that it does not depend on which outcome
-    is pinned), clipped coordinate by coordinate to ``_MAX_STEP`` log-odds units, and
-    searched by Armijo on the loss (or, where the loss cannot resolve the change, on the
-    scaled gradient and every outcome's own terms). At a point where no step can be
-    taken (stationary to rounding), the smallest eigenvalue of the scaled gauge-fixed
-    Hessian is checked: below ``-_NEG_CURVATURE`` (a saddle or a maximum) the iteration
-    steps along its eigenvector, in the sign that lowers the loss, and continues; so the
-    point returned has a zero gradient (to rounding) and a positive semi-definite Hessian.
+    clipped coordinate by coordinate to ``_MAX_STEP`` log-odds units relative to the
+    weight-averaged step (so that it does not depend on which outcome is pinned), and
+    searched by Armijo on the *change* of the loss, summed pair by pair from
+    ``phi(d') - phi(d)`` (by Simpson's rule on ``phi'`` for a pair that moves by less
+    than 1e-4), so that it resolves the moves of outcomes whose pairs weigh 1e-30 of the
+    total, which the loss itself cannot see; where even that change is below its
+    rounding, a Newton step that shrinks the scaled gradient is taken. At a point where
+    no step can be taken (stationary to rounding), the smallest eigenvalue of the scaled
+    gauge-fixed Hessian is checked: below ``-_NEG_CURVATURE`` (a saddle or a maximum) the
+    iteration steps along its eigenvector, in the sign that lowers the loss, and
+    continues; so the point returned has a zero gradient (to rounding) and a positive
+    semi-definite Hessian.
     """
     k = w.shape[0]
     if k == 1:
         return np.zeros(1)
     mask = w > 0
     tot = np.sum(w + w.T, axis=1)
+    eps = np.finfo(float).eps
 
-    def value(x):
+    def change(x, step):
+        """The loss at ``x + step`` minus the loss at ``x`` along the exact ray (the
+        pair margins ``d + (step_i - step_j)``, not the rounded iterate's), and a bound
+        on its rounding."""
         d = x[:, None] - x[None, :]
-        return float(np.sum(np.where(mask, w * phi(d), 0.0)))
-
-    def own(x):
-        # each outcome's own terms, resolved at its own scale (the total cannot see an
-        # outcome whose pairs weigh 1e-26 of the rest)
-        d = x[:, None] - x[None, :]
-        t = np.where(mask, w * phi(d), 0.0)
-        return t.sum(axis=1) + t.sum(axis=0)
+        dd = step[:, None] - step[None, :]
+        dn = d + dd
+        small = np.abs(dd) < 1e-4
+        pa, pb = phi(d), phi(dn)
+        simpson = dd * (d1(d) + 4 * d1(d + 0.5 * dd) + d1(dn)) / 6
+        terms = np.where(mask, w * np.where(small, simpson, pb - pa), 0.0)
+        err = np.where(mask, w * np.where(small, np.abs(simpson), np.abs(pa) + np.abs(pb)), 0.0)
+        return float(np.sum(terms)), 64 * eps * float(np.sum(err))
 
     def grad_hess(x):
         d = x[:, None] - x[None, :]
@@ -421,6 +430,13 @@ def _margin_newton(
         grad = c.sum(axis=1) - c.sum(axis=0)
         e = np.where(mask, w * d2(d), 0.0)
         size = np.abs(e).sum(axis=1) + np.abs(e).sum(axis=0)
+        # components below the rounding level of their own terms (each term's, and that of
+        # the margin x_i - x_j it is evaluated at) are noise: zero them, or the iteration
+        # keeps taking steps of rounding size that the loss cannot tell apart
+        ax = np.abs(x)
+        err = np.abs(c) + np.abs(e) * (ax[:, None] + ax[None, :])
+        noise = 64 * eps * (err.sum(axis=1) + err.sum(axis=0))
+        grad = np.where(np.abs(grad) <= noise, 0.0, grad)
         e = e + e.T
         return grad, np.diag(e.sum(axis=1)) - e, size
 
@@ -436,50 +452,45 @@ def _margin_newton(
         step = np.clip(step - float(tot @ step) / float(tot.sum()), -_MAX_STEP, _MAX_STEP)
         return step - step[anchor]
 
-    def slope_of(grad, step):
-        return float(grad[free] @ step[free])
-
-    def search(x, f, grad, step, model, dsc, newton):
-        """Backtracking from the full step; ``model(t)`` the predicted change (< 0)."""
+    def search(x, grad, step, model, dsc, newton):
+        """Backtracking from the full step; ``model(t)`` the predicted change (< 0);
+        ``newton``: the step is Newton's on a positive definite Hessian."""
         scale = max(1.0, float(np.max(np.abs(x))))
         gnorm = float(np.linalg.norm(grad[free] / dsc))
-        own_f = own(x)
         t = 1.0
         while t * np.max(np.abs(step)) > 1e-16 * scale:
             x_new = x + t * step
-            f_new = value(x_new)
-            grad_new, hess_new, size_new = grad_hess(x_new)
-            if f_new <= f + 1e-4 * model(t):
-                return x_new, f_new, grad_new, hess_new, size_new
-            if abs(f_new - f) <= 1e-14 * abs(f):
-                # f cannot resolve the change: accept a step that lowers the outcomes'
-                # own terms (none rises) and, for a Newton step, shrinks the scaled gradient
-                own_new = own(x_new)
-                if np.all(own_new <= own_f * (1 + 1e-14)) and (
-                    np.linalg.norm(grad_new[free] / dsc) < gnorm
-                    if newton
-                    else np.any(own_new < own_f * (1 - 1e-12))
-                ):
-                    return x_new, f_new, grad_new, hess_new, size_new
+            if np.array_equal(x_new, x):  # below the rounding of x
+                return None
+            df, err = change(x, t * step)
+            if abs(df) > err:
+                if df <= 1e-4 * model(t):  # Armijo on a change the sum resolves
+                    return x_new, *grad_hess(x_new)
+            elif newton:
+                # the change is below its rounding (the last digits): a Newton step that
+                # shrinks the scaled gradient
+                new = grad_hess(x_new)
+                if np.linalg.norm(new[0][free] / dsc) < gnorm:
+                    return x_new, *new
             t *= 0.5
         return None
 
     x = np.asarray(x0, float) - x0[anchor]
-    f = value(x)
     grad, hess, size = grad_hess(x)
     for _ in range(max_iter):
         dsc = np.sqrt(np.maximum(size[free], 1e-20 * tot[free]))
         hs = hess[np.ix_(free, free)] / dsc[:, None] / dsc[None, :]
         moved = None
         if grad[free].any():
-            step = full_step(_descent_direction(hs, grad[free] / dsc) / dsc)
-            slope = slope_of(grad, step)
+            d, pd = _descent_direction(hs, grad[free] / dsc)
+            step = full_step(d / dsc)
+            slope = float(grad[free] @ step[free])
             if not slope < 0:  # clipping broke descent: the clipped scaled gradient
-                step = full_step(-grad[free] / dsc**2)
-                slope = slope_of(grad, step)
+                step, pd = full_step(-grad[free] / dsc**2), False
+                slope = float(grad[free] @ step[free])
             scale = max(1.0, float(np.max(np.abs(x))))
             if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
-                moved = search(x, f, grad, step, lambda t, s=slope: t * s, dsc, True)
+                moved = search(x, grad, step, lambda t, s=slope: t * s, dsc, pd)
         if moved is None:
             # stationary to rounding: a minimiser unless the Hessian has negative curvature
             lam, v = _scaled_curvature(hs)
@@ -487,14 +498,13 @@ def _margin_newton(
                 break
             p = full_step(v / dsc)
             p /= np.max(np.abs(p))
-            gp = slope_of(grad, p)
+            gp = float(grad[free] @ p[free])
             curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
             signs = (-1.0,) if gp > 0 else (1.0,) if gp < 0 else (1.0, -1.0)
             tries = []
             for sg in signs:
                 r = search(
                     x,
-                    f,
                     grad,
                     sg * p,
                     lambda t, a=sg * gp, c=curv: t * min(a, 0.0) + 0.5 * t * t * c,
@@ -505,6 +515,7 @@ def _margin_newton(
                     tries.append(r)
             if not tries:
                 break
-            moved = min(tries, key=lambda r: r[1])  # the lower loss (a tie: the + sign)
-        x, f, grad, hess, size = moved
+            # the lower loss (a tie, in a problem symmetric under exchanging outcomes: +)
+            moved = min(tries, key=lambda r: change(x, r[0] - x)[0])
+        x, grad, hess, size = moved
     return x

@@ -10,7 +10,22 @@ each divided by its outcome's total weight sum_j (W_ij + W_ji) (the weights span
 decades), are solved by damped Newton (exact Jacobian from phi'', backtracking on |F|^2)
 started from x = 0, with x pinned to 0 at the outcome of largest total weight, until
 max |F_i| < 10^-(DPS - 10). The policy is ref e^{x / beta} / Z (ipo: x is g itself,
-beta = 1). Nothing here reads the float answer under test.
+beta = 1). Nothing here reads the float answer under test, except :func:`polish`.
+
+The non-convex losses ``exo_pair`` (EXO: Ji et al. 2024, arXiv:2402.00856) and
+``discopop`` (DiscoPOP: Chris Lu et al. 2024, arXiv:2406.08414) have phi, phi' and phi''
+written here from the papers' definitions (:func:`derivatives`, :func:`loss_function`).
+Damped Newton on |F|^2 can converge to a saddle or a maximum of such a loss, so their
+reference is :func:`minimise_local`: saddle-free Newton (the step solves |H| d = -grad on
+the Hessian scaled by each outcome's total weight, eigenvalues by ``mp.eigsy``) with an
+Armijo search on the loss itself (40 extra digits), started from x = 0, an independent
+start (the float solver starts from a least-squares fit), to max |F_i| < 10^-(DPS - 10);
+the point is then checked to be a strict local minimum: the smallest eigenvalue of the
+scaled gauge-fixed Hessian (:func:`smallest_curvature`) is positive, in mpmath. Where a
+loss has several local minima (discopop at tau = 0.05), two correct methods from two
+starts can land in different ones: :func:`polish` then runs the same iteration from the
+float answer and certifies the local minimum it belongs to (stationarity and curvature
+instead of an independent start; the tests say where they use it).
 """
 
 from __future__ import annotations
