@@ -880,9 +880,10 @@ def population_optimum(
     with negative curvature a step along that eigenvector (the sign that lowers the loss),
     after which the descent continues; so it never stops at a saddle. Start and steps do
     not depend on the labelling of the outcomes, and neither does the answer (to 1e-10
-    relative, entry by entry, in the tests), except in a problem with an exact symmetry
-    between outcomes whose start is a saddle: the equivalent minimisers on either side tie
-    and one of them is returned. It need not be the global minimiser; for two outcomes
+    relative, entry by entry, in the tests), except in a problem whose pair weights
+    :math:`W` have an exact symmetry between outcomes (two outcomes with
+    :math:`P_{12} = 1/2`, whatever ``ref``) and whose start is a saddle: the minimisers
+    the symmetry exchanges tie, and one of them is returned. It need not be the global minimiser; for two outcomes
     ``exo_pair``'s is (its pair loss has one minimum). ``discopop`` and ``sigmoid`` with deterministic
     preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
     ``hinge`` is a linear program (HiGHS); its minimisers can form a polyhedron: the
