@@ -1,6 +1,7 @@
 """TRPO's step is the closed form with pi_old as reference; PPO's clip is not a trust region."""
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -292,3 +293,83 @@ def test_unknown_constraint_is_refused():
         ValueError, match=re.escape("`constraint` must be one of 'mirror', 'trpo'; got 'forward'")
     ):
         trust_region_step([0.5, 0.5], [1.0, 0.0], 0.1, constraint="forward")
+
+
+# --- budgets beyond the floats -----------------------------------------------------------
+# KL(pi_old || pi) has no supremum (it grows without bound as pi empties an outcome), but the
+# step's smallest probabilities fall like exp(-delta / mass): a delta of 1e4 nats on
+# (0.5, 0.3, 0.2) returned the greedy (1, 0, 0), whose KL is inf, and beta 0.0
+
+
+@pytest.mark.parametrize(
+    ("p_old", "adv", "delta", "largest"),
+    [
+        ([0.5, 0.3, 0.2], [1.0, 0.0, -1.0], 1e4, "352.838"),
+        ([1e-300, 0.5, 0.5], [1.0, 0.0, -1.0], 1e4, "707.356"),
+        (np.float32([0.5, 0.3, 0.2]), np.float32([1.0, 0.0, -1.0]), 50.0, "42.309"),
+    ],
+)
+def test_trpo_refuses_a_budget_beyond_the_floats_and_names_the_largest(p_old, adv, delta, largest):
+    dtype = np.asarray(p_old).dtype
+    msg = (
+        f"`delta` = {delta!r} cannot be spent by a TRPO step in {dtype} (row 0): its smallest "
+        f"probabilities would fall below the smallest normal {dtype}"
+    )
+    for fn in (trust_region_step, trust_region_beta):
+        with pytest.raises(ValueError, match=re.escape(msg)) as info:
+            fn(p_old, adv, delta, constraint="trpo")
+        assert str(info.value).endswith(
+            f"the largest radius a {dtype} step spends here is {largest} nats"
+        )
+    # the radius the message names is spent, to the last digits, with no entry lost
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = trust_region_step(p_old, adv, float(largest), constraint="trpo")
+    assert step.dtype == dtype and np.all(step > 0)
+    if dtype == np.float64:
+        np.testing.assert_allclose(step, _mp_trpo(p_old, adv, float(largest)), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("p_old", "adv", "delta"),
+    [
+        ([1e-300, 0.5, 0.5], [1.0, 0.0, -1.0], 600.0),  # a 1e-300 best action, a large budget
+        ([0.5, 0.5, 1e-300], [1.0, 0.0, -1.0], 0.1),  # a 1e-300 worst action keeps its mass
+        ([0.5, 0.3, 0.2], [1.0, 0.0, -1.0], 352.0),  # entries of 1e-307, still normal floats
+    ],
+)
+def test_trpo_at_the_edge_of_the_floats_matches_mpmath(p_old, adv, delta):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = trust_region_step(p_old, adv, delta, constraint="trpo")
+    np.testing.assert_allclose(got, _mp_trpo(p_old, adv, delta), rtol=1e-12, atol=0)
+    assert abs(float(klpolicy.kl_divergence(p_old, got)) - delta) <= 1e-13 * delta
+
+
+def test_float32_trust_region_steps_do_not_warn():
+    # comparing a float32 advantage with 2.0**1020 overflowed in the cast (a RuntimeWarning)
+    p, a = np.float32([0.5, 0.3, 0.2]), np.float32([1.0, 0.0, -1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for constraint in ("mirror", "trpo"):
+            step = trust_region_step(p, a, 0.3, constraint=constraint)
+            assert step.dtype == np.float32
+            np.testing.assert_allclose(
+                step,
+                trust_region_step(p.astype(float), a.astype(float), 0.3, constraint=constraint),
+                rtol=2e-6,
+            )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mirror_radius_past_the_greedy_kl_is_the_greedy_step_at_every_dtype(dtype):
+    # the greedy step spends -log pi_old(best) = log 2 here; float32 gave beta 0.048 and
+    # (1, 6e-10, 4e-19) for delta = 1 (its tilt reaches log 2 to rounding above beta = 0)
+    p, a = np.array([0.5, 0.3, 0.2], dtype), np.array([1.0, 0.0, -1.0], dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = trust_region_step(p, a, 1.0)
+        beta = trust_region_beta(p, a, np.array([1.0, 0.1]))
+    assert step.dtype == dtype
+    np.testing.assert_array_equal(step, [1.0, 0.0, 0.0])
+    assert beta[0] == 0.0 and beta[1] > 0

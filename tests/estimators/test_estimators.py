@@ -7,6 +7,7 @@ sums over the outcomes; the recipe sits next to each test.
 
 import math
 import re
+import warnings
 
 import mpmath as mp
 import numpy as np
@@ -762,3 +763,25 @@ def test_schulman_table_at_the_edges_of_its_range():
     t = E.schulman_table([1e-76, -1e-40])
     assert np.isfinite(t.stdev_over_true).all() and np.isfinite(t.bias_over_true).all()
     np.testing.assert_allclose(t.stdev_over_true[:, 1:], math.sqrt(2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("mu", [1.0, 5.0, 20.0, 26.6, 26.7, 30.0, -33.3, 37.8, 37.85])
+def test_schulman_table_k3_stdev_ratio_matches_mpmath_where_the_variance_overflows(mu):
+    # e^(mu^2) overflowed from |mu| ~ 26.6 and the ratio was inf up to ~37.8, where it is
+    # still a float. Recipe: sqrt(e^x - 1 - x) / (x/2), x = mu^2, at 50 digits
+    with mp.workdps(50):
+        x = mp.mpf(mu) ** 2
+        exact = float(mp.sqrt(mp.exp(x) - 1 - x) / (x / 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = E.schulman_table([mu], estimators=("k3",))
+    # the ratio is exp(mu^2/2 + ...): a relative error of ulp(mu^2) in mu^2 costs ~mu^2 ulp
+    np.testing.assert_allclose(t.stdev_over_true[0, 0], exact, rtol=4e-16 * max(1.0, mu * mu))
+
+
+def test_schulman_table_k3_stdev_ratio_is_inf_only_past_the_floats():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = E.schulman_table([37.8, 37.9, 1e3], estimators=("k3", "k1"))
+    assert np.isfinite(t.stdev_over_true[0]).all()
+    assert np.isinf(t.stdev_over_true[1:, 0]).all() and np.isfinite(t.stdev_over_true[:, 1]).all()

@@ -17,6 +17,7 @@ import pytest
 matplotlib = pytest.importorskip("matplotlib")
 matplotlib.use("Agg")
 import matplotlib.colors as mcolors  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
 
 import klpolicy  # noqa: E402
 from klpolicy import plotting  # noqa: E402
@@ -148,7 +149,6 @@ def test_beta_sweep_float32_and_a_two_action_worked_example_unchanged():
 # --------------------------------------------------------------------- bars at scale
 
 
-@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
 def test_animation_and_explore_bars_summarise_past_12_responses(monkeypatch):
     from klpolicy.plotting import lecture
 
@@ -163,6 +163,7 @@ def test_animation_and_explore_bars_summarise_past_12_responses(monkeypatch):
     np.testing.assert_allclose(heights[:4], pi[idx], rtol=1e-12)
     assert heights[4] == pytest.approx(1.0 - pi[idx].sum(), rel=1e-12)
     assert [t.get_text() for t in bars_ax.get_xticklabels()][-1] == "1,996\nothers"
+    _render_and_close(anim)
     monkeypatch.setitem(sys.modules, "ipywidgets", None)
     with pytest.warns(UserWarning, match="ipywidgets is not installed"):
         fig = plotting.explore(ref, reward)
@@ -172,7 +173,13 @@ def test_animation_and_explore_bars_summarise_past_12_responses(monkeypatch):
 # --------------------------------------------------------------------- the animation
 
 
-@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
+def _render_and_close(anim):
+    """Draw the animation's figure once (its first frame starts, as on a screen) and close
+    it: an animation collected unrendered makes matplotlib warn in whichever test runs then."""
+    anim._fig.canvas.draw()
+    plt.close(anim._fig)
+
+
 def test_animation_holds_its_ends_and_shows_a_kl_timeline(tmp_path):
     from PIL import Image
 
@@ -202,6 +209,7 @@ def test_animation_holds_its_ends_and_shows_a_kl_timeline(tmp_path):
     assert float(cursor.get_xdata()[0]) == pytest.approx(kmax, rel=1e-12)
     with pytest.raises(ValueError, match=re.escape("`hold` must be")):
         plotting.animate_beta_sweep(ref, reward, hold=-1.0)
+    _render_and_close(anim)
 
 
 def test_static_explore_fits_a_16_9_slide(monkeypatch):

@@ -362,7 +362,6 @@ def test_interactive_mode_switched_on_while_drawing_survives(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore:Animation was deleted without rendering")
 def test_animation_sweeps_beta_from_the_reference_to_greedy(tmp_path):
     from PIL import Image
 
