@@ -121,6 +121,23 @@ def weights(ref, p, joint=None):
     return q, w
 
 
+def hessian(d2, w, x, free):
+    """The Hessian of sum_ij w_ij phi(x_i - x_j) on the coordinates ``free``."""
+    n = len(w)
+    m = mp.matrix(len(free), len(free))
+    for a, i in enumerate(free):
+        for b, k in enumerate(free):
+            if i == k:
+                m[a, b] = mp.fsum(
+                    w[i][j] * d2(x[i] - x[j]) + w[j][i] * d2(x[j] - x[i])
+                    for j in range(n)
+                    if j != i
+                )
+            else:
+                m[a, b] = -(w[i][k] * d2(x[i] - x[k]) + w[k][i] * d2(x[k] - x[i]))
+    return m
+
+
 def minimise(d1, d2, w):
     """Scores x minimising sum_ij w_ij phi(x_i - x_j) (support: every outcome)."""
     n = len(w)
@@ -139,18 +156,10 @@ def minimise(d1, d2, w):
         return out
 
     def jac(x):
-        m = mp.matrix(len(free), len(free))
+        m = hessian(d2, w, x, free)
         for a, i in enumerate(free):
-            for b, k in enumerate(free):
-                if i == k:
-                    v = mp.fsum(
-                        w[i][j] * d2(x[i] - x[j]) + w[j][i] * d2(x[j] - x[i])
-                        for j in range(n)
-                        if j != i
-                    )
-                else:
-                    v = -(w[i][k] * d2(x[i] - x[k]) + w[k][i] * d2(x[k] - x[i]))
-                m[a, b] = v / tot[i]
+            for b in range(len(free)):
+                m[a, b] /= tot[i]
         return m
 
     x = [mp.mpf(0)] * n
@@ -175,21 +184,12 @@ def minimise(d1, d2, w):
 
 
 def _scaled_hessian(d2, w, x, free, tot):
-    """The gauge-fixed Hessian of sum w_ij phi(x_i - x_j), scaled to D^-1 H D^-1 with
-    D_i = sqrt(tot_i): each outcome at its own weight's scale."""
-    n = len(w)
-    m = mp.matrix(len(free), len(free))
+    """The gauge-fixed Hessian scaled to D^-1 H D^-1 with D_i = sqrt(tot_i): each outcome
+    at its own weight's scale."""
+    m = hessian(d2, w, x, free)
     for a, i in enumerate(free):
         for b, k in enumerate(free):
-            if i == k:
-                v = mp.fsum(
-                    w[i][j] * d2(x[i] - x[j]) + w[j][i] * d2(x[j] - x[i])
-                    for j in range(n)
-                    if j != i
-                )
-            else:
-                v = -(w[i][k] * d2(x[i] - x[k]) + w[k][i] * d2(x[k] - x[i]))
-            m[a, b] = v / mp.sqrt(tot[i] * tot[k])
+            m[a, b] /= mp.sqrt(tot[i] * tot[k])
     return m
 
 
