@@ -878,9 +878,13 @@ def population_optimum(
     after which the descent continues; so it never stops at a saddle. Start and steps do
     not depend on the labelling of the outcomes, and neither does the answer (to 1e-10
     relative, entry by entry, in the tests), except in a problem whose pair weights
-    :math:`W` have an exact symmetry between outcomes (two outcomes with
-    :math:`P_{12} = 1/2`, whatever ``ref``) and whose start is a saddle: the minimisers
-    the symmetry exchanges tie, and one of them is returned. It need not be the global minimiser; for two outcomes
+    :math:`W` have an exact symmetry (a relabelling with :math:`W_{\sigma\sigma} = W`,
+    or one with :math:`W_{\sigma\sigma} = W^T`, which with :math:`x \to -x` leaves the
+    loss unchanged: e.g. :math:`P = 1/2` on every pair, whatever ``ref``) and whose start
+    is a saddle: the minimisers the symmetry exchanges tie, and one of them is returned;
+    likewise where the symmetry is broken only by pairs whose weight is below the loss's
+    rounding (two outcomes of mass 1/2 with :math:`P = 1/2` beside one of mass 1e-23): the
+    minimisers then tie to rounding. It need not be the global minimiser; for two outcomes
     ``exo_pair``'s is (its pair loss has one minimum). ``discopop`` and ``sigmoid`` with deterministic
     preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
     ``hinge`` is a linear program; its minimisers can form a polyhedron: the returned

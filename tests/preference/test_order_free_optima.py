@@ -180,17 +180,29 @@ def _same(fn_a, fn_b, rtol=1e-10):
 
 
 def _has_symmetry(ref, p):
-    """Whether a relabelling other than the identity maps the scores' problem to itself:
-    the loss in x = beta log(pi / ref) sees only the win weights W_ij = 2 ref_i ref_j P_ij
-    (so ref (10/11, 1/11) with P = 1/2 is symmetric)."""
+    """Whether the scores' problem has an exact symmetry: the loss in x = beta log(pi/ref)
+    sees only the win weights W_ij = 2 ref_i ref_j P_ij, and is unchanged by a relabelling
+    sigma with W[sigma, sigma] = W (sigma not the identity), or by reversing every score,
+    x -> -x, combined with a relabelling with W[sigma, sigma] = W^T (e.g. P = 1/2 on every
+    pair, whatever ref)."""
     n = ref.size
     w = 2 * np.outer(ref, ref) * p
     np.fill_diagonal(w, 0.0)
     for sigma in itertools.permutations(range(n)):
         s = np.array(sigma)
-        if np.any(s != np.arange(n)) and np.array_equal(w[np.ix_(s, s)], w):
+        ws = w[np.ix_(s, s)]
+        if np.array_equal(ws, w.T) or (np.any(s != np.arange(n)) and np.array_equal(ws, w)):
             return True
     return False
+
+
+def _symmetric_or_tied(ref, p, beta, a, b):
+    """An exact symmetry (:func:`_has_symmetry`), or one broken only below the loss's
+    rounding (pairs of weight 1e-23 beside a symmetric pair of weight 1/2): the two
+    answers then tie in loss to rounding."""
+    la = population_loss(a, ref, p, beta, loss="discopop")
+    lb = population_loss(b, ref, p, beta, loss="discopop")
+    return _has_symmetry(ref, p) or abs(la - lb) <= 1e-13 * abs(la)
 
 
 @settings(max_examples=25, deadline=None)
@@ -210,7 +222,7 @@ def test_every_optimum_is_permutation_equivariant(case):
             a = population_optimum(ref, p, beta, loss=name)
             b = population_optimum(ref[perm], pp, beta, loss=name)[inv]
             if not np.allclose(a, b, rtol=1e-10, atol=0):
-                assert _has_symmetry(ref, p), (a, b)
+                assert _symmetric_or_tied(ref, p, beta, a, b), (a, b)
             continue
         _same(
             lambda name=name, opts=opts: population_optimum(ref, p, beta, loss=name, **opts),
@@ -493,7 +505,13 @@ def nonconvex_problems(draw):
 def _check_nonconvex(case):
     ref, p, beta, perm, (name, opts) = case
     got = _permuted(population_optimum, perm, ref, p, beta, loss=name, **opts)
-    _assert_entrywise(got, _nonconvex_reference(name, opts, ref, p, beta))
+    want = _nonconvex_reference(name, opts, ref, p, beta)
+    if (name, opts) == MANY_MINIMA and not np.allclose(got, want, rtol=1e-10, atol=0):
+        # a symmetric problem, exactly or to the loss's rounding (documented): another
+        # local minimum, certified in mpmath
+        assert _symmetric_or_tied(ref, p, beta, got, want), (got, want)
+        want = M.polish(name, opts, ref, p, beta, got)
+    _assert_entrywise(got, want)
 
 
 @settings(max_examples=6, deadline=None)
