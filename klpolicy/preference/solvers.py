@@ -356,28 +356,39 @@ def _minimise_margin_loss(
 _NEG_CURVATURE = 1e-9  # a scaled Hessian eigenvalue below -this is negative curvature
 
 
-def _scaled_curvature(hs: NDArray) -> tuple[float, NDArray]:
-    """The smallest eigenvalue of a scaled symmetric Hessian and a unit eigenvector."""
-    lam, q = np.linalg.eigh(0.5 * (hs + hs.T))
-    return float(lam[0]), q[:, 0]
+def _gauge_free_eigh(hs: NDArray, u: NDArray) -> tuple[NDArray, NDArray]:
+    """Eigenpairs of a scaled Hessian ``hs`` of all the outcomes on the complement of its
+    gauge direction ``u`` (the unit null vector, ``D 1`` normalised), that one left out.
+
+    Computed on every outcome, none pinned, so that the eigenvectors, and the saddle-free
+    and negative-curvature steps built from them, do not depend on which outcome rounding
+    picks to pin among outcomes of tied weight (``|H|`` of a pinned block is not the
+    pinned block of ``|H|``).
+    """
+    proj = np.eye(u.size) - np.outer(u, u)
+    m = proj @ (0.5 * (hs + hs.T)) @ proj
+    lam, q = np.linalg.eigh(m)
+    keep = np.abs(q.T @ u) < 0.5
+    return lam[keep], q[:, keep]
 
 
-def _descent_direction(hs: NDArray, gs: NDArray) -> tuple[NDArray, bool]:
-    """A descent direction for the scaled gradient ``gs`` and scaled Hessian ``hs``, and
-    whether ``hs`` is positive definite (the Newton step).
-
-    Newton's ``-hs^-1 gs`` where ``hs`` is positive definite (Cholesky succeeds); otherwise
-    the saddle-free Newton step ``-|hs|^-1 gs`` (eigenvalues replaced by their absolute
-    values, at least 1e-8 of the largest), which descends and moves away from saddles
-    along the directions of negative curvature (Dauphin et al. 2014, arXiv:1406.2572).
+def _descent_direction(
+    hf: NDArray, gf: NDArray, hs: NDArray, gs: NDArray, u: NDArray
+) -> tuple[NDArray | None, NDArray | None]:
+    """A descent direction: Newton's ``-hf^-1 gf`` on the pinned block ``hf`` where it is
+    positive definite (Cholesky succeeds; returned first, on the free coordinates);
+    otherwise the saddle-free Newton step ``-|hs|^-1 gs`` on all the outcomes (returned
+    second), with the eigenvalues of :func:`_gauge_free_eigh` replaced by their absolute
+    values, at least 1e-8 of the largest: it descends and moves away from saddles along
+    the directions of negative curvature (Dauphin et al. 2014, arXiv:1406.2572).
     """
     try:
-        c = np.linalg.cholesky(hs)
+        c = np.linalg.cholesky(hf)
     except np.linalg.LinAlgError:
-        lam, q = np.linalg.eigh(0.5 * (hs + hs.T))
-        floor = 1e-8 * max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
-        return -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor)), False
-    return -np.linalg.solve(c.T, np.linalg.solve(c, gs)), True
+        lam, q = _gauge_free_eigh(hs, u)
+        floor = 1e-8 * max(float(np.max(np.abs(lam), initial=0.0)), np.finfo(float).tiny)
+        return None, -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor))
+    return -np.linalg.solve(c.T, np.linalg.solve(c, gf)), None
 
 
 def _margin_newton(
@@ -443,12 +454,10 @@ def _margin_newton(
     anchor = _anchor(w + w.T)
     free = _others(k, anchor)
 
-    def full_step(d):
-        # a step on the free coordinates, clipped relative to its weighted mean (not to the
-        # pinned outcome, which rounding picks among near-ties), then shifted back to 0 at
-        # the pinned outcome (a constant: the same policy)
-        step = np.zeros(k)
-        step[free] = d
+    def full_step(step):
+        # a step of every outcome, clipped relative to its weighted mean (not to the pinned
+        # outcome, which rounding picks among near-ties), then shifted back to 0 at the
+        # pinned outcome (a constant: the same policy)
         step = np.clip(step - float(tot @ step) / float(tot.sum()), -_MAX_STEP, _MAX_STEP)
         return step - step[anchor]
 
@@ -478,25 +487,35 @@ def _margin_newton(
     x = np.asarray(x0, float) - x0[anchor]
     grad, hess, size = grad_hess(x)
     for _ in range(max_iter):
-        dsc = np.sqrt(np.maximum(size[free], 1e-20 * tot[free]))
-        hs = hess[np.ix_(free, free)] / dsc[:, None] / dsc[None, :]
+        dall = np.sqrt(np.maximum(size, 1e-20 * tot))
+        u = dall / np.linalg.norm(dall)  # the gauge direction of the scaled Hessian
+        hs = hess / dall[:, None] / dall[None, :]
+        dsc = dall[free]
         moved = None
         if grad[free].any():
-            d, pd = _descent_direction(hs, grad[free] / dsc)
-            step = full_step(d / dsc)
+            df_, dfull = _descent_direction(
+                hs[np.ix_(free, free)], grad[free] / dsc, hs, grad / dall, u
+            )
+            pd = df_ is not None
+            if pd:  # Newton's step on the free coordinates (the pinned one stays)
+                dfull = np.zeros(k)
+                dfull[free] = df_ / dsc
+                step = full_step(dfull)
+            else:
+                step = full_step(dfull / dall)
             slope = float(grad[free] @ step[free])
             if not slope < 0:  # clipping broke descent: the clipped scaled gradient
-                step, pd = full_step(-grad[free] / dsc**2), False
+                step, pd = full_step(-grad / dall**2), False
                 slope = float(grad[free] @ step[free])
             scale = max(1.0, float(np.max(np.abs(x))))
             if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
                 moved = search(x, grad, step, lambda t, s=slope: t * s, dsc, pd)
         if moved is None:
             # stationary to rounding: a minimiser unless the Hessian has negative curvature
-            lam, v = _scaled_curvature(hs)
-            if lam >= -_NEG_CURVATURE:
+            lams, vs = _gauge_free_eigh(hs, u)
+            if lams.size == 0 or lams[0] >= -_NEG_CURVATURE:
                 break
-            p = full_step(v / dsc)
+            p = full_step(vs[:, 0] / dall)
             p /= np.max(np.abs(p))
             gp = float(grad[free] @ p[free])
             curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
