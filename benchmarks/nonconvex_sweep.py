@@ -21,7 +21,6 @@ import itertools
 import pathlib
 import sys
 
-import mpmath as mp
 import numpy as np
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # tests/ helpers
@@ -49,21 +48,6 @@ def problem(rng, wide):
     return ref, p, float(10 ** rng.uniform(-1.5, 1)), rng.permutation(n)
 
 
-def residual_and_curvature(name, o, ref, p, beta, pi):
-    with mp.workdps(M.DPS):
-        q, w = M.weights(ref, p)
-        d1, d2 = M.derivatives(name, o)
-        n = len(q)
-        x = [mp.mpf(beta) * (mp.log(mp.mpf(float(pi[i]))) - mp.log(q[i])) for i in range(n)]
-        tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
-        res = max(
-            abs(mp.fsum(w[i][j] * d1(x[i] - x[j]) - w[j][i] * d1(x[j] - x[i]) for j in range(n)))
-            / tot[i]
-            for i in range(n)
-        )
-        return float(res), float(M.smallest_curvature(d2, w, x))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--count", type=int, default=200)
@@ -84,7 +68,7 @@ def main() -> None:
                 s["order"] += 1
             if not np.all(got > 0):  # deterministic limits: no finite scores to check
                 continue
-            res, lam = residual_and_curvature(name, o, ref, p, beta, got)
+            res, lam = M.residual_and_curvature(name, o, ref, p, beta, got)
             if not res < 1e-8 or lam < 0:
                 s["nonmin"] += 1
                 print(f"problem {it} {name} {o}: residual {res:.2e}, curvature {lam:.2e}")

@@ -302,6 +302,23 @@ def polish(name, o, ref, p, beta, pi):
         return _tilt(q, x, beta)
 
 
+def residual_and_curvature(name, o, ref, p, beta, pi):
+    """The largest scaled residual max |F_i| and :func:`smallest_curvature` at a float
+    answer ``pi`` (its scores x = beta log(pi / ref)), in mpmath."""
+    with mp.workdps(DPS):
+        q, w = weights(ref, p)
+        d1, d2 = derivatives(name, o)
+        n = len(q)
+        x = [mp.mpf(beta) * (mp.log(mp.mpf(float(pi[i]))) - mp.log(q[i])) for i in range(n)]
+        tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
+        res = max(
+            abs(mp.fsum(w[i][j] * d1(x[i] - x[j]) - w[j][i] * d1(x[j] - x[i]) for j in range(n)))
+            / tot[i]
+            for i in range(n)
+        )
+        return float(res), float(smallest_curvature(d2, w, x))
+
+
 def policy(name, o, ref, p, beta, *, return_scores=False):
     """The reference population optimum as floats (mpmath inside ``workdps(DPS)``).
 

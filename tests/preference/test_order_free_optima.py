@@ -423,22 +423,7 @@ SADDLE_P = np.array(
 SADDLE_BETA = 7.120573712421702
 
 
-def _curvature_at(name, opts, ref, p, beta, pi):
-    """Scaled residual and smallest scaled curvature of the float answer, in mpmath."""
-    import mpmath as mp
-
-    with mp.workdps(M.DPS):
-        q, w = M.weights(ref, p)
-        d1, d2 = M.derivatives(name, opts)
-        n = len(q)
-        x = [mp.mpf(beta) * (mp.log(mp.mpf(float(pi[i]))) - mp.log(q[i])) for i in range(n)]
-        tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
-        res = max(
-            abs(mp.fsum(w[i][j] * d1(x[i] - x[j]) - w[j][i] * d1(x[j] - x[i]) for j in range(n)))
-            / tot[i]
-            for i in range(n)
-        )
-        return float(res), float(M.smallest_curvature(d2, w, x))
+_curvature_at = M.residual_and_curvature
 
 
 def test_discopop_no_longer_stops_at_a_saddle():
