@@ -979,10 +979,33 @@ def population_optimum(
     :math:`g^*` solving a Laplacian system (:func:`ipo_optimum`). ``sigmoid`` is
     :func:`dpo_optimum` (same code path). ``robust`` with smoothing 0 is ``sigmoid``;
     with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it.
-    ``exo_pair`` and ``discopop`` are not convex in :math:`x`: the returned point is the
-    local minimiser reached by Newton's method with a line search from the
-    least-squares fit of the per-pair minimisers (for two outcomes this is the global
-    minimiser, the per-pair one). ``discopop`` and ``sigmoid`` with deterministic
+    ``exo_pair`` and ``discopop`` are not convex in :math:`x` (``exo_pair``'s pair loss
+    is bounded; ``discopop``'s at its default ``tau`` = 0.05 has a local minimum on each
+    side of a tie, so the population loss can have many local minima). The returned point
+    is a *local minimiser*: the gradient is zero to rounding, and the gauge-fixed Hessian
+    (one outcome pinned), scaled by each outcome's own curvature (the weights span many
+    decades), has no eigenvalue below -1e-9 there. It is the one reached from the
+    weighted least-squares fit of :math:`x_i - x_j` to the per-pair minimisers
+    (``exo_pair``: :math:`(2P_{ij} - 1)\log((1-\epsilon)/\epsilon)`, exact per pair;
+    ``discopop``: :math:`\operatorname{logit} P_{ij}`) by second-order descent: Newton's
+    step where the scaled Hessian is positive definite, the saddle-free Newton step
+    :math:`-|H|^{-1}\nabla` otherwise, an Armijo line search, and at a stationary point
+    with negative curvature a step along that eigenvector (the sign that lowers the loss),
+    after which the descent continues; so it never stops at a saddle. Start and steps do
+    not depend on the labelling of the outcomes, and neither does the answer (to 1e-10
+    relative, entry by entry, in the tests), except in a problem whose pair weights
+    :math:`W` have an exact symmetry (a relabelling with :math:`W_{\sigma\sigma} = W`,
+    or one with :math:`W_{\sigma\sigma} = W^T`, which with :math:`x \to -x` leaves the
+    loss unchanged: e.g. :math:`P = 1/2` on every pair, whatever ``ref``) and whose start
+    is a saddle: the minimisers the symmetry exchanges tie, and one of them is returned;
+    likewise where the symmetry is broken only by pairs whose weight is below the loss's
+    rounding (two outcomes of mass 1/2 with :math:`P = 1/2` beside one of mass 1e-23): the
+    minimisers then tie to rounding. More generally, a drawn pair with :math:`P_{ij}`
+    exactly 1/2 has (for ``discopop`` at small ``tau``) two mirror-image minima with the
+    start on the saddle between them, and which side the descent leaves it on can depend
+    on rounding, hence on the labelling; the point returned is a local minimiser in every
+    case. It need not be the global minimiser; for two outcomes
+    ``exo_pair``'s is (its pair loss has one minimum). ``discopop`` and ``sigmoid`` with deterministic
     preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
     ``hinge`` is a linear program; its minimisers can form a polyhedron: the returned
     point is a minimiser of the weighted spread :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|`

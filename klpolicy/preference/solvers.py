@@ -353,88 +353,188 @@ def _minimise_margin_loss(
     return g
 
 
-def _margin_newton(
-    w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 300
-) -> NDArray[np.float64]:
-    """Minimise ``sum_ij w_ij phi(x_i - x_j)`` over ``x``, 0 at the heaviest outcome (``w`` zero-diagonal).
+_NEG_CURVATURE = 1e-9  # a scaled Hessian eigenvalue below -this is negative curvature
 
-    Newton's method with a Jacobi-scaled solve and an Armijo line search; where the
-    Hessian is not positive definite on the gauge-fixed space (non-convex losses) the
-    step falls back to the scaled gradient. Stops at a step below ``1e-15 max(1, |x|)``.
+
+def _gauge_free_eigh(hs: NDArray, u: NDArray) -> tuple[NDArray, NDArray]:
+    """Eigenpairs of a scaled Hessian ``hs`` of all the outcomes on the complement of its
+    gauge direction ``u`` (the unit null vector, ``D 1`` normalised), that one left out.
+
+    Computed on every outcome, none pinned, so that the eigenvectors, and the saddle-free
+    and negative-curvature steps built from them, do not depend on which outcome rounding
+    picks to pin among outcomes of tied weight (``|H|`` of a pinned block is not the
+    pinned block of ``|H|``).
+    """
+    proj = np.eye(u.size) - np.outer(u, u)
+    m = proj @ (0.5 * (hs + hs.T)) @ proj
+    lam, q = np.linalg.eigh(m)
+    keep = np.abs(q.T @ u) < 0.5
+    return lam[keep], q[:, keep]
+
+
+def _descent_direction(
+    hf: NDArray, gf: NDArray, hs: NDArray, gs: NDArray, u: NDArray
+) -> tuple[NDArray | None, NDArray | None]:
+    """A descent direction: Newton's ``-hf^-1 gf`` on the pinned block ``hf`` where it is
+    positive definite (Cholesky succeeds; returned first, on the free coordinates);
+    otherwise the saddle-free Newton step ``-|hs|^-1 gs`` on all the outcomes (returned
+    second), with the eigenvalues of :func:`_gauge_free_eigh` replaced by their absolute
+    values, at least 1e-8 of the largest: it descends and moves away from saddles along
+    the directions of negative curvature (Dauphin et al. 2014, arXiv:1406.2572).
+    """
+    try:
+        c = np.linalg.cholesky(hf)
+    except np.linalg.LinAlgError:
+        lam, q = _gauge_free_eigh(hs, u)
+        floor = 1e-8 * max(float(np.max(np.abs(lam), initial=0.0)), np.finfo(float).tiny)
+        return None, -q @ ((q.T @ gs) / np.maximum(np.abs(lam), floor))
+    return -np.linalg.solve(c.T, np.linalg.solve(c, gf)), None
+
+
+def _margin_newton(
+    w: NDArray, phi: Callable, d1: Callable, d2: Callable, x0: NDArray, max_iter: int = 500
+) -> NDArray[np.float64]:
+    """A local minimiser of ``sum_ij w_ij phi(x_i - x_j)`` over ``x`` (``w`` zero-diagonal).
+
+    Second-order descent on the gauge-fixed space (the heaviest outcome pinned for the
+    linear algebra). Each outcome is scaled by its own curvature (``D_i^2``: the sum of
+    the magnitudes of its Hessian terms, floored at 1e-20 of its pair weight), because
+    the weights span many decades. Step: Newton's where the scaled Hessian is positive
+    definite, the saddle-free Newton step otherwise (:func:`_descent_direction`); it is
+    clipped coordinate by coordinate to ``_MAX_STEP`` log-odds units relative to the
+    weight-averaged step (so that it does not depend on which outcome is pinned), and
+    searched by Armijo on the *change* of the loss, summed pair by pair from
+    ``phi(d') - phi(d)`` (by Simpson's rule on ``phi'`` for a pair that moves by less
+    than 1e-4), so that it resolves the moves of outcomes whose pairs weigh 1e-30 of the
+    total, which the loss itself cannot see; where even that change is below its
+    rounding, a Newton step that shrinks the scaled gradient is taken. At a point where
+    no step can be taken (stationary to rounding), the smallest eigenvalue of the scaled
+    gauge-fixed Hessian is checked: below ``-_NEG_CURVATURE`` (a saddle or a maximum) the
+    iteration steps along its eigenvector, in the sign that lowers the loss, and
+    continues; so the point returned has a zero gradient (to rounding) and a positive
+    semi-definite Hessian.
     """
     k = w.shape[0]
     if k == 1:
         return np.zeros(1)
     mask = w > 0
+    tot = np.sum(w + w.T, axis=1)
+    eps = np.finfo(float).eps
 
-    def value(x):
+    def change(x, step):
+        """The loss at ``x + step`` minus the loss at ``x`` along the exact ray (the
+        pair margins ``d + (step_i - step_j)``, not the rounded iterate's), and a bound
+        on its rounding."""
         d = x[:, None] - x[None, :]
-        return float(np.sum(np.where(mask, w * phi(d), 0.0)))
-
-    def own(x):
-        # each outcome's own terms, resolved at its own scale (the total cannot see an
-        # outcome whose pairs weigh 1e-26 of the rest)
-        d = x[:, None] - x[None, :]
-        t = np.where(mask, w * phi(d), 0.0)
-        return t.sum(axis=1) + t.sum(axis=0)
+        dd = step[:, None] - step[None, :]
+        dn = d + dd
+        small = np.abs(dd) < 1e-4
+        pa, pb = phi(d), phi(dn)
+        simpson = dd * (d1(d) + 4 * d1(d + 0.5 * dd) + d1(dn)) / 6
+        terms = np.where(mask, w * np.where(small, simpson, pb - pa), 0.0)
+        err = np.where(mask, w * np.where(small, np.abs(simpson), np.abs(pa) + np.abs(pb)), 0.0)
+        return float(np.sum(terms)), 64 * eps * float(np.sum(err))
 
     def grad_hess(x):
         d = x[:, None] - x[None, :]
         c = np.where(mask, w * d1(d), 0.0)
         grad = c.sum(axis=1) - c.sum(axis=0)
         e = np.where(mask, w * d2(d), 0.0)
+        size = np.abs(e).sum(axis=1) + np.abs(e).sum(axis=0)
+        # components below the rounding level of their own terms (each term's, and that of
+        # the margin x_i - x_j it is evaluated at) are noise: zero them, or the iteration
+        # keeps taking steps of rounding size that the loss cannot tell apart
+        ax = np.abs(x)
+        err = np.abs(c) + np.abs(e) * (ax[:, None] + ax[None, :])
+        noise = 16 * eps * (err.sum(axis=1) + err.sum(axis=0))
+        grad = np.where(np.abs(grad) <= noise, 0.0, grad)
         e = e + e.T
-        return grad, np.diag(e.sum(axis=1)) - e
+        return grad, np.diag(e.sum(axis=1)) - e, size
 
     anchor = _anchor(w + w.T)
     free = _others(k, anchor)
-    x = np.asarray(x0, float) - x0[anchor]
-    f = value(x)
-    grad, hess = grad_hess(x)
-    for _ in range(max_iter):
-        if not grad[free].any():
-            break
-        h = hess[np.ix_(free, free)]
-        dscale = np.sqrt(np.maximum(np.abs(np.diag(h)), np.finfo(float).tiny))
-        d = _scaled_solve(h, -grad[free])
-        slope = float(grad[free] @ d)
-        if not np.isfinite(slope) or slope >= 0:  # not a descent direction: scaled gradient
-            d = -grad[free] / dscale**2
-            slope = float(grad[free] @ d)
-        # a box trust region, coordinate by coordinate: flat or non-convex directions of
-        # an outcome of tiny weight ask for huge steps, which must not shorten the others'
-        d = np.clip(d, -_MAX_STEP, _MAX_STEP)
-        slope = float(grad[free] @ d)
-        if not slope < 0:
-            d = np.clip(-grad[free] / dscale**2, -_MAX_STEP, _MAX_STEP)
-            slope = float(grad[free] @ d)
-        step = np.zeros(k)
-        step[free] = d
+
+    def full_step(step):
+        # a step of every outcome, clipped relative to its weighted mean (not to the pinned
+        # outcome, which rounding picks among near-ties), then shifted back to 0 at the
+        # pinned outcome (a constant: the same policy)
+        step = np.clip(step - float(tot @ step) / float(tot.sum()), -_MAX_STEP, _MAX_STEP)
+        return step - step[anchor]
+
+    def search(x, grad, step, model, dsc, newton):
+        """Backtracking from the full step; ``model(t)`` the predicted change (< 0);
+        ``newton``: the step is Newton's on a positive definite Hessian."""
         scale = max(1.0, float(np.max(np.abs(x))))
-        if np.max(np.abs(step)) <= 1e-15 * scale:
-            x = x + step
-            break
-        gnorm = float(np.linalg.norm(grad[free] / dscale))
-        own_f = own(x)
-        t, accepted = 1.0, False
+        gnorm = float(np.linalg.norm(grad[free] / dsc))
+        t = 1.0
         while t * np.max(np.abs(step)) > 1e-16 * scale:
             x_new = x + t * step
-            f_new = value(x_new)
-            grad_new, hess_new = grad_hess(x_new)
-            if f_new <= f + 1e-4 * t * slope:
-                accepted = True
-            elif (
-                abs(f_new - f) <= 1e-14 * abs(f)
-                and np.linalg.norm(grad_new[free] / dscale) < gnorm
-                and np.all(own(x_new) <= own_f * (1 + 1e-14))
-            ):
-                # f cannot resolve the change: accept a step that shrinks the scaled
-                # gradient without raising any outcome's own terms
-                accepted = True
-            if accepted:
-                break
+            if np.array_equal(x_new, x):  # below the rounding of x
+                return None
+            df, err = change(x, t * step)
+            if abs(df) > err:
+                if df <= 1e-4 * model(t):  # Armijo on a change the sum resolves
+                    return x_new, *grad_hess(x_new)
+            elif newton:
+                # the change is below its rounding (the last digits): a Newton step that
+                # shrinks the scaled gradient
+                new = grad_hess(x_new)
+                if np.linalg.norm(new[0][free] / dsc) < gnorm:
+                    return x_new, *new
             t *= 0.5
-        if not accepted:
-            break
-        x, f, grad, hess = x_new, f_new, grad_new, hess_new
+        return None
+
+    x = np.asarray(x0, float) - x0[anchor]
+    grad, hess, size = grad_hess(x)
+    for _ in range(max_iter):
+        dall = np.sqrt(np.maximum(size, 1e-20 * tot))
+        u = dall / np.linalg.norm(dall)  # the gauge direction of the scaled Hessian
+        hs = hess / dall[:, None] / dall[None, :]
+        dsc = dall[free]
+        moved = None
+        if grad[free].any():
+            df_, dfull = _descent_direction(
+                hs[np.ix_(free, free)], grad[free] / dsc, hs, grad / dall, u
+            )
+            pd = df_ is not None
+            if pd:  # Newton's step on the free coordinates (the pinned one stays)
+                dfull = np.zeros(k)
+                dfull[free] = df_ / dsc
+                step = full_step(dfull)
+            else:
+                step = full_step(dfull / dall)
+            slope = float(grad[free] @ step[free])
+            if not slope < 0:  # clipping broke descent: the clipped scaled gradient
+                step, pd = full_step(-grad / dall**2), False
+                slope = float(grad[free] @ step[free])
+            scale = max(1.0, float(np.max(np.abs(x))))
+            if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
+                moved = search(x, grad, step, lambda t, s=slope: t * s, dsc, pd)
+        if moved is None:
+            # stationary to rounding: a minimiser unless the Hessian has negative curvature
+            lams, vs = _gauge_free_eigh(hs, u)
+            if lams.size == 0 or lams[0] >= -_NEG_CURVATURE:
+                break
+            p = full_step(vs[:, 0] / dall)
+            p /= np.max(np.abs(p))
+            gp = float(grad[free] @ p[free])
+            curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
+            signs = (-1.0,) if gp > 0 else (1.0,) if gp < 0 else (1.0, -1.0)
+            tries = []
+            for sg in signs:
+                r = search(
+                    x,
+                    grad,
+                    sg * p,
+                    lambda t, a=sg * gp, c=curv: t * min(a, 0.0) + 0.5 * t * t * c,
+                    dsc,
+                    False,
+                )
+                if r is not None:
+                    tries.append(r)
+            if not tries:
+                break
+            # the lower loss (a tie, in a problem symmetric under exchanging outcomes: +)
+            moved = min(tries, key=lambda r: change(x, r[0] - x)[0])
+        x, grad, hess, size = moved
     return x

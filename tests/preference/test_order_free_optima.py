@@ -139,8 +139,12 @@ OPTIMA = [
     ("robust", {"label_smoothing": 0.1}),
     ("ipo", {}),
     ("hinge", {}),
-    # exo_pair and discopop are not convex: population_optimum documents the local
-    # stationary point Newton reaches, which can depend on rounding (not checked here)
+    # exo_pair and discopop are not convex: the local minimiser reached from a
+    # labelling-independent start (see the non-convex tests below)
+    ("exo_pair", {}),
+    ("exo_pair", {"epsilon": 0.2}),
+    ("discopop", {}),
+    ("discopop", {"tau": 1.0}),
     ("sppo_hard", {}),
     # nca_pair / bco_pair (and sppo_hard again, with any delta and P in [0, 1]):
     # test_per_outcome_optima_are_permutation_equivariant below
@@ -179,6 +183,36 @@ def _same(fn_a, fn_b, rtol=1e-10):
     return None
 
 
+def _has_symmetry(ref, p):
+    """Whether the scores' problem has an exact symmetry: the loss in x = beta log(pi/ref)
+    sees only the win weights W_ij = 2 ref_i ref_j P_ij, and is unchanged by a relabelling
+    sigma with W[sigma, sigma] = W (sigma not the identity), or by reversing every score,
+    x -> -x, combined with a relabelling with W[sigma, sigma] = W^T (e.g. P = 1/2 on every
+    pair, whatever ref)."""
+    n = ref.size
+    w = 2 * np.outer(ref, ref) * p
+    np.fill_diagonal(w, 0.0)
+    for sigma in itertools.permutations(range(n)):
+        s = np.array(sigma)
+        ws = w[np.ix_(s, s)]
+        if np.array_equal(ws, w.T) or (np.any(s != np.arange(n)) and np.array_equal(ws, w)):
+            return True
+    return False
+
+
+def _symmetric_or_tied(ref, p, beta, a, b):
+    """The documented cases where discopop's answer (tau = 0.05) may depend on the
+    labelling: an exact symmetry (:func:`_has_symmetry`); one broken only below the loss's
+    rounding (the answers tie in loss); or a drawn pair with P exactly 1/2, whose loss has
+    two mirror-image minima with the start on the saddle between them (hypothesis draws
+    such degenerate problems; random problems from continuous laws have none: 0 of 200
+    answers depended on the order, benchmarks/nonconvex_sweep.py)."""
+    la = population_loss(a, ref, p, beta, loss="discopop")
+    lb = population_loss(b, ref, p, beta, loss="discopop")
+    half = np.any((p == 0.5) & ~np.eye(ref.size, dtype=bool))
+    return half or _has_symmetry(ref, p) or abs(la - lb) <= 1e-13 * abs(la)
+
+
 @settings(max_examples=25, deadline=None)
 @given(problems())
 def test_every_optimum_is_permutation_equivariant(case):
@@ -188,6 +222,16 @@ def test_every_optimum_is_permutation_equivariant(case):
     for name, opts in OPTIMA:
         # hinge included: its minimisers can form a polyhedron, and the exact descent picks
         # the same point of it in every order (it was a HiGHS vertex, same loss only)
+        if (name, opts) == MANY_MINIMA:
+            # many local minima: in a problem with an exact symmetry between outcomes
+            # (two outcomes with P = 1/2) the start can be a saddle between minima that the
+            # symmetry exchanges, and which one is returned depends on the labelling
+            # (documented). Otherwise: the same minimiser in every order
+            a = population_optimum(ref, p, beta, loss=name)
+            b = population_optimum(ref[perm], pp, beta, loss=name)[inv]
+            if not np.allclose(a, b, rtol=1e-10, atol=0):
+                assert _symmetric_or_tied(ref, p, beta, a, b), (a, b)
+            continue
         _same(
             lambda name=name, opts=opts: population_optimum(ref, p, beta, loss=name, **opts),
             lambda name=name, opts=opts: population_optimum(ref[perm], pp, beta, loss=name, **opts)[
@@ -455,3 +499,193 @@ def test_bco_pair_delta_past_its_range_is_a_clear_error():
             population_optimum(
                 [0.5, 0.5], [[0.5, 0.6], [0.4, 0.5]], 1.0, loss="bco_pair", delta=delta
             )
+
+
+# ---------------------------------------------------------------------------
+# the non-convex margin losses: exo_pair and discopop (issue 26)
+# ---------------------------------------------------------------------------
+#
+# Reference: _mp_optima.minimise_local, saddle-free Newton in 60-digit mpmath started from
+# x = 0 (not the float solver's least-squares start), whose answer is checked to be a strict
+# local minimum (scaled Hessian positive definite, in mpmath). The float answer must equal
+# it to 1e-10 entrywise where the minimiser is unique in the problems drawn: exo_pair
+# (its pair loss has one minimum) and discopop at tau = 1 (likewise); 0 of 200 random
+# problems of the class below had them land apart. discopop at its default tau = 0.05 is
+# different: every pair's loss has a local minimum on each side of a tie, so the
+# population loss has many local minima, and two correct methods from two starts land in
+# different ones (the issue's case: the reference from x = 0 and the float solver from its
+# documented start differ by a factor 8e5 in an entry, both strict local minima). There
+# the test compares stationarity and curvature instead: _mp_optima.polish converges the
+# float answer to 60 digits in mpmath and checks it is a strict local minimum; the float
+# answer must be within 1e-10 of that point, and the same in every order of the outcomes.
+
+NONCONVEX = [("exo_pair", {}), ("exo_pair", {"epsilon": 0.2}), ("discopop", {"tau": 1.0})]
+MANY_MINIMA = ("discopop", {})
+
+
+def _nonconvex_reference(name, opts, ref, p, beta):
+    if (name, opts) == MANY_MINIMA:
+        return M.polish(name, opts, ref, p, beta, population_optimum(ref, p, beta, loss=name))
+    return M.policy(name, opts, ref, p, beta)
+
+
+@pytest.mark.parametrize("name, opts", [*NONCONVEX, MANY_MINIMA])
+def test_nonconvex_issue_case_in_all_24_orders(name, opts):
+    want = _nonconvex_reference(name, opts, ISSUE_REF, ISSUE_P, ISSUE_BETA)
+    for perm in itertools.permutations(range(4)):
+        got = _permuted(
+            population_optimum, np.array(perm), ISSUE_REF, ISSUE_P, ISSUE_BETA, loss=name, **opts
+        )
+        _assert_entrywise(got, want)
+
+
+def test_nonconvex_optima_with_tied_outcome_weights_in_all_24_orders():
+    # a uniform reference: every outcome has the same total pair weight up to rounding, so
+    # the pinned outcome (the heaviest) is decided by rounding, which depends on the order
+    ref = np.full(4, 0.25)
+    for name, opts in [*NONCONVEX, MANY_MINIMA]:
+        want = _nonconvex_reference(name, opts, ref, ISSUE_P, 0.5)
+        for perm in itertools.permutations(range(4)):
+            got = _permuted(
+                population_optimum, np.array(perm), ref, ISSUE_P, 0.5, loss=name, **opts
+            )
+            _assert_entrywise(got, want)
+
+
+@pytest.mark.parametrize("name, opts", [*NONCONVEX, MANY_MINIMA])
+def test_mpmath_derivatives_of_the_nonconvex_losses(name, opts):
+    # phi' and phi'' of the reference, written from the papers, against mpmath's numerical
+    # differentiation of phi itself (and the registry's phi, in floats)
+    import mpmath as mp
+
+    with mp.workdps(40):
+        phi = M.loss_function(name, opts)
+        d1, d2 = M.derivatives(name, opts)
+        for x in ("-7.5", "-0.3", "0", "0.02", "1.1", "6.9"):
+            x = mp.mpf(x)
+            assert abs(d1(x) - mp.diff(phi, x)) < mp.mpf(10) ** -25
+            assert abs(d2(x) - mp.diff(phi, x, 2)) < mp.mpf(10) ** -20
+            got = LOSSES[name].value(float(x), 0.0, 0.0, 0.0, 1.0, **opts)
+            assert float(got) == pytest.approx(float(phi(x)), rel=1e-13)
+
+
+def test_discopop_has_several_local_minima_on_the_issue_case():
+    # the honest limit of the comparison above: from x = 0 the mpmath reference reaches
+    # another strict local minimum than the float solver's (both certified in mpmath)
+    name, opts = MANY_MINIMA
+    ours = population_optimum(ISSUE_REF, ISSUE_P, ISSUE_BETA, loss=name)
+    other = M.policy(name, opts, ISSUE_REF, ISSUE_P, ISSUE_BETA)
+    np.testing.assert_allclose(M.polish(name, opts, ISSUE_REF, ISSUE_P, ISSUE_BETA, ours), ours)
+    assert np.max(np.abs(ours - other) / other) > 1.0
+
+
+# a problem on which the previous solver (Newton with a line search, stopped where no step
+# was accepted) returned a saddle of the discopop loss: smallest eigenvalue of the scaled
+# gauge-fixed Hessian -4.37 (found by a random search, seed 11, problem 5)
+SADDLE_REF = np.array(
+    [1.1972955194591007e-09, 9.98092264739188e-01, 8.6047940274621096e-27, 1.9077340635165077e-03,
+     6.7848248276052791e-22]
+)  # fmt: skip
+SADDLE_P = np.array(
+    [
+        [0.5, 0.13361127947289242, 0.06616583208730055, 0.31367756031087735, 0.7044005695837263],
+        [0.8663887205271076, 0.5, 0.49386105590730517, 0.8176279950090749, 0.2454901731693413],
+        [0.9338341679126995, 0.5061389440926949, 0.5, 0.3336644724290884, 0.2823267666691295],
+        [0.6863224396891227, 0.1823720049909251, 0.6663355275709115, 0.5, 0.9304710235827952],
+        [0.2955994304162737, 0.7545098268306587, 0.7176732333308705, 0.06952897641720479, 0.5],
+    ]
+)
+SADDLE_BETA = 7.120573712421702
+
+
+_curvature_at = M.residual_and_curvature
+
+
+def test_discopop_no_longer_stops_at_a_saddle():
+    perm = np.array([2, 4, 3, 1, 0])  # the order the search drew
+    got = _permuted(population_optimum, perm, SADDLE_REF, SADDLE_P, SADDLE_BETA, loss="discopop")
+    res, lam = _curvature_at("discopop", {}, SADDLE_REF, SADDLE_P, SADDLE_BETA, got)
+    assert res < 1e-14 and lam > 0.01  # was: res 1.1e-15, lam -4.37 (a saddle)
+    _assert_entrywise(got, M.polish("discopop", {}, SADDLE_REF, SADDLE_P, SADDLE_BETA, got))
+    for _ in range(3):
+        perm = np.random.default_rng(_).permutation(5)
+        other = _permuted(
+            population_optimum, perm, SADDLE_REF, SADDLE_P, SADDLE_BETA, loss="discopop"
+        )
+        _assert_entrywise(other, got)
+
+
+# the same for exo_pair (random search with P uniform in (0, 1), seed 3, problem 36): the
+# previous solver returned a saddle, smallest scaled eigenvalue -0.110, in every order
+EXO_SADDLE_REF = np.array(
+    [5.5539971432378336e-14, 3.6218075679854472e-01, 2.4087110416257654e-10,
+     6.3781924214411911e-01, 8.1640613259576938e-10, 3.3012888508573978e-15]
+)  # fmt: skip
+EXO_SADDLE_P = np.array(
+    [
+        [0.5, 0.421756134320063, 0.4282652388840501, 0.5411013078778708, 0.12465480679335095,
+         0.498269474213464],
+        [0.578243865679937, 0.5, 0.29967306703498076, 0.08138662658687656, 0.410206914199307,
+         0.6668605339411267],
+        [0.5717347611159499, 0.7003269329650192, 0.5, 0.3028274386110399, 0.7134332289068664,
+         0.7887711401486551],
+        [0.4588986921221292, 0.9186133734131234, 0.6971725613889601, 0.5, 0.01401675869203733,
+         0.21555643941159797],
+        [0.875345193206649, 0.589793085800693, 0.28656677109313355, 0.9859832413079627, 0.5,
+         0.28364511358968014],
+        [0.501730525786536, 0.33313946605887335, 0.21122885985134487, 0.784443560588402,
+         0.7163548864103199, 0.5],
+    ]
+)  # fmt: skip
+EXO_SADDLE_BETA = 0.9566505000382727
+
+
+def test_exo_pair_no_longer_stops_at_a_saddle():
+    args = (EXO_SADDLE_REF, EXO_SADDLE_P, EXO_SADDLE_BETA)
+    got = population_optimum(*args, loss="exo_pair")
+    res, lam = _curvature_at("exo_pair", {}, *args, got)
+    assert res < 1e-13 and lam > 1e-4  # was: res 8.5e-17, lam -0.110 (a saddle)
+    _assert_entrywise(got, M.polish("exo_pair", {}, *args, got))
+    _assert_entrywise(
+        _permuted(population_optimum, np.array([5, 1, 3, 4, 0, 2]), *args, loss="exo_pair"), got
+    )
+
+
+@st.composite
+def nonconvex_problems(draw):
+    n = draw(st.integers(2, 5))
+    ref = 10.0 ** np.array(draw(st.lists(st.floats(-30, 0), min_size=n, max_size=n)))
+    ref /= ref.sum()
+    upper = draw(st.lists(st.floats(0.05, 0.95), min_size=n * n, max_size=n * n))
+    p = np.full((n, n), 0.5)
+    for k, (i, j) in enumerate(itertools.combinations(range(n), 2)):
+        p[i, j], p[j, i] = upper[k], 1 - upper[k]
+    beta = draw(st.floats(0.03, 10.0))
+    perm = np.array(draw(st.permutations(range(n))))
+    loss = draw(st.sampled_from([*NONCONVEX, MANY_MINIMA]))
+    return ref, p, beta, perm, loss
+
+
+def _check_nonconvex(case):
+    ref, p, beta, perm, (name, opts) = case
+    got = _permuted(population_optimum, perm, ref, p, beta, loss=name, **opts)
+    want = _nonconvex_reference(name, opts, ref, p, beta)
+    if (name, opts) == MANY_MINIMA and not np.allclose(got, want, rtol=1e-10, atol=0):
+        # a degenerate problem (documented; see _symmetric_or_tied): another local
+        # minimum, certified in mpmath
+        assert _symmetric_or_tied(ref, p, beta, got, want), (got, want)
+        want = M.polish(name, opts, ref, p, beta, got)
+    _assert_entrywise(got, want)
+
+
+@settings(max_examples=6, deadline=None)
+@given(nonconvex_problems())
+def test_nonconvex_optima_in_random_order_against_mpmath(case):
+    _check_nonconvex(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=120, deadline=None)
+@given(nonconvex_problems())
+def test_nonconvex_optima_in_random_order_against_mpmath_sweep(case):
+    _check_nonconvex(case)
