@@ -37,6 +37,22 @@ def _split_last(code: str) -> tuple[str, str]:
     return "".join(lines[: last.lineno - 1]), "".join(lines[last.lineno - 1 :])
 
 
+def _run_saying_warns(src: str, name: str, ns: dict, expected) -> None:
+    """Run a block; where its comment says "(and warns)", the ``expected`` warning must come
+    (and is the page's to show, not the test run's); any other warning is passed on."""
+    says = "(and warns)" in src
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(src, name, "exec"), ns)
+    if says:
+        assert any(issubclass(w.category, expected) for w in caught), (
+            f"{name} says it warns, and no {expected.__name__} came"
+        )
+    for w in caught:
+        if not (says and issubclass(w.category, expected)):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 def run_page(text: str) -> list[tuple[str, str]]:
     """Execute the page's python blocks in order; return (quoted, produced) message pairs."""
     from klpolicy.testing import ClampBiasWarning
@@ -50,10 +66,10 @@ def run_page(text: str) -> list[tuple[str, str]]:
         nxt = bl[k + 1] if k + 1 < len(bl) else ("", "", False)
         quoted = nxt[1].strip() if nxt[0] == "text" and nxt[2] else None
         if quoted is None or not quoted.startswith(("AssertionError:", "ClampBiasWarning:")):
-            exec(compile(body, f"docs/testing.md block {k}", "exec"), ns)
+            _run_saying_warns(body, f"docs/testing.md block {k}", ns, ClampBiasWarning)
             continue
         head, last = _split_last(body)
-        exec(compile(head, f"docs/testing.md block {k}", "exec"), ns)
+        _run_saying_warns(head, f"docs/testing.md block {k}", ns, ClampBiasWarning)
         code = compile(last, f"docs/testing.md block {k} (last)", "exec")
         if quoted.startswith("AssertionError:"):
             try:
