@@ -492,20 +492,31 @@ class _PerOutcome:
     vectorised over outcomes: values, f', f'', the free minimisers g0 (f' = 0) and the peaks
     of f'(g) e^{-g} (closed forms)."""
 
-    def __init__(self, name, c, r, beta, o):
+    def __init__(self, name, c, r, beta, o, skew=None):
         self.name, self.c, self.r, self.beta = name, c, r, beta
+        # c - r formed pair by pair (W_ij - W_ji = (mu_ij + mu_ji)(P_ij - P_ji)): for an
+        # outcome near its free minimiser c - r is far below c, and the difference of the
+        # rounded sums would leave x0 off by eps c / (c - r) (the mass the others share,
+        # 1 - m0 of the heaviest, was then off by eps absolute)
+        skew = c - r if skew is None else skew
         if name == "sppo_hard":
             self.k = 0.5 / beta
             s = c + r
             with np.errstate(divide="ignore", invalid="ignore"):
-                self.g0 = np.where(s > 0, self.k * (c - r) / s, np.nan)
+                self.g0 = np.where(s > 0, self.k * skew / s, np.nan)
             self.peak = self.g0 + 1.0  # f' = 2 (c + r) (g - g0) = f'' there
             return
         self.alpha = 1.5 * c + 0.5 * r if name == "nca_pair" else c + r
         self.delta = 0.0 if name == "nca_pair" else o["delta"]
         a, b, d = self.alpha, beta, self.delta
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            self.g0 = (d + np.log(c) - np.log(a - c)) / b
+            # the free minimiser in x = beta g - delta: log(c / (alpha - c)), alpha - c =
+            # (c + r) / 2 (nca_pair) or r (bco_pair); as log1p of (c - r) / (alpha - c)
+            # (times 2 for nca_pair) when that is small, without the logs' cancellation
+            rest = 0.5 * (c + r) if name == "nca_pair" else r
+            q = (0.5 if name == "nca_pair" else 1.0) * skew / rest
+            self.x0 = np.where(np.abs(q) < 0.5, np.log1p(q), np.log(c) - np.log(rest))
+            self.g0 = (d + self.x0) / b
             # h = f' e^{-g} peaks where f'' = f': a b s^2 - a (b - 1) s - c = 0, s = sigma
             # roots without cancellation (and without overflow at extreme beta)
             disc = a * np.hypot(b - 1, 2 * np.sqrt(b * c / a))
@@ -542,14 +553,28 @@ class _PerOutcome:
                 return np.log(2 * (self.c[rows] + self.r[rows])) + np.log(g - self.g0[rows])
         # f' = b (a s(x) - c) with a s(x0) = c: = b a (s(x) - s(x0))
         b, x = self.beta, self.beta * g - self.delta
-        x0 = self.beta * self.g0[rows] - self.delta
+        x0 = self.x0[rows]
         with np.errstate(divide="ignore", invalid="ignore"):
             # s(x) - s(x0) = s(x) s(-x0) (1 - e^{-(x - x0)})
             return (
                 np.log(b * self.alpha[rows])
                 + special.log_expit(x)
                 + special.log_expit(-x0)
-                + np.log(-np.expm1(-(x - x0)))
+                + np.log(-np.expm1(-np.maximum(x - x0, 0.0)))  # -inf at and below g0
+            )
+
+    def log_neg_d1(self, g, rows):
+        """log(-f'(g)) for g below g0, without cancellation near the minimiser."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.name == "sppo_hard":
+                return np.log(2 * (self.c[rows] + self.r[rows])) + np.log(self.g0[rows] - g)
+            # -f' = b a (s(x0) - s(x)) = b a s(x0) s(-x) (1 - e^{-(x0 - x)})
+            x, x0 = self.beta * g - self.delta, self.x0[rows]
+            return (
+                np.log(self.beta * self.alpha[rows])
+                + special.log_expit(x0)
+                + special.log_expit(-x)
+                + np.log(-np.expm1(np.minimum(x - x0, 0.0)))  # -inf at and past g0
             )
 
 
@@ -596,27 +621,27 @@ def _bracket(fn, x, direction, sign_wanted):
 
 
 def _lambda_g(fo, lref, rows, t):
-    """g_i solving f_i'(g) + e^{t + lref_i + g} = 0 (increasing in g) for outcomes ``rows``."""
+    """g_i solving f_i'(g) + e^{t + lref_i + g} = 0 for outcomes ``rows``, each to the best
+    float: in logs, log(-f_i'(g)) - g = t + lref_i (decreasing in g below g0_i), with
+    log(-f') formed without cancellation near g0 (:meth:`_PerOutcome.log_neg_d1`), so g_i
+    carries its own rounding only (an absolute bar on f' + lambda m left g off by
+    eps / (beta sigma (1 - sigma)), 3e-12 at beta 0.02)."""
 
     def u(g, live):
         rr = rows[live]
-        with np.errstate(over="ignore"):
-            return fo.d1(g, rr) + np.exp(t + lref[rr] + g)
+        return fo.log_neg_d1(g, rr) - g - lref[rr] - t
 
     def du(g, live):
         rr = rows[live]
-        with np.errstate(over="ignore"):
-            return fo.d2(g, rr) + np.exp(t + lref[rr] + g)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return fo.d2(g, rr) / fo.d1(g, rr) - 1.0
 
-    g0 = fo.g0[rows]
-    start = np.where(np.isfinite(g0), g0, -lref[rows] - t)
-    hi = _bracket(u, start.copy(), 1.0, 1.0)
-    lo = _bracket(u, hi - 1.0, -1.0, -1.0)
-    # f' + lambda m is a difference of terms of size beta * alpha: its rounding level
-    scale = fo.beta * (fo.alpha[rows] if hasattr(fo, "alpha") else (fo.c + fo.r)[rows])
-    return _roots(
-        u, du, lo, hi, increasing=True, what="multiplier", ftol=64 * np.finfo(float).eps * scale
-    )
+    hi = fo.g0[rows].copy()
+    far = np.flatnonzero(~np.isfinite(hi))  # bco_pair never rejected: g0 = +inf
+    if far.size:
+        hi[far] = _bracket(lambda g, live: u(g, far[live]), -lref[rows[far]] - t, 1.0, -1.0)
+    lo = _bracket(u, np.minimum(hi, -lref[rows] - t) - 1.0, -1.0, 1.0)
+    return _roots(u, du, lo, hi, increasing=False, what="multiplier")
 
 
 def _nu_g(fo, lref, rows, lognu, *, rising):
@@ -873,16 +898,34 @@ def _underflow_vertex(fo, lref):
     return g
 
 
-def _separable_optimum(name, ref_a, w, beta, o) -> NDArray:
-    """Minimise sum_i f_i(g_i) over policies pi << ref (pi = ref e^g, sum pi = 1)."""
+def _separable_optimum(name, ref_a, w, beta, o, skew=None) -> NDArray:
+    """Minimise sum_i f_i(g_i) over policies pi << ref (pi = ref e^g, sum pi = 1);
+    ``skew`` is c - r formed pair by pair (default: from the row and column sums of w)."""
     support = ref_a > 0
     c, r = w.sum(axis=1), w.sum(axis=0)
     compared = (c + r) > 0
     unseen = support & ~compared
     idx = np.flatnonzero(compared)
-    fo = _PerOutcome(name, c[idx], r[idx], beta, o)
+    fo = _PerOutcome(name, c[idx], r[idx], beta, o, None if skew is None else skew[idx])
     g0 = fo.g0
-    lref = np.log(ref_a[idx])
+    # Error analysis (both cases). The masses solve sum_i m_i = 1 with every m_i a monotone
+    # function of one multiplier; the root is found from the mass excess, whose top term
+    # is expm1(lref_k + g_k) for the heaviest k (:func:`_mass_excess`), so the excess is
+    # accurate to eps times (the small masses + |lref_k + g_k|), not to eps. A small mass
+    # m_j whose log-ratio moves with the multiplier absorbs the excess's error: relative
+    # error (excess error) / m_j. Three float errors reached it (2.7e-10 .. 3.9e-6 seen):
+    # - the heaviest outcome near its free minimiser (a tiny multiplier: the others share
+    #   1 - m0_k): lref_k + g0_k must be right to eps * |lref_k + g0_k|, but x0 = log c -
+    #   log(alpha - c) was a difference of two O(1) logs (eps absolute) -> log1p of c - r
+    #   formed pair by pair (_PerOutcome); and sum(ref) = 1 + O(eps) moved 1 - m0_k by eps
+    #   -> lref normalised here by the exact distance of the sum to 1;
+    # - each g_i of the convex case solved to an absolute bar on f' (eps / (beta s (1 - s))
+    #   in g, 3e-12 at beta 0.02) -> in logs, to the best float (_lambda_g).
+    # Now each term of the excess carries a few eps of its own size, so an entry m_j is
+    # off by ~eps * (|lref_k + g_k| + sum_i m_i |g_i|) / m_j at most, and by less where
+    # m_j barely moves with the multiplier; measured: 5e-13 at worst against 60 digits.
+    # log of ref / sum(ref), the float sum's distance to 1 exactly (math.fsum)
+    lref = np.log(ref_a[idx]) - math.log1p(math.fsum([*ref_a.tolist(), -1.0]))
     with np.errstate(over="ignore"):
         s0 = float(np.sum(np.exp(lref + g0)))
     g = np.full(ref_a.shape, -np.inf)
@@ -1183,7 +1226,12 @@ def population_optimum(
                 f"loss {name!r} (its population loss depends on beta, not only on a scale, "
                 f"and 1 / beta overflows); got {float(b)!r}"
             )
-        g = _separable_optimum(name, ref_a, w, b, o)
+        joint = V.as_pair_law(mu, ref_a)
+        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+        with np.errstate(invalid="ignore"):
+            terms = (joint + joint.T) * (p - p.T)
+        skew = np.array([math.fsum(t) for t in terms.tolist()])
+        g = _separable_optimum(name, ref_a, w, b, o, skew)
         with np.errstate(over="ignore"):
             pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
         return pi / pi.sum()
