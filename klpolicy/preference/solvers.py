@@ -446,7 +446,7 @@ def _margin_newton(
         # keeps taking steps of rounding size that the loss cannot tell apart
         ax = np.abs(x)
         err = np.abs(c) + np.abs(e) * (ax[:, None] + ax[None, :])
-        noise = 16 * eps * (err.sum(axis=1) + err.sum(axis=0))
+        noise = 4 * eps * (err.sum(axis=1) + err.sum(axis=0))
         grad = np.where(np.abs(grad) <= noise, 0.0, grad)
         e = e + e.T
         return grad, np.diag(e.sum(axis=1)) - e, size

@@ -202,7 +202,7 @@ def smallest_curvature(d2, w, x):
     free = [i for i in range(n) if i != anchor]
     if not free:
         return mp.inf
-    return min(mp.eigsy(_scaled_hessian(d2, w, x, free, tot), eigvals_only=True))
+    return min(_eigsy(_scaled_hessian(d2, w, x, free, tot))[0])
 
 
 def minimise_local(phi, d1, d2, w, x0=None):
@@ -242,7 +242,7 @@ def minimise_local(phi, d1, d2, w, x0=None):
         if not res or max(abs(v) for v in res) < tol:
             return x
         hs = _scaled_hessian(d2, w, x, free, tot)
-        lam, q = mp.eigsy(hs)
+        lam, q = _eigsy(hs)
         convex = min(lam) > 0
         gs = mp.matrix([v / mp.sqrt(tot[i]) for v, i in zip(g, free)])
         c = q.T * gs
@@ -280,6 +280,27 @@ def _tilt(q, x, beta):
     m = max(logits)
     z = mp.fsum(mp.exp(v - m) for v in logits)
     return np.array([float(mp.exp(v - m) / z) for v in logits])
+
+
+def _eigsy(h):
+    """Eigenvalues and orthonormal eigenvectors of the symmetric ``h`` (``mp.eigsy``). Its
+    QL iteration can stall on the repeated eigenvalues of exactly symmetric problems ("no
+    convergence after 120 iterations"); then ``mp.eig`` (QR on the Hessenberg form, another
+    algorithm) gives them, the vectors sorted by eigenvalue and orthonormalised by ``mp.qr``
+    (the eigenspaces of a symmetric matrix are orthogonal, so Gram-Schmidt in that order
+    only mixes vectors of one eigenspace)."""
+    try:
+        return mp.eigsy(h)
+    except RuntimeError:
+        n = h.rows
+        e, er = mp.eig(h)
+        order = sorted(range(n), key=lambda k: mp.re(e[k]))
+        v = mp.matrix(n, n)
+        for col, k in enumerate(order):
+            for i in range(n):
+                v[i, col] = mp.re(er[i, k])
+        q, _ = mp.qr(v)
+        return [mp.re(e[k]) for k in order], q
 
 
 def polish(name, o, ref, p, beta, pi):

@@ -57,7 +57,10 @@ def _prefs(name, p):
 def _assert_entrywise(got, want, rtol=1e-10):
     ok = want > 0
     assert np.all(got[~ok] == 0)
-    err = np.abs(got[ok] - want[ok]) / want[ok]
+    # subnormal entries carry an absolute resolution (2^-1074), not a relative one: the bar
+    # there is two of its steps (a correctly rounded 1.13e-321 can read 1.136e-321)
+    tiny = 2 * np.finfo(np.float64).smallest_subnormal
+    err = np.maximum(np.abs(got[ok] - want[ok]) - tiny, 0.0) / want[ok]
     assert float(np.max(err)) <= rtol, (got.tolist(), want.tolist())
 
 
@@ -200,15 +203,16 @@ def _has_symmetry(ref, p):
     return False
 
 
-def _symmetric_or_tied(ref, p, beta, a, b):
-    """The documented cases where discopop's answer (tau = 0.05) may depend on the
-    labelling: an exact symmetry (:func:`_has_symmetry`); one broken only below the loss's
+def _symmetric_or_tied(ref, p, beta, a, b, name="discopop", opts=None):
+    """The documented cases where a non-convex loss's answer (discopop at tau = 0.05,
+    exo_pair on a symmetric problem) may depend on the labelling: an exact symmetry (:func:`_has_symmetry`); one broken only below the loss's
     rounding (the answers tie in loss); or a drawn pair with P exactly 1/2, whose loss has
     two mirror-image minima with the start on the saddle between them (hypothesis draws
     such degenerate problems; random problems from continuous laws have none: 0 of 200
     answers depended on the order, benchmarks/nonconvex_sweep.py)."""
-    la = population_loss(a, ref, p, beta, loss="discopop")
-    lb = population_loss(b, ref, p, beta, loss="discopop")
+    opts = opts or {}
+    la = population_loss(a, ref, p, beta, loss=name, **opts)
+    lb = population_loss(b, ref, p, beta, loss=name, **opts)
     half = np.any((p == 0.5) & ~np.eye(ref.size, dtype=bool))
     return half or _has_symmetry(ref, p) or abs(la - lb) <= 1e-13 * abs(la)
 
@@ -222,7 +226,7 @@ def test_every_optimum_is_permutation_equivariant(case):
     for name, opts in OPTIMA:
         # hinge included: its minimisers can form a polyhedron, and the exact descent picks
         # the same point of it in every order (it was a HiGHS vertex, same loss only)
-        if (name, opts) == MANY_MINIMA:
+        if _degenerate(name, opts, ref, p):
             # many local minima: in a problem with an exact symmetry between outcomes
             # (two outcomes with P = 1/2) the start can be a saddle between minima that the
             # symmetry exchanges, and which one is returned depends on the labelling
@@ -230,7 +234,7 @@ def test_every_optimum_is_permutation_equivariant(case):
             a = population_optimum(ref, p, beta, loss=name)
             b = population_optimum(ref[perm], pp, beta, loss=name)[inv]
             if not np.allclose(a, b, rtol=1e-10, atol=0):
-                assert _symmetric_or_tied(ref, p, beta, a, b), (a, b)
+                assert _symmetric_or_tied(ref, p, beta, a, b, name, opts), (a, b)
             continue
         _same(
             lambda name=name, opts=opts: population_optimum(ref, p, beta, loss=name, **opts),
@@ -663,9 +667,20 @@ NONCONVEX = [("exo_pair", {}), ("exo_pair", {"epsilon": 0.2}), ("discopop", {"ta
 MANY_MINIMA = ("discopop", {})
 
 
+def _degenerate(name, opts, ref, p):
+    """discopop at its default tau, or any non-convex loss on a problem with an exact
+    symmetry (documented: from a start on the saddle between the minimisers the symmetry
+    exchanges, which one is returned may depend on the labelling). Hypothesis draws such
+    problems for exo_pair too (uniform ref, P = (a, a, c) on a 3-cycle: x -> -x with
+    outcomes 0 and 2 swapped), where x = 0 is a saddle and mpmath's descent from it has
+    nowhere to go."""
+    return (name, opts) == MANY_MINIMA or _has_symmetry(ref, p)
+
+
 def _nonconvex_reference(name, opts, ref, p, beta):
-    if (name, opts) == MANY_MINIMA:
-        return M.polish(name, opts, ref, p, beta, population_optimum(ref, p, beta, loss=name))
+    if _degenerate(name, opts, ref, p):
+        got = population_optimum(ref, p, beta, loss=name, **opts)
+        return M.polish(name, opts, ref, p, beta, got)
     return M.policy(name, opts, ref, p, beta)
 
 
@@ -810,10 +825,10 @@ def _check_nonconvex(case):
     ref, p, beta, perm, (name, opts) = case
     got = _permuted(population_optimum, perm, ref, p, beta, loss=name, **opts)
     want = _nonconvex_reference(name, opts, ref, p, beta)
-    if (name, opts) == MANY_MINIMA and not np.allclose(got, want, rtol=1e-10, atol=0):
+    if _degenerate(name, opts, ref, p) and not np.allclose(got, want, rtol=1e-10, atol=0):
         # a degenerate problem (documented; see _symmetric_or_tied): another local
         # minimum, certified in mpmath
-        assert _symmetric_or_tied(ref, p, beta, got, want), (got, want)
+        assert _symmetric_or_tied(ref, p, beta, got, want, name, opts), (got, want)
         want = M.polish(name, opts, ref, p, beta, got)
     _assert_entrywise(got, want)
 
