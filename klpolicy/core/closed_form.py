@@ -118,7 +118,8 @@ def _plain_setup(ref, reward, beta, axis: int):
     """:func:`_fast_setup` for the most common call, in a few attribute look-ups.
 
     Returns ``(ref, reward, beta, check)`` for two numpy arrays of one float dtype and
-    one shape, 1-D or 2-D, probability axis last, and a finite positive float ``beta``;
+    one shape, 1-D or 2-D, probability axis last, and a finite positive float ``beta``
+    (returned as a scalar of that dtype);
     ``None`` otherwise (then :func:`_fast_setup` takes the call). The values are checked
     in the kernel, as there.
     """
@@ -132,10 +133,10 @@ def _plain_setup(ref, reward, beta, axis: int):
         return None
     if not (axis == -1 or axis == ndim - 1) or not isinstance(beta, float):
         return None
-    if not 0 < beta < math.inf:
+    if not 0 < beta < (3e38 if dtype == np.float32 else math.inf):
         return None
     check = (V.row_sum_tolerance(dtype, ref.shape[-1]), dtype == np.float32)
-    return ref, reward, np.full((1,) * ndim, beta, dtype), check
+    return ref, reward, dtype.type(beta), check
 
 
 def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
@@ -198,7 +199,12 @@ def _solve(
     nw = _kernel.normalise_workers(workers)
     plain = _plain_setup(ref, reward, beta, axis)
     if plain is not None:
-        t = _kernel.tilt(*plain[:3], want, check=plain[3], workers=nw)
+        ref_a, rew_a, b, check = plain
+        if want == _kernel._PI:
+            pi = _kernel.lean_policy(ref_a, rew_a, b, check)
+            if pi is not None:
+                return _Tilt(pi, None, None, None, None), -1
+        t = _kernel.tilt(ref_a, rew_a, np.full((1,) * ref_a.ndim, b), want, check, nw)
         if t is not None:
             return t, -1
     fs = _fast_setup(ref, reward, beta, axis)
