@@ -498,3 +498,14 @@ def test_a_borderline_row_sum_gets_the_validators_verdict():
         else:
             with pytest.raises(ValueError, match="must sum to 1"):
                 kp.optimal_policy(ref, reward, 0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_huge_reference_entries_are_refused_without_a_warning(dtype):
+    # their row sum overflows (to inf in the check, and in the validators' float64 re-sum)
+    big = np.finfo(dtype).max / 2
+    ref = np.array([[0.5, 0.5, 0.0], [big, big, big]], dtype)
+    reward = np.zeros((2, 3), dtype)
+    msg = _slow_message(lambda: V.as_probabilities("ref", ref))
+    with np.errstate(all="raise"), pytest.raises(ValueError, match=re.escape(msg)):
+        kp.optimal_policy(ref, reward, 0.5)
