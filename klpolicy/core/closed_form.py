@@ -111,6 +111,34 @@ def _setup(
     return ref_a, rew_a, b, ax - ndim
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _plain_setup(ref, reward, beta, axis: int):
+    """:func:`_fast_setup` for the most common call, in a few attribute look-ups.
+
+    Returns ``(ref, reward, beta, check)`` for two numpy arrays of one float dtype and
+    one shape, 1-D or 2-D, probability axis last, and a finite positive float ``beta``
+    (returned as a scalar of that dtype);
+    ``None`` otherwise (then :func:`_fast_setup` takes the call). The values are checked
+    in the kernel, as there.
+    """
+    if type(ref) is not np.ndarray or type(reward) is not np.ndarray:
+        return None
+    dtype = ref.dtype
+    if reward.dtype != dtype or dtype not in _FLOATS or reward.shape != ref.shape:
+        return None
+    ndim = ref.ndim
+    if not (ndim == 1 or ndim == 2) or ref.size == 0 or type(axis) is not int:
+        return None
+    if not (axis == -1 or axis == ndim - 1) or not isinstance(beta, float):
+        return None
+    if not 0 < beta < (3e38 if dtype == np.float32 else math.inf):
+        return None
+    check = (V.row_sum_tolerance(dtype, ref.shape[-1]), dtype == np.float32)
+    return ref, reward, dtype.type(beta), check
+
+
 def _fast_setup(ref: ArrayLike, reward: ArrayLike, beta: ArrayLike, axis: int):
     """The structural part of :func:`_setup`; the value checks run inside the kernel's blocks.
 
@@ -169,6 +197,16 @@ def _solve(
 ) -> tuple:
     """Validate and run the kernel; return ``(_Tilt, axis_neg)``."""
     nw = _kernel.normalise_workers(workers)
+    plain = _plain_setup(ref, reward, beta, axis)
+    if plain is not None:
+        ref_a, rew_a, b, check = plain
+        if want == _kernel._PI:
+            pi = _kernel.lean_policy(ref_a, rew_a, b, check)
+            if pi is not None:
+                return _Tilt(pi, None, None, None, None), -1
+        t = _kernel.tilt(ref_a, rew_a, np.full((1,) * ref_a.ndim, b), want, check, nw)
+        if t is not None:
+            return t, -1
     fs = _fast_setup(ref, reward, beta, axis)
     if fs is not None:
         ref_a, rew_a, b, ax, check = fs
@@ -193,7 +231,7 @@ def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Ti
 
 
 def _restore(x: NDArray, axis_neg: int) -> NDArray:
-    return np.moveaxis(x, -1, axis_neg)
+    return x if axis_neg == -1 else np.moveaxis(x, -1, axis_neg)
 
 
 def _scalar(x: NDArray):

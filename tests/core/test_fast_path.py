@@ -365,3 +365,147 @@ def test_float32_threads_give_the_same_bits(monkeypatch):
     monkeypatch.setattr(K, "_MIN_BLOCKS_PER_THREAD", 1)
     monkeypatch.setattr(K, "_BLOCK_BYTES", 64 * 4 * 3)
     np.testing.assert_array_equal(kp.optimal_kl(ref, reward, 0.125, workers=2), one)
+
+
+# --------------------------------------------------------------------------- small batches
+
+
+def _lean_taken(monkeypatch):
+    """Record whether each call's batch was finished by the small-batch (lean) path."""
+    seen = []
+    real = K._lean
+
+    def spy(*args):
+        out = real(*args)
+        seen.append(out is not None)
+        return out
+
+    monkeypatch.setattr(K, "_lean", spy)
+    return seen
+
+
+def _sweep_only(monkeypatch):
+    """Every batch through the general sweep (the lean path's size limit set to 0)."""
+    monkeypatch.setattr(K, "_LEAN_BYTES", 0)
+
+
+def _lean_cases():
+    """(name, ref, reward, beta): batches that exercise each branch of the lean path."""
+    rng = np.random.default_rng(21)
+    ref = rng.dirichlet(np.ones(48), size=5)
+    reward = rng.normal(size=(5, 48))
+    zero = ref.copy()
+    zero[:, ::7] = 0.0
+    zero /= zero.sum(-1, keepdims=True)
+    far = reward * 30.0 + 1e4  # |r| / beta far past the no-shift bound: every row shifts
+    return [
+        ("plain", ref, reward, 0.7),
+        ("rows needing a shift", ref, far, 0.5),
+        ("a zero in ref", zero, reward, 0.3),
+        ("float32", ref.astype(np.float32), reward.astype(np.float32), 0.5),
+        ("float32, shifted", ref.astype(np.float32), (reward * 9).astype(np.float32), 0.5),
+    ]
+
+
+@pytest.mark.parametrize("case", _lean_cases(), ids=lambda c: c[0])
+def test_small_batches_take_the_lean_path_with_the_sweeps_bits(case, monkeypatch):
+    name, ref, reward, beta = case
+    seen = _lean_taken(monkeypatch)
+    lean = kp.optimal_policy(ref, reward, beta)
+    assert seen == [True], name
+    assert lean.dtype == ref.dtype
+    one = kp.optimal_policy(ref[2], reward[2], beta)  # a row alone: the same bits
+    np.testing.assert_array_equal(one, lean[2])
+    _sweep_only(monkeypatch)
+    np.testing.assert_array_equal(kp.optimal_policy(ref, reward, beta), lean)
+    np.testing.assert_array_equal(lean[ref == 0], 0.0)  # support preserved
+    for i in range(ref.shape[0]):  # and against the 400-digit reference
+        want = R.to_float(R.optimal_policy(ref[i].astype(float), reward[i].astype(float), beta))
+        normal = want > (1e-36 if ref.dtype == np.float32 else 1e-290)
+        bound = 4e-6 if ref.dtype == np.float32 else 2e-12
+        assert np.all(np.abs(lean[i][normal] / want[normal] - 1) < bound), name
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_lean_path_hands_over_above_its_size(dtype, monkeypatch):
+    rng = np.random.default_rng(22)
+    n = 256
+    rows = K._LEAN_BYTES // (n * np.dtype(dtype).itemsize)  # exactly at the limit
+    ref = rng.dirichlet(np.ones(n), size=rows + 1).astype(dtype)
+    reward = rng.normal(size=(rows + 1, n)).astype(dtype)
+    seen = _lean_taken(monkeypatch)
+    at = kp.optimal_policy(ref[:rows], reward[:rows], 0.5)
+    above = kp.optimal_policy(ref, reward, 0.5)
+    assert seen == [True]  # the batch one row above the limit never asked
+    np.testing.assert_array_equal(above[:rows], at)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_lean_path_is_equivariant_under_permutations(dtype):
+    rng = np.random.default_rng(23)
+    ref = rng.dirichlet(np.ones(40), size=3).astype(dtype)
+    reward = (rng.normal(size=(3, 40)) * 5).astype(dtype)
+    perm = rng.permutation(40)
+    for beta in (0.05, 0.5, 20.0):
+        pi = kp.optimal_policy(ref, reward, beta)
+        permuted = kp.optimal_policy(ref[:, perm], reward[:, perm], beta)
+        rtol = 1e-6 if dtype == np.float32 else 1e-14
+        np.testing.assert_allclose(permuted, pi[:, perm], rtol=rtol, atol=0)
+
+
+def test_float32_rows_past_float32s_range_are_float64_rounded_once_in_a_small_batch():
+    ref, reward = _float32_batch()  # four ordinary rows and four wide ones, interleaved
+    pi = kp.optimal_policy(ref, reward, 0.125)
+    pi64 = kp.optimal_policy(ref.astype(np.float64), reward.astype(np.float64), 0.125)
+    ib = np.full(8, 8.0, np.float32)
+    with np.errstate(all="ignore"):
+        sw = K._sweep(ref, reward, ib, frozenset({"pi"}), None, {})
+        wide = ~K._fast_ok(ref, reward, ib, sw, stats=False)
+    np.testing.assert_array_equal(pi[wide], pi64[wide].astype(np.float32))
+    every = kp.optimal_policy(ref[wide], reward[wide], 0.125)  # a batch of wide rows only
+    np.testing.assert_array_equal(every, pi[wide])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    ("value", "array"),
+    [(np.nan, "ref"), (np.inf, "ref"), (-0.25, "ref"), (np.nan, "reward"), (np.inf, "reward")],
+)
+def test_a_bad_value_in_a_small_batch_gets_the_validators_message(value, array, dtype):
+    rng = np.random.default_rng(24)
+    ref = rng.dirichlet(np.ones(16), size=3).astype(dtype)
+    reward = rng.normal(size=(3, 16)).astype(dtype)
+    (ref if array == "ref" else reward)[1, 5] = value
+    if array == "ref":
+        msg = _slow_message(lambda: V.as_probabilities("ref", ref))
+    else:
+        msg = _slow_message(lambda: V.as_rewards("reward", reward))
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        kp.optimal_policy(ref, reward, 0.5)
+
+
+def test_a_borderline_row_sum_gets_the_validators_verdict():
+    # the lean path checks sums by a matrix-vector product; rows near the tolerance are
+    # summed again in float64, as the validators do
+    n = 64
+    tol = V.row_sum_tolerance(np.dtype(np.float64), n)
+    for off, accepted in ((0.99 * tol, True), (1.01 * tol, False)):
+        ref = np.full((2, n), 1.0 / n)
+        ref[1] *= 1 + off
+        reward = np.linspace(0, 1, n)[None].repeat(2, 0)
+        if accepted:
+            kp.optimal_policy(ref, reward, 0.5)
+        else:
+            with pytest.raises(ValueError, match="must sum to 1"):
+                kp.optimal_policy(ref, reward, 0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_huge_reference_entries_are_refused_without_a_warning(dtype):
+    # their row sum overflows (to inf in the check, and in the validators' float64 re-sum)
+    big = np.finfo(dtype).max / 2
+    ref = np.array([[0.5, 0.5, 0.0], [big, big, big]], dtype)
+    reward = np.zeros((2, 3), dtype)
+    msg = _slow_message(lambda: V.as_probabilities("ref", ref))
+    with np.errstate(all="raise"), pytest.raises(ValueError, match=re.escape(msg)):
+        kp.optimal_policy(ref, reward, 0.5)
