@@ -52,7 +52,8 @@ def _top_p(z, logits, p, keep):
 def _min_p(z, logits, mp, keep):
     pr = _probs(z)
     top = max(pr)
-    protected = set(_ascending(z, logits)[len(z) - keep :])
+    # keep may exceed the row (every token is protected then): clip, not a negative index
+    protected = set(_ascending(z, logits)[max(len(z) - keep, 0) :])
     return [NEG if (pr[i] < mp * top and i not in protected) else x for i, x in enumerate(z)]
 
 
