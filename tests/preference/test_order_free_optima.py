@@ -830,6 +830,26 @@ def test_exo_pair_dyadic_problems_from_the_ci_sweep(p):
         _assert_entrywise(got, want, rtol=1e-12 if extended else 1e-10)
 
 
+# a search beyond the sweep (beta 1/64, P in sixteenths, random order; seed 2, problem 71):
+# two entries of the optimum are subnormal, 5.1e-321 and 1.07e-317; the policy came back
+# with 0 and 1.69e-317, because ref * e^{x / beta} underflowed before the division by the
+# sum (1.3e-15 times 1.1e-312); now such an entry is e^{log ref + x / beta - log Z}
+SUBNORMAL_REF = np.array(
+    [1.3472866032272894e-15, 3.4570764630661673e-16, 4.2837990261732664e-11,
+     9.9999970720183540e-01, 2.9275249422321798e-07, 2.8306485499981023e-12]
+)  # fmt: skip
+SUBNORMAL_P = np.array([[8, 14, 14, 2, 7, 15], [2, 8, 3, 15, 8, 13], [2, 13, 8, 15, 9, 11],
+                        [14, 1, 1, 8, 1, 14], [9, 8, 7, 15, 8, 4], [1, 3, 5, 2, 12, 8]]) / 16  # fmt: skip
+
+
+def test_exo_pair_subnormal_entries_of_the_optimum():
+    args = (SUBNORMAL_REF, SUBNORMAL_P, 1 / 64)
+    want = M.policy("exo_pair", {}, *args)
+    assert 5e-321 < want[0] < 5.2e-321 and 1e-317 < want[5] < 1.1e-317
+    for perm in (np.arange(6), np.array([3, 5, 0, 4, 1, 2])):
+        _assert_entrywise(_permuted(population_optimum, perm, *args, loss="exo_pair"), want)
+
+
 @st.composite
 def nonconvex_problems(draw):
     n = draw(st.integers(2, 5))
