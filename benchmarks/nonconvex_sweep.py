@@ -11,10 +11,12 @@ another certified local minimum than the one reached from x = 0 is counted apart
 ("other minimum") and measured against ``polish``. Entries are compared where the
 reference is positive; a subnormal entry at its absolute resolution (two steps of 2^-1074),
 as in the tests. Problems: 3-5 outcomes, reference entries 10^U(-30, 0), P[i, j] uniform
-in (0.05, 0.95), beta 10^U(-1.5, 1); ``--wide``: 2-8 outcomes and P uniform in (0, 1).
+in (0.05, 0.95), beta 10^U(-1.5, 1); ``--wide``: 2-8 outcomes and P uniform in (0, 1);
+``--hard``: 3-6 outcomes, half of the references uniform, P in sixteenths (1/16 .. 15/16),
+beta 1/64, 1/32, 0.03 or 0.05 (entries far below 1e-100, exact symmetries).
 Run from the repository root; point PYTHONPATH at another checkout to measure its code.
 
-    python benchmarks/nonconvex_sweep.py [--count 200] [--seed 11] [--wide]
+    python benchmarks/nonconvex_sweep.py [--count 200] [--seed 11] [--wide | --hard]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))  # tests/ help
 
 from klpolicy.preference import population_optimum
 from tests.preference import _mp_optima as M
+from tests.preference.test_order_free_optima import _has_symmetry
 
 CASES = [
     ("exo_pair", {}),
@@ -37,6 +40,17 @@ CASES = [
     ("discopop", {"tau": 1.0}),
     ("discopop", {}),
 ]
+
+
+def hard_problem(rng):
+    n = int(rng.integers(3, 7))
+    ref = np.full(n, 1.0 / n) if rng.random() < 0.5 else 10.0 ** rng.uniform(-30, 0, n)
+    ref /= ref.sum()
+    p = np.full((n, n), 0.5)
+    for i, j in itertools.combinations(range(n), 2):
+        p[i, j] = rng.integers(1, 16) / 16
+        p[j, i] = 1 - p[i, j]
+    return ref, p, float(rng.choice([1 / 64, 1 / 32, 0.03, 0.05])), rng.permutation(n)
 
 
 def problem(rng, wide):
@@ -56,6 +70,7 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--wide", action="store_true")
+    ap.add_argument("--hard", action="store_true")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     stats = {
@@ -71,7 +86,7 @@ def main() -> None:
         return float(np.max(err, initial=0.0))
 
     for it in range(a.count):
-        ref, p, beta, perm = problem(rng, a.wide)
+        ref, p, beta, perm = hard_problem(rng) if a.hard else problem(rng, a.wide)
         inv = np.argsort(perm)
         for name, o in CASES:
             s = stats[f"{name} {o}"]
@@ -87,7 +102,7 @@ def main() -> None:
                     s["nonmin"] += 1
                     print(f"problem {it} {name} {o}: residual {res:.2e}, curvature {lam:.2e}")
                     continue
-            if (name, o) == ("discopop", {}):
+            if (name, o) == ("discopop", {}) or _has_symmetry(ref, p):  # as the tests do
                 want = M.polish(name, o, ref, p, beta, got)
             else:
                 want = M.policy(name, o, ref, p, beta)
@@ -99,7 +114,7 @@ def main() -> None:
             if e > 1e-10:
                 print(f"problem {it} {name} {o}: entry error {e:.3g}")
             s["worst"] = max(s["worst"], e)
-    print(f"{a.count} problems, seed {a.seed}{', wide' if a.wide else ''}")
+    print(f"{a.count} problems, seed {a.seed}{', wide' * a.wide}{', hard' * a.hard}")
     for k, v in stats.items():
         print(
             f"{k}: non-minimisers {v['nonmin']}, order-dependent {v['order']} (largest change "
