@@ -96,7 +96,8 @@ def main() -> None:
             s["order_worst"] = max(s["order_worst"], moved)
             if moved > 1e-10:
                 s["order"] += 1
-            if np.all(got > 0):  # underflowed entries: no float scores to check there
+            # underflowed or subnormal entries: no float scores (to their digits) there
+            if np.all(got >= np.finfo(np.float64).tiny):
                 res, lam = M.residual_and_curvature(name, o, ref, p, beta, got)
                 if not res < 1e-8 or lam < 0:
                     s["nonmin"] += 1
