@@ -1034,7 +1034,13 @@ def population_optimum(
     step where the scaled Hessian is positive definite, the saddle-free Newton step
     :math:`-|H|^{-1}\nabla` otherwise, an Armijo line search, and at a stationary point
     with negative curvature a step along that eigenvector (the sign that lowers the loss),
-    after which the descent continues; so it never stops at a saddle. Start and steps do
+    after which the descent continues; so it never stops at a saddle. The last iterate
+    is polished by one Newton step whose gradient is summed in extended precision
+    (``numpy.longdouble``): the float64 gradient's rounding, where the pair terms cancel,
+    left the scores off by up to 4e-12 and an entry of the policy off by :math:`|x/\beta|`
+    times that (1.29e-10 relative at an entry of 1.2e-251); after the step, every entry is
+    within 1e-12 relative of a 60-digit minimiser in the tests and sweeps (on platforms
+    where ``longdouble`` is float64 the step is skipped). Start and steps do
     not depend on the labelling of the outcomes, and neither does the answer (to 1e-10
     relative, entry by entry, in the tests), except in a problem whose pair weights
     :math:`W` have an exact symmetry (a relabelling with :math:`W_{\sigma\sigma} = W`,

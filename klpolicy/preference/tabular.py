@@ -261,6 +261,14 @@ def _tilt_scores(ref: NDArray, x: NDArray, beta: float) -> NDArray[np.float64]:
     xmax = np.max(np.where(support, x, -np.inf))
     with np.errstate(invalid="ignore", over="ignore", divide="ignore", under="ignore"):
         d = np.where(support & (x > -np.inf), x - xmax, -np.inf)
-        e = np.where(d == 0, 1.0, np.exp(d / beta))
-        w = np.where(support, ref * e, 0.0)
-    return w / w.sum()
+        t = np.where(d == 0, 0.0, d / beta)
+        w = np.where(support, ref * np.exp(t), 0.0)
+        z = w.sum()
+        pi = w / z
+        # an entry below the normal range lost its digits in ref * e^t before the division
+        # (ref 1e-15 times e^t of 1e-312 is 0, not the 5e-321 it becomes after dividing by
+        # a sum of 3e-7): there, e^{log ref + t - log Z}, rounded once
+        low = support & (pi < np.finfo(np.float64).tiny) & (t > -np.inf)
+        if low.any():
+            pi[low] = np.exp(np.log(ref[low]) + t[low] - np.log(z))
+    return pi

@@ -16,12 +16,13 @@ The non-convex losses ``exo_pair`` (EXO: Ji et al. 2024, arXiv:2402.00856) and
 ``discopop`` (DiscoPOP: Chris Lu et al. 2024, arXiv:2406.08414) have phi, phi' and phi''
 written here from the papers' definitions (:func:`derivatives`, :func:`loss_function`).
 Damped Newton on |F|^2 can converge to a saddle or a maximum of such a loss, so their
-reference is :func:`minimise_local`: saddle-free Newton (the step solves |H| d = -grad on
-the Hessian scaled by each outcome's total weight, eigenvalues by ``mp.eigsy``) with an
-Armijo search on the loss itself (40 extra digits), started from x = 0, an independent
-start (the float solver starts from a least-squares fit), to max |F_i| < 10^-(DPS - 10);
-the point is then checked to be a strict local minimum: the smallest eigenvalue of the
-scaled gauge-fixed Hessian (:func:`smallest_curvature`) is positive, in mpmath. Where a
+reference is :func:`minimise_local`: Newton's step by Cholesky where the Hessian scaled by
+each outcome's total weight is positive definite, the saddle-free Newton step (|H| d =
+-grad, eigenpairs by Jacobi's method, :func:`_eigsy`) elsewhere, with an Armijo search on
+the loss itself (40 extra digits), started from x = 0, an independent start (the float
+solver starts from a least-squares fit), to max |F_i| < 10^-(DPS - 10); the point is then
+certified a strict local minimum (:func:`certify_minimum`): the Cholesky factorisation
+of the scaled gauge-fixed Hessian exists, in mpmath. Where a
 loss has several local minima (discopop at tau = 0.05), two correct methods from two
 starts can land in different ones: :func:`polish` then runs the same iteration from the
 float answer and certifies the local minimum it belongs to (stationarity and curvature
@@ -138,13 +139,24 @@ def hessian(d2, w, x, free):
     return m
 
 
-def minimise(d1, d2, w):
-    """Scores x minimising sum_ij w_ij phi(x_i - x_j) (support: every outcome)."""
+def _gauge(w):
+    """n, each outcome's total weight sum_j (w_ij + w_ji), the outcome pinned to 0 (the
+    heaviest) and the free ones."""
     n = len(w)
     tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
     anchor = max(range(n), key=lambda i: tot[i])
-    free = [i for i in range(n) if i != anchor]
-    tol = mp.mpf(10) ** -(mp.mp.dps - 10)
+    return n, tot, anchor, [i for i in range(n) if i != anchor]
+
+
+def _tolerance():
+    """The convergence bar on the scaled residual max |F_i|: 10^-(DPS - 10)."""
+    return mp.mpf(10) ** -(mp.mp.dps - 10)
+
+
+def minimise(d1, d2, w):
+    """Scores x minimising sum_ij w_ij phi(x_i - x_j) (support: every outcome)."""
+    n, tot, _, free = _gauge(w)
+    tol = _tolerance()
 
     def resid(x):
         out = []
@@ -196,13 +208,28 @@ def _scaled_hessian(d2, w, x, free, tot):
 def smallest_curvature(d2, w, x):
     """The smallest eigenvalue of the scaled gauge-fixed Hessian at ``x`` (> 0: a strict
     local minimum when ``x`` is stationary)."""
-    n = len(w)
-    tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
-    anchor = max(range(n), key=lambda i: tot[i])
-    free = [i for i in range(n) if i != anchor]
+    _, tot, _, free = _gauge(w)
     if not free:
         return mp.inf
     return min(_eigsy(_scaled_hessian(d2, w, x, free, tot))[0])
+
+
+def certify_minimum(d2, w, x):
+    """Assert that ``x`` (stationary) is a strict local minimum: the Cholesky factorisation
+    of the scaled gauge-fixed Hessian exists (a proof that it is positive definite, with
+    no eigen-solver involved), and its smallest eigenvalue (:func:`smallest_curvature`,
+    for the message) is positive."""
+    _, tot, _, free = _gauge(w)
+    if not free:
+        return
+    lam = smallest_curvature(d2, w, x)
+    try:
+        mp.cholesky(_scaled_hessian(d2, w, x, free, tot))
+    except ValueError:
+        raise AssertionError(
+            f"the point is not a strict local minimum (smallest curvature {mp.nstr(lam, 5)})"
+        ) from None
+    assert lam > 0, f"the point is not a strict local minimum ({mp.nstr(lam, 5)})"
 
 
 def minimise_local(phi, d1, d2, w, x0=None):
@@ -216,11 +243,8 @@ def minimise_local(phi, d1, d2, w, x0=None):
     scaled residual. Converged when max |F_i| < 10^-(DPS - 10); the caller checks
     :func:`smallest_curvature` > 0 there.
     """
-    n = len(w)
-    tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
-    anchor = max(range(n), key=lambda i: tot[i])
-    free = [i for i in range(n) if i != anchor]
-    tol = mp.mpf(10) ** -(mp.mp.dps - 10)
+    n, tot, anchor, free = _gauge(w)
+    tol = _tolerance()
 
     def value(x):
         with mp.extradps(40):
@@ -242,11 +266,15 @@ def minimise_local(phi, d1, d2, w, x0=None):
         if not res or max(abs(v) for v in res) < tol:
             return x
         hs = _scaled_hessian(d2, w, x, free, tot)
-        lam, q = _eigsy(hs)
-        convex = min(lam) > 0
         gs = mp.matrix([v / mp.sqrt(tot[i]) for v, i in zip(g, free)])
-        c = q.T * gs
-        ds = q * mp.matrix([-c[a] / max(abs(lam[a]), mp.mpf("1e-6")) for a in range(len(free))])
+        try:  # positive definite: Newton's step by Cholesky (no eigen-solver)
+            ds = -mp.cholesky_solve(hs, gs)
+            convex = True
+        except ValueError:  # indefinite: saddle-free Newton by Jacobi's eigenpairs
+            convex = False
+            lam, q = _eigsy(hs)
+            c = q.T * gs
+            ds = q * mp.matrix([-c[a] / max(abs(lam[a]), mp.mpf("1e-6")) for a in range(len(free))])
         step = [ds[a] / mp.sqrt(tot[i]) for a, i in enumerate(free)]
         big = max(abs(v) for v in step)
         if big > 8:  # at most 8 log-odds units at once
@@ -283,31 +311,59 @@ def _tilt(q, x, beta):
 
 
 def _eigsy(h):
-    """Eigenvalues and orthonormal eigenvectors of the symmetric ``h`` (``mp.eigsy``). Its
-    QL iteration can stall on the repeated eigenvalues of exactly symmetric problems ("no
-    convergence after 120 iterations"); then ``mp.eig`` (QR on the Hessenberg form, another
-    algorithm) gives them, the vectors sorted by eigenvalue and orthonormalised by ``mp.qr``
-    (the eigenspaces of a symmetric matrix are orthogonal, so Gram-Schmidt in that order
-    only mixes vectors of one eigenspace)."""
-    try:
-        return mp.eigsy(h)
-    except RuntimeError:
-        n = h.rows
-        e, er = mp.eig(h)
-        order = sorted(range(n), key=lambda k: mp.re(e[k]))
-        v = mp.matrix(n, n)
-        for col, k in enumerate(order):
-            for i in range(n):
-                v[i, col] = mp.re(er[i, k])
-        q, _ = mp.qr(v)
-        return [mp.re(e[k]) for k in order], q
+    """Eigenvalues (ascending) and orthonormal eigenvectors (columns) of the symmetric
+    ``h``, by the cyclic Jacobi method (rotations that zero each off-diagonal entry in
+    turn, until the off-diagonal part is below the working precision). Written here
+    because ``mp.eigsy`` (QL) and ``mp.eig`` (QR) both stall on the exactly repeated
+    eigenvalues of symmetric problems (uniform ref, dyadic P: "no convergence"); Jacobi
+    converges on any symmetric matrix, repeated eigenvalues included."""
+    n = h.rows
+    a = h.copy()
+    v = mp.eye(n)
+    if not all(mp.isfinite(a[i, j]) for i in range(n) for j in range(n)):
+        raise AssertionError(f"a Hessian entry is not finite: {a}")
+    tol = mp.mpf(2) ** (-2 * (mp.mp.prec - 8))  # squared: off-diagonal norm below 2^-(prec-8)
+    for _ in range(100):
+        off = mp.fsum(a[i, j] ** 2 for i in range(n) for j in range(n) if i != j)
+        if not off > tol * mp.fsum(a[i, j] ** 2 for i in range(n) for j in range(n)):
+            break
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                if a[p, q] == 0:
+                    continue
+                theta = (a[q, q] - a[p, p]) / (2 * a[p, q])
+                t = (1 if theta >= 0 else -1) / (abs(theta) + mp.sqrt(theta * theta + 1))
+                c = 1 / mp.sqrt(t * t + 1)
+                s = t * c
+                for k in range(n):  # columns p, q of A J and of V J
+                    a[k, p], a[k, q] = c * a[k, p] - s * a[k, q], s * a[k, p] + c * a[k, q]
+                    v[k, p], v[k, q] = c * v[k, p] - s * v[k, q], s * v[k, p] + c * v[k, q]
+                for k in range(n):  # rows p, q of J^T (A J)
+                    a[p, k], a[q, k] = c * a[p, k] - s * a[q, k], s * a[p, k] + c * a[q, k]
+    else:
+        raise AssertionError("Jacobi's eigenvalue iteration did not converge")
+    order = sorted(range(n), key=lambda k: a[k, k])
+    q = mp.matrix(n, n)
+    for col, k in enumerate(order):
+        for i in range(n):
+            q[i, col] = v[i, k]
+    return [a[k, k] for k in order], q
+
+
+def _scores(q, pi, beta):
+    """x = beta log(pi / q) from a float answer; an entry 0 (underflowed) starts just
+    below the smallest float, 2^-1075, and the minimiser moves it from there."""
+    b = mp.mpf(float(beta))
+    floor = mp.mpf(2) ** -1075
+    return [b * (mp.log(max(mp.mpf(float(pi[i])), floor)) - mp.log(q[i])) for i in range(len(q))]
 
 
 def polish(name, o, ref, p, beta, pi):
     """The local minimiser next to a float answer ``pi`` (exo_pair, discopop), as floats.
 
-    :func:`minimise_local` started from ``x = beta log(pi / ref)`` and converged to
-    60 digits; its scaled Hessian must be positive definite (a strict local minimum).
+    :func:`minimise_local` started from ``x = beta log(pi / ref)`` (an entry 0 of ``pi``
+    from just below the smallest float, :func:`_scores`) and converged to 60 digits; it
+    must be a strict local minimum (:func:`certify_minimum`).
     For losses with many local minima (discopop at its default tau = 0.05: every pair's
     loss has one on each side of a tie) this certifies that ``pi`` is, to its digits, a
     local minimiser; it does not say which of them.
@@ -315,11 +371,8 @@ def polish(name, o, ref, p, beta, pi):
     with mp.workdps(DPS):
         q, w = weights(ref, p)
         d1, d2 = derivatives(name, o)
-        b = mp.mpf(float(beta))
-        x0 = [b * (mp.log(mp.mpf(float(pi[i]))) - mp.log(q[i])) for i in range(len(q))]
-        x = minimise_local(loss_function(name, o), d1, d2, w, x0)
-        lam = smallest_curvature(d2, w, x)
-        assert lam > 0, f"the polished point is not a local minimum ({mp.nstr(lam, 5)})"
+        x = minimise_local(loss_function(name, o), d1, d2, w, _scores(q, pi, beta))
+        certify_minimum(d2, w, x)
         return _tilt(q, x, beta)
 
 
@@ -329,9 +382,8 @@ def residual_and_curvature(name, o, ref, p, beta, pi):
     with mp.workdps(DPS):
         q, w = weights(ref, p)
         d1, d2 = derivatives(name, o)
-        n = len(q)
-        x = [mp.mpf(beta) * (mp.log(mp.mpf(float(pi[i]))) - mp.log(q[i])) for i in range(n)]
-        tot = [mp.fsum(w[i][j] + w[j][i] for j in range(n)) for i in range(n)]
+        x = _scores(q, pi, beta)
+        n, tot, _, _ = _gauge(w)
         res = max(
             abs(mp.fsum(w[i][j] * d1(x[i] - x[j]) - w[j][i] * d1(x[j] - x[i]) for j in range(n)))
             / tot[i]
@@ -352,8 +404,7 @@ def policy(name, o, ref, p, beta, *, return_scores=False):
         d1, d2 = derivatives(name, o)
         if name in ("exo_pair", "discopop"):
             x = minimise_local(loss_function(name, o), d1, d2, w)
-            lam = smallest_curvature(d2, w, x)
-            assert lam > 0, f"the mpmath reference is not a local minimum ({mp.nstr(lam, 5)})"
+            certify_minimum(d2, w, x)
         else:
             x = minimise(d1, d2, w)
         b = mp.mpf(1) if name == "ipo" else mp.mpf(float(beta))

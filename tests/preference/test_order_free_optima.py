@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from klpolicy.preference import (
@@ -806,6 +806,50 @@ def test_exo_pair_no_longer_stops_at_a_saddle():
     )
 
 
+# two problems CI's seed drew in the slow sweep below (uniform ref over 5 outcomes, beta
+# 1/32, dyadic P): on the first the float answer had an entry of 1.2e-251 off by 1.29e-10
+# relative (the scores stopped at the float64 gradient's rounding); on the second (an exact
+# symmetry: x -> -x with a relabelling) the mpmath reference failed (an entry 0 in floats
+# gave x = log 0; its eigen-solvers stalled on repeated eigenvalues)
+DYADIC_P = np.array([[8, 1, 1, 1, 8], [15, 8, 1, 8, 1], [15, 15, 8, 1, 1], [15, 8, 15, 8, 8],
+                     [8, 15, 15, 8, 8]]) / 16  # fmt: skip
+SYMMETRIC_P = DYADIC_P.copy()
+SYMMETRIC_P[3, 4], SYMMETRIC_P[4, 3] = 0.0625, 0.9375
+
+
+@pytest.mark.parametrize("p", [DYADIC_P, SYMMETRIC_P], ids=["tiny-entries", "symmetric"])
+def test_exo_pair_dyadic_problems_from_the_ci_sweep(p):
+    ref, beta = np.full(5, 0.2), 0.03125
+    assert _has_symmetry(ref, p) == (p is SYMMETRIC_P)
+    want = _nonconvex_reference("exo_pair", {}, ref, p, beta)
+    # the polished scores are exact to their rounding where numpy's longdouble is extended
+    extended = np.finfo(np.longdouble).eps < np.finfo(np.float64).eps
+    rng = np.random.default_rng(26)
+    for perm in (np.arange(5), *(rng.permutation(5) for _ in range(3))):
+        got = _permuted(population_optimum, perm, ref, p, beta, loss="exo_pair")
+        _assert_entrywise(got, want, rtol=1e-12 if extended else 1e-10)
+
+
+# a search beyond the sweep (beta 1/64, P in sixteenths, random order; seed 2, problem 71):
+# two entries of the optimum are subnormal, 5.1e-321 and 1.07e-317; the policy came back
+# with 0 and 1.69e-317, because ref * e^{x / beta} underflowed before the division by the
+# sum (1.3e-15 times 1.1e-312); now such an entry is e^{log ref + x / beta - log Z}
+SUBNORMAL_REF = np.array(
+    [1.3472866032272894e-15, 3.4570764630661673e-16, 4.2837990261732664e-11,
+     9.9999970720183540e-01, 2.9275249422321798e-07, 2.8306485499981023e-12]
+)  # fmt: skip
+SUBNORMAL_P = np.array([[8, 14, 14, 2, 7, 15], [2, 8, 3, 15, 8, 13], [2, 13, 8, 15, 9, 11],
+                        [14, 1, 1, 8, 1, 14], [9, 8, 7, 15, 8, 4], [1, 3, 5, 2, 12, 8]]) / 16  # fmt: skip
+
+
+def test_exo_pair_subnormal_entries_of_the_optimum():
+    args = (SUBNORMAL_REF, SUBNORMAL_P, 1 / 64)
+    want = M.policy("exo_pair", {}, *args)
+    assert 5e-321 < want[0] < 5.2e-321 and 1e-317 < want[5] < 1.1e-317
+    for perm in (np.arange(6), np.array([3, 5, 0, 4, 1, 2])):
+        _assert_entrywise(_permuted(population_optimum, perm, *args, loss="exo_pair"), want)
+
+
 @st.composite
 def nonconvex_problems(draw):
     n = draw(st.integers(2, 5))
@@ -843,11 +887,12 @@ def test_nonconvex_optima_in_random_order_against_mpmath(case):
 @settings(max_examples=120, deadline=None)
 @given(nonconvex_problems())
 def test_nonconvex_optima_in_random_order_against_mpmath_sweep(case):
-    # exo_pair is left out of the long sweep, an open gap of issue 26: with CI's seed it
-    # finds entries below 1e-100 off by up to 1.2e-10 (the solver stops with x accurate to
-    # ~4e-13, and an entry's error is |x / beta| times that), and exactly symmetric problems
-    # (uniform ref, dyadic P) whose float answer the mpmath reference cannot certify (its
-    # eigen-solvers do not converge). exo_pair stays in the short property, the issue case
-    # in 24 orders and the saddle regressions above.
-    assume(case[4][0] != "exo_pair")
+    # exo_pair was left out of this sweep until CI's seed found (i) entries below 1e-100
+    # off by up to 1.3e-10 (the float solver stopped with the scores x ~4e-13 off, the
+    # float64 gradient's rounding, and an entry's error is |x / beta| times that; now the
+    # solver polishes x by one Newton step on an extended-precision gradient) and (ii)
+    # exactly symmetric problems (uniform ref, dyadic P) whose float answer the mpmath
+    # reference could not certify (an underflowed entry gave x = log 0; mp.eigsy and
+    # mp.eig stalled on repeated eigenvalues; now it starts such entries below the
+    # smallest float, certifies by Cholesky and uses Jacobi's eigenpairs).
     _check_nonconvex(case)
