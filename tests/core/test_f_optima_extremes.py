@@ -373,9 +373,13 @@ def test_float64_edges_give_a_policy_and_a_value(name, a):
             assert np.all(np.isfinite(pi)) and abs(pi.sum() - 1) <= 1e-12, (ref, r, b, pi)
             assert not np.isnan(v), (ref, r, b)
             assert np.all(pi[np.array(ref) == 0] == 0)
-    # beyond resolution the greedy limit: all mass on the best reward
+    # beyond resolution the greedy limit, to float64's resolution: all mass on the best
+    # reward, but where f'(inf) is finite the other outcome keeps its power-law ratio of
+    # d = 1/5e-324 = 2^1074 (forward KL: 2^-1074, the smallest subnormal; reverse chi2:
+    # 2^-537 = 2.2e-162), by the mpmath reference
     pi = kp.f_optimal_policy([1e-320, 1.0], [1.0, 0.0], 5e-324, divergence=name, alpha=a)
-    assert pi.tolist() == [1.0, 0.0]
+    want = [1.0, 0.0] if name == "tv" else _mp_solve([1e-320, 1.0], [1.0, 0.0], 5e-324, name, a)[0]
+    assert pi[0] == 1.0 and abs(pi[1] - float(want[1])) <= 1e-12 * float(want[1]) + 5e-324
 
 
 _R, _W = [0.5, 0.5], [1.0, 0.0]
