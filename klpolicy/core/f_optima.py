@@ -32,6 +32,29 @@ once. The number is chosen so that no ratio is computed by cancellation:
 * otherwise (chi2_kl): :math:`s_{best}` itself, and :math:`W(e^{s})` through
   ``scipy.special.wrightomega``.
 
+Reward differences are formed as ``2 ((r_1/2 - r_2/2)/beta)`` where ``r_1 - r_2`` overflows
+(rewards of opposite signs near float64's limit). Where :math:`d(y)` itself is beyond
+float64 (``1.6e308`` against ``-1.6e308`` at ``beta = 1``), :math:`e + d(y) = d(y)` to
+float64's precision (:math:`e \le f'(\infty) - f'(1)`, the best ratio being at least 1),
+and the ratio is the power law :math:`(c\,d)^p` of :math:`d` alone (forward KL
+:math:`1/d`, Hellinger :math:`1/d^2`, reverse chi2 :math:`d^{-1/2}`, alpha < 1
+:math:`((1-a) d)^{1/(a-1)}`; JS :math:`1/\mathrm{expm1}(2d) = 0`), assembled from the
+binary exponents of :math:`r_{max}/2 - r/2` and :math:`\beta` (``numpy.frexp`` /
+``ldexp``): reverse chi2 keeps :math:`3.9\times10^{-155}` where the overflowing
+:math:`d` once gave 0. In the other modes an overflowing :math:`d` has the ratio 0 (a
+clip, or :math:`W(e^{-\infty})`). The divergence (and the value
+:math:`\mathbb{E}_{\pi^*}[r] - \beta D_f`) of the optimum takes the summands of the tiny
+ratios (below ``1e-100``, or where :math:`\pi^*` is below ``1e-300``) from
+:math:`\log t`, known from the pole distance, instead of from the rounded
+:math:`\pi^*`, whose zero would make :math:`f(0) = \infty` (forward KL, reverse chi2,
+alpha <= 0) an infinite divergence: forward KL :math:`q(t - 1 - \log t)`, reverse chi2
+:math:`q(1-t)^2/t`, alpha :math:`q(t^a - 1 - a(t-1))/(a(a-1))`, with ``log q`` and
+``log beta`` inside the exponentials so that :math:`\beta D_f` stays finite where
+:math:`D_f` alone overflows. (The dual form :math:`\lambda + \beta
+\mathbb{E}_{ref}[f^*((r-\lambda)/\beta)]` is the same sum rearranged; it would need
+:math:`\lambda = r_{max} - \beta s_{best}`, which at ``r = 1.6e308`` has no digits
+left for :math:`\beta s_{best}`.)
+
 The total variation's optimum is a linear program, solved in closed form (mass moves
 to the best outcomes from every outcome whose reward is more than ``beta`` below the best).
 """
@@ -502,7 +525,10 @@ def f_optimal_policy(
     package's safeguarded root finder in a coordinate where no ratio is formed by
     cancellation (see the module docstring); the result matches a 50-digit mpmath
     maximisation to 1e-12 relative on random problems of up to 8 outcomes with
-    reference entries down to 1e-12.
+    reference entries down to 1e-12. Reward gaps beyond float64 (``(r_max - r)/beta``
+    above 1.8e308) keep the exact power-law entries where :math:`f'(\infty)` is
+    finite (reverse chi2 at rewards ``(1.63e308, -1.63e308)``, ``beta = 1``: ``3.9e-155``),
+    and the value and divergence stay finite there (computed from the ratios' logs).
 
     References
     ----------
