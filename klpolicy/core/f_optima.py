@@ -128,7 +128,10 @@ def _ratio(row: FDivergence, a, mode: str, z: NDArray):
                 t = 1.0 / np.sqrt(e)
                 return t, -0.5 * t / e
             # alpha < 1: t = ((1 - a) e)^(1/(a-1))
-            t = np.exp(np.log((1.0 - a) * e) / (a - 1.0))
+            # ((1 - a) e overflows for e near float64's max: its log as a sum there)
+            ce = (1.0 - a) * e
+            lce = np.where(np.isinf(ce) & np.isfinite(e), math.log1p(-a) + np.log(e), np.log(ce))
+            t = np.exp(lce / (a - 1.0))
             return t, t / ((a - 1.0) * e)
         if mode == "bottom":
             u = np.maximum(z, 0.0)
