@@ -32,21 +32,53 @@ once. The number is chosen so that no ratio is computed by cancellation:
 * otherwise (chi2_kl): :math:`s_{best}` itself, and :math:`W(e^{s})` through
   ``scipy.special.wrightomega``.
 
+Reward differences are formed as ``2 ((r_1/2 - r_2/2)/beta)`` where ``r_1 - r_2`` overflows
+(rewards of opposite signs near float64's limit). Where :math:`d(y)` itself is beyond
+float64 (``1.6e308`` against ``-1.6e308`` at ``beta = 1``), :math:`e + d(y) = d(y)` to
+float64's precision (:math:`e \le f'(\infty) - f'(1)`, the best ratio being at least 1),
+and the ratio is the power law :math:`(c\,d)^p` of :math:`d` alone (forward KL
+:math:`1/d`, Hellinger :math:`1/d^2`, reverse chi2 :math:`d^{-1/2}`, alpha < 1
+:math:`((1-a) d)^{1/(a-1)}`; JS :math:`1/\mathrm{expm1}(2d) = 0`), assembled from the
+binary exponents of :math:`r_{max}/2 - r/2` and :math:`\beta` (``numpy.frexp`` /
+``ldexp``): reverse chi2 keeps :math:`3.9\times10^{-155}` where the overflowing
+:math:`d` once gave 0. In the other modes an overflowing :math:`d` has the ratio 0 (a
+clip, or :math:`W(e^{-\infty})`). The divergence (and the value
+:math:`\mathbb{E}_{\pi^*}[r] - \beta D_f`) of the optimum takes the summands of the tiny
+ratios (below ``1e-100``, or where :math:`\pi^*` is below ``1e-300``) from
+:math:`\log t`, known from the pole distance, instead of from the rounded
+:math:`\pi^*`, whose zero would make :math:`f(0) = \infty` (forward KL, reverse chi2,
+alpha <= 0) an infinite divergence: forward KL :math:`q(t - 1 - \log t)`, reverse chi2
+:math:`q(1-t)^2/t`, alpha :math:`q(t^a - 1 - a(t-1))/(a(a-1))`, with ``log q`` and
+``log beta`` inside the exponentials so that :math:`\beta D_f` stays finite where
+:math:`D_f` alone overflows. (The dual form :math:`\lambda + \beta
+\mathbb{E}_{ref}[f^*((r-\lambda)/\beta)]` is the same sum rearranged; it would need
+:math:`\lambda = r_{max} - \beta s_{best}`, which at ``r = 1.6e308`` has no digits
+left for :math:`\beta s_{best}`.)
+
 The total variation's optimum is a linear program, solved in closed form (mass moves
 to the best outcomes from every outcome whose reward is more than ``beta`` below the best).
 """
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
+from ._numerics import kl_terms
 from .closed_form import _LOG_HUGE, _LOG_TINY, _prepare, _restore, _setup, _tilt, beta_for_kl
 from .closed_form import optimal_policy as _kl_optimal_policy
-from .fdivergences import FDivergence, _f_divergence_last, as_divergence
+from .fdivergences import (
+    FDivergence,
+    _f_divergence_last,
+    _log_ratio,
+    _normalised,
+    _summands,
+    as_divergence,
+)
 from .roots import monotone_root
 
 __all__ = ["FFrontier", "beta_for_divergence", "f_frontier", "f_optimal_policy", "f_soft_value"]
@@ -63,6 +95,7 @@ def _is_kl(row: FDivergence, a) -> bool:
 # ((alpha-1) u)^(1/(alpha-1)) would amplify a rounding of u by 1/|alpha - 1|
 _NEAR_ONE = 1e-2
 _BIG = float(np.finfo(np.float64).max)  # the stand-in for an overflowing bracket end
+_LN2 = math.log(2.0)
 
 
 def _mode(row: FDivergence, a) -> str:
@@ -95,7 +128,10 @@ def _ratio(row: FDivergence, a, mode: str, z: NDArray):
                 t = 1.0 / np.sqrt(e)
                 return t, -0.5 * t / e
             # alpha < 1: t = ((1 - a) e)^(1/(a-1))
-            t = np.exp(np.log((1.0 - a) * e) / (a - 1.0))
+            # ((1 - a) e overflows for e near float64's max: its log as a sum there)
+            ce = (1.0 - a) * e
+            lce = np.where(np.isinf(ce) & np.isfinite(e), math.log1p(-a) + np.log(e), np.log(ce))
+            t = np.exp(lce / (a - 1.0))
             return t, t / ((a - 1.0) * e)
         if mode == "bottom":
             u = np.maximum(z, 0.0)
@@ -143,6 +179,71 @@ def _bracket(row: FDivergence, a, mode: str) -> float:
     return fp1
 
 
+def _gap(x: NDArray, y: NDArray, beta: NDArray) -> NDArray:
+    """``(x - y)/beta`` for finite rewards, without an overflowing ``x - y``.
+
+    Rewards of opposite signs near float64's limit (``1.6e308`` and ``-1.6e308``) have a
+    difference beyond float64 that a large ``beta`` brings back into range: it is then
+    ``2 ((x/2 - y/2)/beta)``, whose half-difference cannot overflow. (Only there: halving
+    a subnormal reward would lose its last bit.) ``inf`` only where the quotient itself
+    is beyond float64.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = x - y
+        return np.where(np.isinf(diff), 2.0 * ((0.5 * x - 0.5 * y) / beta), diff / beta)
+
+
+def _top_power(row: FDivergence, a) -> tuple[float, float] | None:
+    """``(c, p)`` with the ratio ``t = (c x)^p`` at pole distance ``x`` (top mode), or None (js)."""
+    if row.name == "forward_kl" or (row.name == "alpha" and a == 0.0):
+        return 1.0, -1.0
+    if row.name == "hellinger":
+        return 1.0, -2.0
+    if row.name == "reverse_chi2":
+        return 1.0, -0.5
+    if row.name == "alpha":
+        return 1.0 - a, 1.0 / (a - 1.0)
+    return None
+
+
+def _top_log_ratio(row: FDivergence, a, x: NDArray) -> NDArray:
+    """``log t`` at a finite pole distance ``x > 0`` (top mode), where ``t`` may underflow."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        cp = _top_power(row, a)
+        if cp is None:  # js: t = 1/expm1(2x)
+            return -2.0 * x - np.log(-np.expm1(-2.0 * x))
+        c, p = cp
+        if row.name == "alpha" and a != 0.0:  # (log(1-a) + log x)/(a-1): one rounding of p
+            return (np.log(c) + np.log(x)) / (a - 1.0)
+        return p * np.log(x)
+
+
+def _top_far(row: FDivergence, a, h: NDArray, beta: NDArray) -> tuple[NDArray, NDArray]:
+    """``(t, log t)`` at a pole distance ``d = 2 h / beta`` beyond float64 (top mode).
+
+    The best outcome's own pole distance is at most ``f'(inf) - f'(1)`` (its ratio is at
+    least 1), so beside ``d > 1.8e308`` it is below float64's resolution and the ratio is
+    the power law ``(c d)^p`` of ``d`` alone. With ``h = m_h 2^{k_h}``, ``beta = m_b
+    2^{k_b}`` (:func:`numpy.frexp`), ``c d = M 2^K`` with ``M = 2 c m_h / m_b`` and
+    ``K = k_h - k_b``, and ``t = M^p 2^{pK}`` is assembled by :func:`numpy.ldexp`: exact to
+    a few roundings (``pK`` is exact for forward KL, Hellinger and reverse chi2), however
+    far below float64's range ``t`` lies (``log t`` is returned for the divergence).
+    """
+    cp = _top_power(row, a)
+    if cp is None:  # js: t = 1/expm1(2 d) < 1e-300000
+        return np.zeros_like(h), np.full_like(h, -np.inf)
+    c, p = cp
+    mh, kh = np.frexp(h)
+    mb, kb = np.frexp(beta)
+    m = 2.0 * c * mh / mb
+    k = (kh - kb).astype(np.float64)
+    pk = k / (a - 1.0) if row.name == "alpha" and a != 0.0 else p * k
+    n = np.floor(pk)
+    with np.errstate(under="ignore", over="ignore"):
+        t = np.ldexp(np.exp(p * np.log(m) + (pk - n) * _LN2), n.astype(np.int64))
+    return t, p * np.log(m) + pk * _LN2
+
+
 def _tv_rows(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
     """The total-variation optimum (a linear program) for rows with 0 < beta < inf."""
     support = ref > 0
@@ -157,30 +258,38 @@ def _tv_rows(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
         return np.where(drop, 0.0, ref) + np.where(best, (ref / on_best) * freed, 0.0)
 
 
-def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
-    """pi* for validated float64 rows (rows, n) with 0 < beta < inf, probability axis last."""
+def _solve_rows(
+    row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray
+) -> tuple[NDArray, NDArray]:
+    """pi* for validated float64 rows (rows, n) with 0 < beta < inf, probability axis last.
+
+    Also ``log(pi*/ref)`` where the ratio is tiny (below ``1e-100``, or ``pi*`` below
+    ``1e-300``: where ``pi*`` lost digits or underflowed), NaN elsewhere, for the
+    divergence of the optimum (:func:`_divergence_last`).
+    """
     support = ref > 0
     total = ref.sum(axis=-1, keepdims=True)
     q = ref / total
     top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
     low = np.min(np.where(support, reward, np.inf), axis=-1, keepdims=True)
-    with np.errstate(over="ignore"):
-        d = np.where(support, (top - reward) / beta, np.inf)
-        spread = ((top - low) / beta)[:, 0]
+    d = np.where(support, _gap(top, reward, beta), np.inf)
+    spread = _gap(top, low, beta)[:, 0]
+    logt = np.full(q.shape, np.nan)
     if row.name == "tv":
-        return _tv_rows(q, reward, beta)
+        return _tv_rows(q, reward, beta), logt
     out = q.copy()
     live = np.flatnonzero(spread > 0)  # constant rewards on the support: pi = ref
+    mode = _mode(row, a)
     # beta beyond resolution: every other outcome on the support is an overflowing
-    # (r_max - r)/beta = inf below the best, where every row's ratio is 0: the greedy limit
+    # (r_max - r)/beta = inf below the best, where the ratio is 0 (a clip, or an exponential
+    # tail) unless f'(inf) is finite: there it is a power law of that distance (solved below)
     best_mask = support & (reward == top)
     beyond = np.all(best_mask | ~support | np.isinf(d), axis=-1)[live]
-    if beyond.any():
+    if beyond.any() and mode != "top":
         out[live[beyond]] = _greedy(q[live[beyond]], reward[live[beyond]])
         live = live[~beyond]
     if live.size == 0:
-        return out
-    mode = _mode(row, a)
+        return out, logt
     at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
     # the best outcomes alone sum to one at ratio 1/q_best: the other end of the bracket
     q_best = np.sum(np.where(support & (reward == top), q, 0.0), axis=-1)[live]
@@ -207,13 +316,32 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
     def offsets(anchor):
         """(r_k - r_y)/beta for the anchor outcome k of each row, inf off the support."""
         rk = np.take_along_axis(rs, anchor[:, None], axis=-1)
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.where(qs > 0, (rk - rs) / bs, np.inf)
+        return np.where(qs > 0, _gap(rk, rs, bs), np.inf)
+
+    # outcomes whose distance below the best, d = (r_best - r)/beta, is beyond float64
+    # (top mode): their ratio is the power law of d alone (_top_far), fixed while the
+    # best outcome's pole distance e <= f'(inf) - f'(1) moves (e + d = d to float64
+    # precision); elsewhere an infinite d has the ratio 0 (a clip, or W(e^-inf))
+    best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
+    os_best = offsets(best)
+    far = (qs > 0) & np.isinf(os_best) if mode == "top" else np.zeros(qs.shape, dtype=bool)
+    t_far = np.zeros(qs.shape)
+    lt_far = np.full(qs.shape, np.nan)
+    if far.any():
+        half = 0.5 * np.take_along_axis(rs, best[:, None], axis=-1) - 0.5 * rs
+        tf, lf = _top_far(row, a, np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
+        t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
+
+    def ratio(x, sel=slice(None)):
+        t, dt = _ratio(row, a, mode, x)
+        if not far.any():
+            return t, dt
+        return np.where(far[sel], t_far[sel], t), np.where(far[sel], 0.0, dt)
 
     def solve(os_, lo_, hi_):
         def h(z, rows):
             sel = slice(None) if rows.size == live.size else rows
-            t, dt = _ratio(row, a, mode, z[:, None] + sgn * os_[sel])
+            t, dt = ratio(z[:, None] + sgn * os_[sel], sel)
             with np.errstate(invalid="ignore", over="ignore"):
                 w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
                 dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
@@ -223,11 +351,9 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
 
     # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
     # arithmetic; a root at a bracket end (to float resolution) is accepted here
-    best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
-    os_best = offsets(best)
     root = solve(os_best, lo, hi)
     z1 = root.x
-    _, dt1 = _ratio(row, a, mode, z1[:, None] + sgn * os_best)
+    _, dt1 = ratio(z1[:, None] + sgn * os_best)
     pull = np.where(qs > 0, np.abs(qs * dt1), 0.0)
     # stage 2: the coordinate of the outcome that moves the sum most (largest ref * dt/dz;
     # for chi2 the one with the most reference mass, for alpha > 1 one just above its clip,
@@ -251,7 +377,13 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
     # ~1e-600 for t ~ 1/ref ~ 1e300): e_best is then negligible beside every d_y > 0, the
     # other outcomes have their ratio at e = d_y and the best outcomes share the rest
     # (in proportion to ref: equal rewards, equal ratios)
+    # (the same where 1/ref_best overflows, a subnormal ref_best: the bracket end at that
+    # ratio is clipped to float64's range, and e_best ~ ref_best^(1-a) <= 1e-308 is
+    # negligible beside every d_y >= 1e-290)
     underflow = (root.outside == -1) & (lo <= 0) if mode == "top" else np.zeros_like(ok)
+    if mode == "top":
+        off = np.where((qs > 0) & (os_best > 0), os_best, np.inf).min(axis=-1)
+        underflow |= (q_best * _BIG < 1.0) & (off >= 1e-290)
     ok |= underflow
     zsol = zk.copy()
     width = 64 * np.finfo(np.float64).eps * (np.abs(z1) + np.abs(zk)) + 1e-300
@@ -274,18 +406,27 @@ def _solve_rows(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArra
             f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
             f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
         )
-    t, _ = _ratio(row, a, mode, zsol[:, None] + sgn * os_k)
+    x = zsol[:, None] + sgn * os_k
+    t, _ = ratio(x)
     pi = np.where(qs > 0, qs * t, 0.0)
     if underflow.any():
         u = np.flatnonzero(underflow)
         tops = (qs[u] > 0) & (os_best[u] == 0)
-        t0, _ = _ratio(row, a, mode, np.where(tops, 1.0, os_best[u]))
+        x[u] = np.where(tops, 1.0, os_best[u])
+        t0, _ = ratio(x[u], u)
+        t[u] = t0
         others = np.where((qs[u] > 0) & ~tops, qs[u] * t0, 0.0)
         rest = 1.0 - others.sum(axis=-1, keepdims=True)
         share = np.where(tops, qs[u], 0.0)
         pi[u] = others + share / share.sum(axis=-1, keepdims=True) * rest
-    out[live] = pi / pi.sum(axis=-1, keepdims=True)
-    return out
+    total = pi.sum(axis=-1, keepdims=True)
+    out[live] = pi / total
+    if mode == "top":  # the log of the tiny ratios, from the pole distance (not from t)
+        tiny = (qs > 0) & ((t < 1e-100) | (pi < 1e-300)) & ~far
+        with np.errstate(divide="ignore"):
+            lt = np.where(tiny, _top_log_ratio(row, a, np.where(tiny, x, 1.0)), lt_far)
+        logt[live] = lt - np.log(total)
+    return out, logt
 
 
 def _greedy(ref: NDArray, reward: NDArray) -> NDArray:
@@ -296,21 +437,28 @@ def _greedy(ref: NDArray, reward: NDArray) -> NDArray:
     return w / w.sum(axis=-1, keepdims=True)
 
 
-def _optimum_last(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
-    """pi* along the last axis for validated arrays; beta has shape (..., 1), 0 and inf allowed."""
+def _optimum_last(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray, logs=False):
+    """pi* along the last axis for validated arrays; beta has shape (..., 1), 0 and inf allowed.
+
+    With ``logs=True`` also ``log(pi*/ref)`` where it is tiny (see :func:`_solve_rows`).
+    """
     shape = np.broadcast_shapes(ref.shape, reward.shape, beta.shape)
     n = shape[-1]
     q = np.broadcast_to(ref, shape).reshape(-1, n).astype(np.float64)
     r = np.broadcast_to(reward, shape).reshape(-1, n).astype(np.float64)
     b = np.broadcast_to(beta, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
     if _is_kl(row, a):
-        return _tilt(q, r, b, {"pi"}).pi.reshape(shape)
+        pi = _tilt(q, r, b, {"pi"}).pi.reshape(shape)
+        return (pi, np.full(shape, np.nan)) if logs else pi
     out = q / q.sum(axis=-1, keepdims=True)
     zero, inner = b[:, 0] == 0, np.isfinite(b[:, 0]) & (b[:, 0] > 0)
     if zero.any():
         out[zero] = _greedy(q[zero], r[zero])
+    logt = np.full(q.shape, np.nan)
     if inner.any():
-        out[inner] = _solve_rows(row, a, q[inner], r[inner], b[inner])
+        out[inner], logt[inner] = _solve_rows(row, a, q[inner], r[inner], b[inner])
+    if logs:
+        return out.reshape(shape), logt.reshape(shape)
     return out.reshape(shape)
 
 
@@ -380,7 +528,10 @@ def f_optimal_policy(
     package's safeguarded root finder in a coordinate where no ratio is formed by
     cancellation (see the module docstring); the result matches a 50-digit mpmath
     maximisation to 1e-12 relative on random problems of up to 8 outcomes with
-    reference entries down to 1e-12.
+    reference entries down to 1e-12. Reward gaps beyond float64 (``(r_max - r)/beta``
+    above 1.8e308) keep the exact power-law entries where :math:`f'(\infty)` is
+    finite (reverse chi2 at rewards ``(1.63e308, -1.63e308)``, ``beta = 1``: ``3.9e-155``),
+    and the value and divergence stay finite there (computed from the ratios' logs).
 
     References
     ----------
@@ -410,7 +561,77 @@ def f_optimal_policy(
     return _restore(pi.astype(ref_a.dtype, copy=False), ax)
 
 
-def _value_last(row, a, ref, reward, beta, pi):
+def _far_terms(row: FDivergence, a, q: NDArray, lt: NDArray, lb: NDArray):
+    r"""``q f~(t)`` and ``beta q f~(t)`` from ``log t`` (``lt``) and ``lb = log beta``.
+
+    For the rows with :math:`f(0) = \infty` (forward KL, reverse chi2, alpha <= 0), and
+    alpha in (0, 1), at a tiny ratio ``t`` (below 1e-100, or where ``pi = q t`` lost its
+    digits), with ``f~(t) = f(t) - f'(1)(t - 1)``: ``t - 1 - log t``, ``(1 - t)^2 / t`` and
+    ``(t^a - 1 - a(t - 1)) / (a(a-1))``. The powers ``t^{-1}``, ``t^a`` (``a < 0``) are taken
+    as ``exp`` of their log with ``log q`` (and ``log beta``) inside, so that a penalty
+    ``beta D`` stays finite when ``D`` alone is beyond float64 (beta = 1e-300).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t = np.exp(lt)
+        lq = np.log(q)
+        if row.name == "forward_kl" or (row.name == "alpha" and a == 0.0):
+            term = q * ((t - 1.0) - lt)
+            return term, np.exp(lb) * term
+        if row.name == "reverse_chi2":
+            sq = (1.0 - t) ** 2
+            return np.exp(lq - lt) * sq, np.exp(lb + lq - lt) * sq
+        # alpha: q expm1(a lt)/(a(a-1)) + q (1 - t) / (a - 1)
+        coef = 1.0 / (a * (a - 1.0))
+        rest = q * (1.0 - t) / (a - 1.0)
+        u = a * lt
+        big = u > 600.0  # (a < 0) e^u q coef - q coef: the first as one exp
+        lc = math.log(abs(coef))
+        main = np.where(big, np.exp(u + lq + lc), q * np.expm1(np.minimum(u, 600.0)) * coef)
+        main_b = np.where(big, np.exp(u + lq + lc + lb), np.exp(lb) * main)
+        extra = np.where(big, -q * coef, 0.0)
+        return main + extra + rest, main_b + np.exp(lb) * (extra + rest)
+
+
+def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, logt=None):
+    """(D_f(pi*||ref), beta D_f) per row for an optimum ``p`` and its tiny log-ratios ``logt``.
+
+    Where the optimum has tiny ratios (``logt`` finite, top mode) whose ``pi`` lost digits
+    or underflowed (``f(0) = inf`` would make a zero entry's summand ``inf``), their
+    summands come from ``log t`` (:func:`_far_terms`); the others are
+    :func:`klpolicy.f_divergence`'s own summands (exact near ``t = 1``).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        div = _f_divergence_last(row.name, p, q, a)
+        pen = np.where((b == 0) | (div == 0), 0.0, b * div)
+    if logt is None or row.name in ("hellinger", "js"):  # f(0) finite: pi = 0 is exact there
+        return div, pen
+    far = np.isfinite(logt) & (q > 0)
+    rows = np.flatnonzero(far.reshape(-1, far.shape[-1]).any(axis=-1))
+    if rows.size == 0:
+        return div, pen
+    n = p.shape[-1]
+    p2, q2, f2, lt2 = (x.reshape(-1, n)[rows] for x in (p, q, far, logt))
+    b2 = np.broadcast_to(b, p.shape[:-1]).reshape(-1)[rows]
+    pn, qn, d = _normalised(p2, q2)
+    near = (qn > 0) & ~f2
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        if row.name == "forward_kl" or a == 0.0:  # KL(ref||pi): summands of q log(q/p)
+            terms = kl_terms(qn, pn, _log_ratio(qn, pn, -d / pn))
+        else:
+            terms = _summands(row.name, pn, qn, d, a)
+        terms = np.where(near, terms, 0.0)
+        ft, fb = _far_terms(
+            row, a, np.where(f2, qn, 1.0), np.where(f2, lt2, 0.0), np.log(b2)[:, None]
+        )
+        dn = terms.sum(axis=-1)
+        d_row = dn + np.where(f2, ft, 0.0).sum(axis=-1)
+        p_row = b2 * dn + np.where(f2, fb, 0.0).sum(axis=-1)
+    div.reshape(-1)[rows] = d_row
+    pen.reshape(-1)[rows] = p_row
+    return div, pen
+
+
+def _value_last(row, a, ref, reward, beta, pi, logt=None):
     """E_pi r - beta D_f(pi||ref) per row (keepdims=False), with the limits."""
     shape = pi.shape
     q = np.broadcast_to(ref, shape).astype(np.float64)
@@ -418,9 +639,7 @@ def _value_last(row, a, ref, reward, beta, pi):
     b = np.broadcast_to(beta, shape[:-1] + (1,))[..., 0].astype(np.float64)
     p = pi.astype(np.float64)
     er = np.sum(np.where(q > 0, p * r, 0.0), axis=-1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        div = _f_divergence_last(row.name, p, q, a)
-        pen = np.where((b == 0) | (div == 0), 0.0, b * div)
+    div, pen = _divergence_last(row, a, q, p, b, logt)
     return er - pen, er, div
 
 
@@ -476,8 +695,8 @@ def f_soft_value(
     """
     row, a = as_divergence(divergence, alpha)
     _, _, ref_a, rew_a, b, _ = _problem(ref, reward, beta, divergence, alpha, axis)
-    pi = _optimum_last(row, a, ref_a, rew_a, b)
-    value, _, _ = _value_last(row, a, ref_a, rew_a, b, pi)
+    pi, logt = _optimum_last(row, a, ref_a, rew_a, b, logs=True)
+    value, _, _ = _value_last(row, a, ref_a, rew_a, b, pi, logt)
     return value.astype(ref_a.dtype, copy=False)[()]
 
 
@@ -552,8 +771,8 @@ def f_frontier(
     b = flat.reshape((-1,) + (1,) * len(batch) + (1,))
     r_b = np.broadcast_to(ref_a, (flat.size,) + ref_a.shape)
     w_b = np.broadcast_to(rew_a, (flat.size,) + rew_a.shape)
-    pi = _optimum_last(row, a, r_b, w_b, b)
-    value, er, div = _value_last(row, a, r_b, w_b, b, pi)
+    pi, logt = _optimum_last(row, a, r_b, w_b, b, logs=True)
+    value, er, div = _value_last(row, a, r_b, w_b, b, pi, logt)
     shape = grid.shape + batch
     dt = ref_a.dtype
     return FFrontier(
@@ -675,8 +894,8 @@ def beta_for_divergence(
         def g(s, rows):
             sel = act[rows]
             b = np.exp(s)[:, None]
-            pi = _optimum_last(row, a, q[sel], r[sel], b)
-            div = _f_divergence_last(row.name, pi, q[sel], a)
+            pi, logt = _optimum_last(row, a, q[sel], r[sel], b, logs=True)
+            div, _ = _divergence_last(row, a, q[sel], pi, b[:, 0], logt)
             tt = np.where(q[sel] > 0, pi / np.where(q[sel] > 0, q[sel], 1.0), 0.0)
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 on = tt > 0
@@ -687,12 +906,16 @@ def beta_for_divergence(
                 return np.log(div) - log_t[rows], slope
 
         # a start from the large-beta expansion D ~ f''(1) Var_ref(r) / (2 beta^2)
+        # (rewards scaled by their largest magnitude: a variance of rewards near 1e308
+        # overflows, its log does not)
         qn = q[act] / q[act].sum(-1, keepdims=True)
-        mu = np.sum(qn * r[act], -1, keepdims=True)
-        var = np.sum(qn * (r[act] - mu) ** 2, -1)
+        scale = np.max(np.where(qn > 0, np.abs(r[act]), 0.0), -1, keepdims=True)
+        rs = r[act] / np.where(scale > 0, scale, 1.0)
+        mu = np.sum(qn * rs, -1, keepdims=True)
+        var = np.sum(qn * (rs - mu) ** 2, -1)
         f2 = float(row.fsecond(1.0, alpha=a))
         with np.errstate(divide="ignore", invalid="ignore"):
-            s0 = 0.5 * np.log(var / (2.0 * f2 * t_flat[act]))
+            s0 = 0.5 * np.log(var / (2.0 * f2 * t_flat[act])) + np.log(scale[:, 0])
         s0 = np.where(np.isfinite(s0), s0, 0.0)
         root = monotone_root(
             g, _LOG_TINY, _LOG_HUGE, np.clip(s0, _LOG_TINY, _LOG_HUGE), increasing=False, ftol=rtol

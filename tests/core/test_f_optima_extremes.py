@@ -36,7 +36,7 @@ import klpolicy as kp
 from klpolicy.core.fdivergences import DIVERGENCES
 
 from .test_f_optima import _mp_ratio
-from .test_fdivergences import _mp_divergence
+from .test_fdivergences import _mp_divergence, _mp_f
 
 ROWS = [(n, None) for n in DIVERGENCES if n not in ("alpha", "tv")]
 ROWS += [
@@ -373,9 +373,18 @@ def test_float64_edges_give_a_policy_and_a_value(name, a):
             assert np.all(np.isfinite(pi)) and abs(pi.sum() - 1) <= 1e-12, (ref, r, b, pi)
             assert not np.isnan(v), (ref, r, b)
             assert np.all(pi[np.array(ref) == 0] == 0)
-    # beyond resolution the greedy limit: all mass on the best reward
+    # beyond resolution the greedy limit, to float64's resolution: all mass on the best
+    # reward, but where f'(inf) is finite the other outcome keeps its power-law ratio of
+    # d = 1/5e-324 = 2^1074 (forward KL: 2^-1074, the smallest subnormal; reverse chi2:
+    # 2^-537 = 2.2e-162), by the mpmath reference
     pi = kp.f_optimal_policy([1e-320, 1.0], [1.0, 0.0], 5e-324, divergence=name, alpha=a)
-    assert pi.tolist() == [1.0, 0.0]
+    want = [1.0, 0.0] if name == "tv" else _mp_solve([1e-320, 1.0], [1.0, 0.0], 5e-324, name, a)[0]
+    if name == "alpha" and a > 2 and float(want[1]) > 0.5:
+        # a known gap (issue 26, left open): where f'(0) is finite the best outcome's height
+        # u* ~ (1/ref_best)^(a-1)/(a-1) (1e1280 here) is beyond float64 while d = 2^1074 is
+        # too; the exact optimum puts ~all mass on the other outcome, the solver returns [1, 0]
+        pytest.xfail(f"alpha={a}: height beyond float64 (got {pi.tolist()}, exact {want[1]})")
+    assert pi[0] == 1.0 and abs(pi[1] - float(want[1])) <= 1e-12 * float(want[1]) + 5e-324
 
 
 _R, _W = [0.5, 0.5], [1.0, 0.0]
@@ -449,3 +458,254 @@ def test_axis0_batches_are_the_transposed_rows():
     np.testing.assert_array_equal(got, want.T)
     v0 = kp.f_soft_value(ref, r, 1.0, divergence="chi2", axis=0)
     np.testing.assert_array_equal(v0, kp.f_soft_value(ref.T, r.T, 1.0, divergence="chi2"))
+
+
+# Reward gaps beyond float64 (issue 26): (r_max - r)/beta overflows, and where f'(inf) is
+# finite (forward KL, reverse chi2, Hellinger, JS, alpha < 1) the other outcomes keep the
+# power-law ratio (c d)^p of that distance d (3.9e-155 for reverse chi2 at d = 3.3e308),
+# once [1, 0] with a value and divergence of -inf and inf. Values from ``_mp_solve`` (the
+# recipe at the top of this file); D = sum q f(pi/q) and V = E_pi r - beta D at the same
+# working precision, from the unrounded pi (its entries go down to 1e-698). D above float64
+# (alpha = -3 at beta = 1e-300: 3.4e455) is inf, while beta D is not.
+_M = 1.63e308
+HUGE_GAPS = [
+    (
+        "reverse_chi2",
+        None,
+        [0.3, 0.7],
+        [_M, -_M],
+        1.0,
+        ["1.0", "3.8769414293519791014e-155"],
+        "1.629999999999999986e+308",
+        "1.2638829059687451762e+154",
+    ),
+    (
+        "reverse_chi2",
+        None,
+        [0.3, 0.7],
+        [_M, 0.0],
+        1e-08,
+        ["1.0", "5.482823149915701426e-159"],
+        "1.629999999999999986e+308",
+        "8.9370017343625930604e+157",
+    ),
+    (
+        "forward_kl",
+        None,
+        [0.3, 0.7],
+        [_M, -_M],
+        1.0,
+        ["1.0", "2.1472392638036809831e-309"],
+        "1.629999999999999986e+308",
+        "496.90336324498349612",
+    ),
+    (
+        "forward_kl",
+        None,
+        [0.3, 0.7],
+        [_M, 8.17e307],
+        1e-08,
+        ["1.0", "8.610086100861009084e-317"],
+        "1.629999999999999986e+308",
+        "508.8257138103810919",
+    ),
+    (
+        "forward_kl",
+        None,
+        [0.3, 0.0, 0.7],
+        [_M, 5.0, -_M],
+        1e-300,
+        ["1.0", "0.0", "2.1472392638036810369e-609"],
+        "1.629999999999999986e+308",
+        "980.44623277373308591",
+    ),
+    (
+        "forward_kl",
+        None,
+        [1e-300, 1.0],
+        [_M, -_M],
+        1e30,
+        ["1.0", "3.067484662576687204e-279"],
+        "1.629999999999999986e+308",
+        "641.3003830477233164",
+    ),
+    (
+        "alpha",
+        -3.0,
+        [0.2, 0.3, 0.5],
+        [_M, -_M, 0.0],
+        1e-300,
+        ["1.0", "1.5787081713533064238e-153", "3.1290183164771450296e-153"],
+        "1.629999999999999986e+308",
+        "3.4156294981565083316e+455",
+    ),
+    (
+        "alpha",
+        -1.0,
+        [1e-300, 1.0],
+        [_M, -_M],
+        100000000.0,
+        ["1.0", "3.9163022499397867229e-151"],
+        "1.629999999999999986e+308",
+        "1.2767145334803704607e+150",
+    ),
+    (
+        "alpha",
+        0.3,
+        [1e-300, 0.5, 0.5],
+        [-1e308, 1.7e308, 1.7e308],
+        1e30,
+        ["2.8986609683877306777e-698", "0.5", "0.5"],
+        "1.6999999999999999388e+308",
+        "3.3333333333333335402e-300",
+    ),
+    (
+        "alpha",
+        0.5,
+        [0.3, 0.7],
+        [9e307, -9e307],
+        1.0,
+        ["1.0", "8.6419753086419742838e-617"],
+        "9.000000000000000498e+307",
+        "1.8091097699793355259",
+    ),
+    (
+        "hellinger",
+        None,
+        [0.3, 0.7],
+        [_M, -_M],
+        1.0,
+        ["1.0", "6.586623508600248471e-618"],
+        "1.629999999999999986e+308",
+        "0.90455488498966776295",
+    ),
+    (
+        "js",
+        None,
+        [0.3, 0.7],
+        [_M, -_M],
+        1e-08,
+        ["1.0", "0.0"],
+        "1.629999999999999986e+308",
+        "0.34201448800718572263",
+    ),
+    # (1 - a) d overflowed inside the ratio for a finite d = 1.63e308 (the sweep found it)
+    (
+        "alpha",
+        -1.0,
+        [0.3, 0.0, 0.7],
+        [_M, -_M, 0.0],
+        1.0,
+        ["1.0", "0.0", "3.876941429351979101448347322081550016375e-155"],
+        "1.629999999999999985962428763432425343868e+308",
+        "6.319414529843725880937964640464404873919e+153",
+    ),
+]
+_HUGE_IDS = [f"{c[0]}{'' if c[1] is None else c[1]}-beta{c[4]:g}-{len(c[2])}" for c in HUGE_GAPS]
+
+
+def _close(got, want, rtol=1e-10):
+    """Within rtol relative, or one subnormal step (float64's resolution there)."""
+    if want == math.inf:
+        return got == math.inf
+    return abs(got - want) <= rtol * abs(want) + 5e-324
+
+
+@pytest.mark.parametrize(
+    ("name", "a", "ref", "reward", "beta", "pi", "v", "d"), HUGE_GAPS, ids=_HUGE_IDS
+)
+def test_huge_reward_gaps_against_mpmath(name, a, ref, reward, beta, pi, v, d):
+    want = np.array([float(mp.mpf(x)) for x in pi])
+    n = len(ref)
+    perms = [list(range(n)), list(range(n))[::-1]]
+    if n > 2:
+        perms.append([int(i) for i in np.random.default_rng(n).permutation(n)])
+    for k, perm in enumerate(perms):
+        q, r = np.array(ref)[perm], np.array(reward)[perm]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = kp.f_optimal_policy(q, r, beta, divergence=name, alpha=a)
+            if k == 0:
+                val = float(kp.f_soft_value(q, r, beta, divergence=name, alpha=a))
+            else:
+                fr = kp.f_frontier(q, r, [beta], divergence=name, alpha=a)
+        ctx = (name, a, perm, got.tolist())
+        assert all(_close(g, w) for g, w in zip(got, want[perm])), ctx
+        assert np.all(got[q == 0] == 0), ctx
+        if k == 0:
+            assert _close(val, float(mp.mpf(v))), (*ctx, val, v)
+        else:
+            assert _close(float(fr.value[0]), float(mp.mpf(v))), ctx
+            assert _close(float(fr.divergence[0]), float(mp.mpf(d))), (*ctx, fr.divergence, d)
+
+
+@pytest.mark.parametrize(
+    ("name", "a"),
+    [("forward_kl", None), ("reverse_chi2", None), ("alpha", -1.0), ("hellinger", None)],
+)
+def test_beta_for_divergence_at_huge_reward_gaps(name, a):
+    # the budget of the optimum at beta0 gives beta0 back (to the conditioning of D in
+    # log beta: rtol 1e-13 on D ~ 500 is ~1e-10 on beta), rewards of +-1.63e308
+    q, r = [0.3, 0.7], [_M, -_M]
+    for b0 in (1e-8, 1.0, 1e8, 1e300):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            target = float(kp.f_frontier(q, r, [b0], divergence=name, alpha=a).divergence[0])
+            if name == "hellinger" and b0 < 1e300:  # the greedy limit's divergence: beta 0
+                assert float(kp.beta_for_divergence(q, r, target, divergence=name)) == 0.0
+                continue
+            b = float(kp.beta_for_divergence(q, r, target, divergence=name, alpha=a))
+            back = float(kp.f_frontier(q, r, [b], divergence=name, alpha=a).divergence[0])
+        assert abs(back - target) <= 1e-12 * target, (name, b0, b, back, target)
+        # (Hellinger's D at beta 1e300 is 4e-9 below its greedy limit, flat in beta:
+        # rtol 1e-13 on D is 1e-5 on beta there)
+        assert abs(b - b0) <= (1e-5 if name == "hellinger" else 1e-9) * b0, (name, b0, b)
+
+
+@pytest.mark.parametrize(
+    ("name", "a"), [("forward_kl", None), ("reverse_chi2", None), ("alpha", -1.0)]
+)
+def test_huge_reward_gaps_in_float32(name, a):
+    # float32's largest rewards (3e38) never overflow the float64 computation: the float32
+    # result is the float64 one on the same values, rounded once; beta 1e-30 puts d at 6e68
+    q = np.array([0.3, 0.7], np.float32)
+    r = np.array([3e38, -3e38], np.float32)
+    for beta in (1e-30, 1.0, 1e30):
+        got = kp.f_optimal_policy(q, r, beta, divergence=name, alpha=a)
+        want = kp.f_optimal_policy(q.astype(float), r.astype(float), beta, divergence=name, alpha=a)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+        v = kp.f_soft_value(q, r, beta, divergence=name, alpha=a)
+        v64 = kp.f_soft_value(q.astype(float), r.astype(float), beta, divergence=name, alpha=a)
+        assert v.dtype == np.float32 and v == np.float32(v64)
+        assert np.isfinite(v)  # (pi[1] ~ 1e-69 at beta 1e-30: 0 in float32, rounded once)
+
+
+# (js is left out: its far ratio 1/expm1(2d) is 0 in float64 and mpmath's exp(-2e608)
+# takes minutes; the table above holds one js case)
+_GAP_ROWS = [("forward_kl", None), ("reverse_chi2", None), ("hellinger", None)]
+_GAP_ROWS += [("alpha", x) for x in (-3.0, -1.0, 0.3)]
+_GAP_REWARDS = [[_M, -_M], [9e307, -9e307]]  # (gaps 3.3e308 and 1.8e308 > float64's max)
+_GAP_REFS = [[0.3, 0.7], [1e-300, 1 - 1e-300]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "a"), _GAP_ROWS)
+def test_huge_reward_gap_sweep_against_mpmath(name, a):
+    # every beta x gap x ref of the issue's sweep, the reference solved here (``_mp_solve``)
+    for beta in (1e-300, 1.0, 1e8):
+        for reward in _GAP_REWARDS:
+            for ref in _GAP_REFS:
+                q, r = np.array(ref), np.array(reward)
+                pi_mp = _mp_solve(q, r, beta, name, a)[0]
+                with mp.workdps(_dps(q, r, beta, name, a)):
+                    qs = [mp.mpf(x) for x in ref]
+                    d_mp = mp.fsum(y * _mp_f(name, x / y, a) for x, y in zip(pi_mp, qs))
+                    v_mp = mp.fsum(x * mp.mpf(y) for x, y in zip(pi_mp, reward)) - beta * d_mp
+                for perm in ([0, 1], [1, 0]):
+                    fr = kp.f_frontier(q[perm], r[perm], [beta], divergence=name, alpha=a)
+                    got = kp.f_optimal_policy(q[perm], r[perm], beta, divergence=name, alpha=a)
+                    ctx = (name, a, beta, ref, reward, perm, got.tolist())
+                    assert all(_close(g, float(pi_mp[i])) for g, i in zip(got, perm)), ctx
+                    assert _close(float(fr.value[0]), float(v_mp)), (*ctx, fr.value)
+                    assert _close(float(fr.divergence[0]), float(d_mp)), (*ctx, fr.divergence)
