@@ -218,6 +218,30 @@ def _top_log_ratio(row: FDivergence, a, x: NDArray) -> NDArray:
         return p * np.log(x)
 
 
+def _bottom_power(row: FDivergence, a) -> tuple[float, float, float]:
+    """``(c, p, k)`` with the ratio ``t = (c u)^p`` at height ``u`` (bottom mode), ``p = 1/k``."""
+    if row.name == "chi2":
+        return 0.5, 1.0, 1.0
+    return a - 1.0, 1.0 / (a - 1.0), a - 1.0
+
+
+def _power_far(c: float, p: float, k_div: float, h: NDArray, beta: NDArray):
+    """``(t, log t)`` with ``t = (c d)^p`` at ``d = 2 h / beta`` beyond float64.
+
+    With ``h = m_h 2^{k_h}``, ``beta = m_b 2^{k_b}`` (:func:`numpy.frexp`), ``c d = M 2^K``
+    with ``M = 2 c m_h / m_b`` and ``K = k_h - k_b``, and ``t = M^p 2^{K/k_div}``
+    (``p = 1/k_div``: one rounding of the exponent) is assembled by :func:`numpy.ldexp`.
+    """
+    mh, kh = np.frexp(h)
+    mb, kb = np.frexp(beta)
+    m = 2.0 * c * mh / mb
+    pk = (kh - kb).astype(np.float64) / k_div
+    n = np.floor(pk)
+    with np.errstate(under="ignore", over="ignore", divide="ignore"):
+        t = np.ldexp(np.exp(p * np.log(m) + (pk - n) * _LN2), n.astype(np.int64))
+    return t, p * np.log(m) + pk * _LN2
+
+
 def _top_far(row: FDivergence, a, h: NDArray, beta: NDArray) -> tuple[NDArray, NDArray]:
     """``(t, log t)`` at a pole distance ``d = 2 h / beta`` beyond float64 (top mode).
 
@@ -285,9 +309,39 @@ def _solve_rows(
     # tail) unless f'(inf) is finite: there it is a power law of that distance (solved below)
     best_mask = support & (reward == top)
     beyond = np.all(best_mask | ~support | np.isinf(d), axis=-1)[live]
+    # (bottom mode: the best outcomes' height above the next outcome k2 is that overflowing
+    # d, at which their ratio is the power law (c d)^p; k2 is kept where the best outcomes'
+    # mass q_best (c d)^p < 1, and the row is then solved anchored at k2, the best outcomes'
+    # ratios held at that power law: ref = (1e-320, 1), alpha = 5, beta = 5e-324)
+    lifted = np.zeros(live.size, dtype=bool)
+    k2 = np.zeros(live.size, dtype=np.int64)
+    if beyond.any() and mode == "bottom":
+        rb = reward[live[beyond]]
+        below = support[live[beyond]] & ~best_mask[live[beyond]]
+        kb = np.argmax(np.where(below, rb, -np.inf), axis=-1)
+        half = 0.5 * top[live[beyond], 0] - 0.5 * rb[np.arange(kb.size), kb]
+        _, lt = _power_far(*_bottom_power(row, a), half, beta[live[beyond], 0])
+        qb = np.sum(np.where(best_mask, q, 0.0), axis=-1)[live[beyond]]
+        # k2's own height is at most where its level alone sums to one; where that is
+        # beyond float64 too (ref_k2 ~ 1e-76 at alpha = 7) the solve has no coordinate in
+        # range and the row stays greedy (left open); below it, every outcome at an
+        # overflowing distance under k2 is clipped
+        lev = below & (rb == rb[np.arange(kb.size), kb][:, None])
+        q2 = np.sum(np.where(lev, q[live[beyond]], 0.0), axis=-1)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            fits = np.isfinite(_coordinate(row, a, mode, 1.0 / q2))
+            keep = (np.log(qb) + lt < 0.0) & fits
+        lifted[np.flatnonzero(beyond)[keep]] = True
+        k2[np.flatnonzero(beyond)[keep]] = kb[keep]
+        beyond &= ~lifted
     if beyond.any() and mode != "top":
-        out[live[beyond]] = _greedy(q[live[beyond]], reward[live[beyond]])
-        live = live[~beyond]
+        gb = live[beyond]
+        out[gb] = _greedy(q[gb], reward[gb])
+        if mode == "bottom":  # the best ratio 1/q_best (1e320): log t for the divergence
+            qb = np.sum(np.where(best_mask[gb], q[gb], 0.0), axis=-1, keepdims=True)
+            huge = best_mask[gb] & (qb < 1e-100)
+            logt[gb] = np.where(huge, -np.log(np.where(huge, qb, 1.0)), np.nan)
+        live, lifted, k2 = live[~beyond], lifted[~beyond], k2[~beyond]
     if live.size == 0:
         return out, logt
     at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
@@ -310,6 +364,15 @@ def _solve_rows(
             hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
         hi = np.nan_to_num(hi, posinf=_BIG)
         increasing = True
+        if lifted.any():  # anchored at k2: its clip (the sum is the best's q (c d)^p < 1)
+            rl = live[lifted]
+            k2l = k2[lifted]
+            q_k2 = np.sum(np.where(reward[rl] == reward[rl, k2l][:, None], q[rl], 0.0), -1)
+            with np.errstate(divide="ignore", over="ignore"):
+                al = _coordinate(row, a, mode, np.minimum(1.0 / q_k2, _BIG))
+            lo[lifted] = 0.0
+            with np.errstate(over="ignore"):
+                hi[lifted] = np.minimum(np.nan_to_num(al, posinf=_BIG) * (1 + 1e-12), _BIG)
     qs, rs, bs = q[live], reward[live], beta[live]
     sgn = 1.0 if mode == "top" else -1.0  # an outcome's coordinate is z + sgn (r_k - r_y)/beta
 
@@ -323,11 +386,18 @@ def _solve_rows(
     # best outcome's pole distance e <= f'(inf) - f'(1) moves (e + d = d to float64
     # precision); elsewhere an infinite d has the ratio 0 (a clip, or W(e^-inf))
     best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
+    best = np.where(lifted, k2, best)  # stage 1's anchor
     os_best = offsets(best)
     far = (qs > 0) & np.isinf(os_best) if mode == "top" else np.zeros(qs.shape, dtype=bool)
     t_far = np.zeros(qs.shape)
     lt_far = np.full(qs.shape, np.nan)
-    if far.any():
+    if lifted.any():  # the best outcomes, an overflowing height above k2: (c d)^p
+        far = lifted[:, None] & (qs > 0) & (rs == top[live])
+        rk = np.take_along_axis(rs, best[:, None], axis=-1)
+        half = np.where(far, 0.5 * rs - 0.5 * rk, 1.0)
+        tf, lf = _power_far(*_bottom_power(row, a), half, np.broadcast_to(bs, qs.shape))
+        t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
+    elif far.any():
         half = 0.5 * np.take_along_axis(rs, best[:, None], axis=-1) - 0.5 * rs
         tf, lf = _top_far(row, a, np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
         t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
@@ -364,6 +434,17 @@ def _solve_rows(
     # over every entry. The bracket is widened around stage 1's answer until it holds
     # the root. (A pole distance needs no second stage: every outcome's e_best + d_y is a
     # sum of non-negative numbers, while anchoring elsewhere would form e_best by cancellation.)
+    if mode == "bottom":
+        # an outcome within z1's resolution below its clip may be kept in exact arithmetic
+        # (the best outcome's height u ~ 1e278, ref_best ~ 1e-300: u lands on the clip of
+        # the heavy outcome below it, whose O(1) height decides the sum): its pull is taken
+        # at that resolution (chi2: ref (1e-300, 1), rewards +-1.63e308, beta 1e30)
+        res = 64 * np.finfo(np.float64).eps * np.abs(z1)[:, None]
+        x1 = z1[:, None] + sgn * os_best
+        edge = (qs > 0) & (x1 <= 0) & (x1 > -res) & ~far
+        if edge.any():
+            _, dte = ratio(np.broadcast_to(res, qs.shape).copy())
+            pull = np.where(edge, qs * dte, pull)
     pull = np.where(np.isfinite(pull) & np.isfinite(os_best), pull, -1.0)
     anchor = np.where(pull.max(axis=-1) > 0, np.argmax(pull, axis=-1), best)
     if mode == "top":
@@ -372,6 +453,16 @@ def _solve_rows(
     anchor = np.where(np.isfinite(zk), anchor, best)  # an overflowing offset: stay at the best
     zk = np.where(np.isfinite(zk), zk, z1)
     os_k = offsets(anchor)
+    cap = np.full(live.size, _BIG)
+    if mode == "bottom":
+        # the anchor's height is at most where its own outcomes alone sum to one: a bound
+        # that keeps the widened bracket O(1) where z1's resolution is not (stage 1 at
+        # u ~ 1e278 widens by ~1e265, ~800 bisections down to the anchor's height ~2)
+        ra = np.take_along_axis(rs, anchor[:, None], axis=-1)
+        q_k = np.sum(np.where((qs > 0) & (rs == ra), qs, 0.0), axis=-1)
+        with np.errstate(divide="ignore", over="ignore"):
+            ck = _coordinate(row, a, mode, np.minimum(1.0 / q_k, _BIG))
+        cap = np.nan_to_num(ck * (1 + 1e-12) + 1e-300, posinf=_BIG)
     ok = np.zeros(live.size, dtype=bool)
     # a pole distance below float64's range (reverse_chi2 and alpha < 0 have e ~ t^(a-1),
     # ~1e-600 for t ~ 1/ref ~ 1e300): e_best is then negligible beside every d_y > 0, the
@@ -395,6 +486,7 @@ def _solve_rows(
         hi2 = np.clip(zk + width, -_BIG, _BIG)
         if mode != "free":  # the coordinate (a pole distance, or a height) is positive
             lo2 = np.maximum(lo2, 0.0)
+        hi2 = np.maximum(np.minimum(hi2, cap), lo2)
         r2 = solve(os_k, lo2, hi2)
         good = r2.converged | ((r2.outside == 0) & (r2.f == 0))
         zsol = np.where(~ok & good, r2.x, zsol)
@@ -426,6 +518,8 @@ def _solve_rows(
         with np.errstate(divide="ignore"):
             lt = np.where(tiny, _top_log_ratio(row, a, np.where(tiny, x, 1.0)), lt_far)
         logt[live] = lt - np.log(total)
+    elif lifted.any():  # t^a of the lifted best outcomes may overflow: log t for D
+        logt[live] = lt_far - np.log(total)
     return out, logt
 
 
@@ -580,16 +674,22 @@ def _far_terms(row: FDivergence, a, q: NDArray, lt: NDArray, lb: NDArray):
         if row.name == "reverse_chi2":
             sq = (1.0 - t) ** 2
             return np.exp(lq - lt) * sq, np.exp(lb + lq - lt) * sq
+        if row.name == "chi2":  # a huge t (f'(0) finite): q t^2 (1 - 1/t)^2
+            sq = np.expm1(-lt) ** 2
+            return np.exp(lq + 2.0 * lt) * sq, np.exp(lb + lq + 2.0 * lt) * sq
         # alpha: q expm1(a lt)/(a(a-1)) + q (1 - t) / (a - 1)
         coef = 1.0 / (a * (a - 1.0))
-        rest = q * (1.0 - t) / (a - 1.0)
+        # (q - q t)/(a - 1), with q t as one exp where t alone overflows (1/q_best = 1e320)
+        rest = np.where(np.isinf(t), q - np.exp(lq + lt), q * (1.0 - t)) / (a - 1.0)
+        rest_b = np.where(np.isinf(t), np.exp(lb) * q - np.exp(lb + lq + lt), np.exp(lb) * rest)
         u = a * lt
         big = u > 600.0  # (a < 0) e^u q coef - q coef: the first as one exp
         lc = math.log(abs(coef))
         main = np.where(big, np.exp(u + lq + lc), q * np.expm1(np.minimum(u, 600.0)) * coef)
         main_b = np.where(big, np.exp(u + lq + lc + lb), np.exp(lb) * main)
         extra = np.where(big, -q * coef, 0.0)
-        return main + extra + rest, main_b + np.exp(lb) * (extra + rest)
+        rest_b = np.where(np.isinf(t), rest_b / (a - 1.0), rest_b)
+        return main + extra + rest, main_b + np.exp(lb) * extra + rest_b
 
 
 def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, logt=None):

@@ -350,6 +350,63 @@ def test_divergence_regressions_against_mpmath():
     assert abs(kp.f_divergence(q, p, "chi2") - want) <= 1e-12 * want
 
 
+def _is_bottom(name, a):
+    return name == "chi2" or (name == "alpha" and a > 1.01)
+
+
+def _mp_kkt(ref, reward, beta, name, a, dps=60):
+    """pi* where f'(0) is finite (chi2, alpha > 1), from the KKT conditions at ``dps`` digits.
+
+    Recipe: ``pi_y = q_y g(u - d_y)_+`` with ``g(v) = v/2`` (chi2) or
+    ``((a-1) v)^(1/(a-1))``, ``d_y = (r_max - r_y)/beta``, ``sum pi = 1`` (q = ref
+    normalised; inputs converted exactly). The support is found exactly: the reward levels
+    ``L_0 > L_1 > ...`` on the support, level ``k`` is kept iff the levels above it, with
+    level ``k`` at its clip, sum below one (``sum_{r_y > L_k} q_y g((r_y - L_k)/beta) < 1``,
+    increasing in ``k``). With ``L_k`` the lowest kept level, ``v = u - d(L_k)`` solves
+    ``sum_{r_y >= L_k} q_y g(v + (r_y - L_k)/beta) = 1`` on ``[0, g^-1(1/q(L_k))]``,
+    bisected until the midpoint equals an end at ``dps`` digits (v to ~1e-60 relative;
+    the offsets ``(r_y - L_k)/beta`` are formed directly, exact to ``dps`` digits however
+    far beyond float64 they lie).
+    """
+    with mp.workdps(dps):
+        q = [mp.mpf(float(x)) for x in ref]
+        tot = mp.fsum(q)
+        q = [x / tot for x in q]
+        r = [mp.mpf(float(x)) for x in reward]
+        b = mp.mpf(float(beta))
+        a = mp.mpf(a) if a is not None else None
+
+        def g(v):
+            if v <= 0:
+                return mp.mpf(0)
+            return v / 2 if name == "chi2" else ((a - 1) * v) ** (1 / (a - 1))
+
+        def ginv(t):
+            return 2 * t if name == "chi2" else t ** (a - 1) / (a - 1)
+
+        levels = sorted({ri for qi, ri in zip(q, r) if qi > 0}, reverse=True)
+
+        def total(v, lev):
+            return mp.fsum(qi * g(v + (ri - lev) / b) for qi, ri in zip(q, r) if qi > 0)
+
+        k = 0
+        while k + 1 < len(levels) and total(mp.mpf(0), levels[k + 1]) < 1:
+            k += 1
+        lev = levels[k]
+        lo, hi = mp.mpf(0), ginv(1 / mp.fsum(qi for qi, ri in zip(q, r) if qi > 0 and ri == lev))
+        while True:
+            mid = (lo + hi) / 2
+            if mid in (lo, hi):
+                break
+            if total(mid, lev) > 1:
+                hi = mid
+            else:
+                lo = mid
+        pi = [qi * g(lo + (ri - lev) / b) if qi > 0 else mp.mpf(0) for qi, ri in zip(q, r)]
+        s = mp.fsum(pi)
+        return [x / s for x in pi]
+
+
 EDGE_ROWS = [(n, None) for n in DIVERGENCES if n != "alpha"]
 EDGE_ROWS += [("alpha", a) for a in (-2.0, 0.0, 0.5, 0.995, 1.005, 2.0, 5.0)]
 
@@ -378,12 +435,15 @@ def test_float64_edges_give_a_policy_and_a_value(name, a):
     # d = 1/5e-324 = 2^1074 (forward KL: 2^-1074, the smallest subnormal; reverse chi2:
     # 2^-537 = 2.2e-162), by the mpmath reference
     pi = kp.f_optimal_policy([1e-320, 1.0], [1.0, 0.0], 5e-324, divergence=name, alpha=a)
+    if _is_bottom(name, a):
+        # where f'(0) is finite the best outcome's height u* ~ (1/ref_best)^(a-1)/(a-1)
+        # (1e1280 for alpha = 5) may lie above d = 2^1074, itself beyond float64: the other
+        # outcome is then kept and carries ~all the mass (once [1, 0] came back)
+        want = _mp_kkt([1e-320, 1.0], [1.0, 0.0], 5e-324, name, a)
+        for g, w in zip(pi, want):
+            assert abs(g - float(w)) <= 1e-12 * float(w) + 5e-324, (pi.tolist(), want)
+        return
     want = [1.0, 0.0] if name == "tv" else _mp_solve([1e-320, 1.0], [1.0, 0.0], 5e-324, name, a)[0]
-    if name == "alpha" and a > 2 and float(want[1]) > 0.5:
-        # a known gap (issue 26, left open): where f'(0) is finite the best outcome's height
-        # u* ~ (1/ref_best)^(a-1)/(a-1) (1e1280 here) is beyond float64 while d = 2^1074 is
-        # too; the exact optimum puts ~all mass on the other outcome, the solver returns [1, 0]
-        pytest.xfail(f"alpha={a}: height beyond float64 (got {pi.tolist()}, exact {want[1]})")
     assert pi[0] == 1.0 and abs(pi[1] - float(want[1])) <= 1e-12 * float(want[1]) + 5e-324
 
 
@@ -709,3 +769,56 @@ def test_huge_reward_gap_sweep_against_mpmath(name, a):
                     assert all(_close(g, float(pi_mp[i])) for g, i in zip(got, perm)), ctx
                     assert _close(float(fr.value[0]), float(v_mp)), (*ctx, fr.value)
                     assert _close(float(fr.divergence[0]), float(d_mp)), (*ctx, fr.divergence)
+
+
+# f'(0) finite (chi2, alpha > 1) with the best outcome's reference entry near 1e-300 or
+# subnormal: its height u above the clip is beyond float64's range or resolution (1e278
+# and more) while the heavy outcome below it has an O(1) height; anchored at the best, the
+# solver returned the greedy policy. Reference: ``_mp_kkt`` (60 digits, support exact).
+HEIGHTS = [
+    ("chi2", None, [1e-300, 1.0], [1.63e308, -1.63e308], 1e30),  # exact (1.63e-22, 1)
+    ("chi2", None, [1e-320, 1.0], [1.63e308, -1.63e308], 1.0),  # d overflows: (1.6e-12, 1)
+    ("chi2", None, [1e-300, 1 - 1e-300], [1e300, 0.0], 1.0),  # (0.5, 0.5)
+    ("chi2", None, [1e-300, 1 - 1e-300], [1.0, 0.0], 1e-300),
+    ("chi2", None, [1e-300, 0.4, 0.6], [1.63e308, -1.63e308, -1.63e308], 1e30),
+    ("alpha", 3.0, [1e-300, 1.0], [1.63e308, -1.63e308], 1e30),
+    ("alpha", 3.0, [1e-300, 1 - 1e-300], [1e300, 0.0], 1.0),
+    ("alpha", 1.5, [1e-300, 1.0], [1e300, 0.0], 1e160),
+    ("alpha", 5.0, [1e-320, 1.0], [1.0, 0.0], 5e-324),
+    ("alpha", 5.0, [1e-320, 0.3, 0.7], [1.0, 0.0, -1e-323], 5e-324),  # two kept below
+    ("alpha", 2.0, [1e-320, 1.0], [1.0, 0.0], 5e-324),  # greedy is exact here
+    ("chi2", None, [1e-300, 1.0], [1.0, 0.0], 1e-8),
+]
+
+
+@pytest.mark.parametrize(("name", "a", "ref", "reward", "beta"), HEIGHTS)
+def test_huge_heights_against_mpmath_kkt(name, a, ref, reward, beta):
+    want = [float(w) for w in _mp_kkt(ref, reward, beta, name, a)]
+    n = len(ref)
+    for perm in (list(range(n)), list(range(n))[::-1], list(range(1, n)) + [0]):
+        q, r = np.array(ref)[perm], np.array(reward)[perm]
+        got = kp.f_optimal_policy(q, r, beta, divergence=name, alpha=a)
+        for g, w in zip(got, np.array(want)[perm]):
+            assert abs(g - w) <= 1e-12 * w + 5e-324, (name, a, perm, got.tolist(), want)
+    # the value and the frontier's divergence, from the exact optimum (chi2 and alpha > 1
+    # have f(0) finite: the summands of float64's pi are exact to rounding)
+    with mp.workdps(60):
+        pm = _mp_kkt(ref, reward, beta, name, a)
+        d_ex = _mp_divergence(pm, ref, name, a)
+        er = mp.fsum(w * mp.mpf(x) for w, x in zip(pm, reward))
+        v_mp = float(er - mp.mpf(beta) * d_ex)
+    v = float(kp.f_soft_value(ref, reward, beta, divergence=name, alpha=a))
+    assert abs(v - v_mp) <= 1e-12 * (abs(v_mp) + 1e-4 * abs(float(er))), (v, v_mp)
+    fr = kp.f_frontier(ref, reward, [beta], divergence=name, alpha=a)
+    dv, dw = float(fr.divergence[0]), float(d_ex)  # dw = inf: D beyond float64 (5e319)
+    assert dv == dw or abs(dv - dw) <= 1e-12 * dw, (fr, d_ex)
+    # float32 inputs: the float32-rounded problem (its ref entries may underflow to 0)
+    with np.errstate(over="ignore"):
+        q32, r32 = np.array(ref, np.float32), np.array(reward, np.float32)
+    if np.isfinite(r32).all() and q32.sum() > 0 and np.float32(beta) > 0:
+        got = kp.f_optimal_policy(q32, r32, np.float32(beta), divergence=name, alpha=a)
+        want32 = _mp_kkt(q32, r32, float(np.float32(beta)), name, a)
+        assert got.dtype == np.float32
+        eps = float(np.finfo(np.float32).eps)
+        for g, w in zip(got, want32):
+            assert abs(float(g) - float(w)) <= 16 * eps * float(w) + 1e-45, (got, want32)
