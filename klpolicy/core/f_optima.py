@@ -28,7 +28,10 @@ once. The number is chosen so that no ratio is computed by cancellation:
   (``1/e``, ``1/e^2``, ``1/expm1(2e)``, ``e^{-1/2}``, ``((1-a) e)^{1/(a-1)}``);
 * :math:`f'(0) > -\infty` (chi2, alpha > 1, sparse optima): the height
   :math:`u = s_{best} - f'(0)` above the clip; each outcome has :math:`u - d(y)`, and the
-  ratio is ``max(u - d, 0)/2`` or ``((a-1) max(u - d, 0))^{1/(a-1)}``;
+  ratio is ``max(u - d, 0)/2`` or ``((a-1) max(u - d, 0))^{1/(a-1)}``; the second stage
+  re-anchors at the kept outcome that moves the sum most (a best outcome with ref 1e-300
+  has u ~ 1e278 while the heavy one below has an O(1) height), and where the best
+  outcomes' gap to the next overflows they keep the power-law ratio of that gap;
 * otherwise (chi2_kl): :math:`s_{best}` itself, and :math:`W(e^{s})` through
   ``scipy.special.wrightomega``.
 
