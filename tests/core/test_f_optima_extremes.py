@@ -82,15 +82,18 @@ def _dps(ref, reward, beta, name=None, a=None):
     return int(50 + k * _span(ref, reward, beta))
 
 
+def _mp_inputs(ref, reward, beta):
+    """The inputs converted exactly at the working precision, ref normalised."""
+    q = [mp.mpf(float(x)) for x in ref]
+    tot = mp.fsum(q)
+    return [x / tot for x in q], [mp.mpf(float(x)) for x in reward], mp.mpf(float(beta))
+
+
 def _mp_solve(ref, reward, beta, name, a):
     """(pi, t, dt/ds, s) per outcome at the working precision (see the module docstring)."""
     dps = _dps(ref, reward, beta, name, a)
     with mp.workdps(dps):
-        q = [mp.mpf(float(x)) for x in ref]
-        tot = mp.fsum(q)
-        q = [x / tot for x in q]
-        r = [mp.mpf(float(x)) for x in reward]
-        b = mp.mpf(float(beta))
+        q, r, b = _mp_inputs(ref, reward, beta)
         top = max(ri for qi, ri in zip(q, r) if qi > 0)
         d = [(top - ri) / b for ri in r]
         q_best = mp.fsum(qi for qi, ri in zip(q, r) if qi > 0 and ri == top)
@@ -369,11 +372,7 @@ def _mp_kkt(ref, reward, beta, name, a, dps=60):
     far beyond float64 they lie).
     """
     with mp.workdps(dps):
-        q = [mp.mpf(float(x)) for x in ref]
-        tot = mp.fsum(q)
-        q = [x / tot for x in q]
-        r = [mp.mpf(float(x)) for x in reward]
-        b = mp.mpf(float(beta))
+        q, r, b = _mp_inputs(ref, reward, beta)
         a = mp.mpf(a) if a is not None else None
 
         def g(v):
