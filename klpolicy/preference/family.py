@@ -1037,7 +1037,7 @@ def population_optimum(
     after which the descent continues; so it never stops at a saddle. The last iterate
     is polished by one Newton step whose gradient is summed in extended precision
     (``numpy.longdouble``): the float64 gradient's rounding, where the pair terms cancel,
-    left the scores off by up to 4e-12 and an entry of the policy off by :math:`|x/\beta|`
+    leaves the scores off by up to 4e-12 without it, and an entry of the policy off by :math:`|x/\beta|`
     times that (1.29e-10 relative at an entry of 1.2e-251); after the step, every entry is
     within 1e-12 relative of a 60-digit minimiser in the tests and sweeps (on platforms
     where ``longdouble`` is float64 the step is skipped). Start and steps do

@@ -119,7 +119,7 @@ def test_import_klpolicy_does_not_load_scipy_optimize():
 def test_a_one_sided_newton_sequence_closes_its_bracket_in_a_few_steps():
     # exp(x) - c is convex and increasing: Newton from the right stays right of the root, so
     # the left end never moves; the endgame probe just past the root closes the bracket.
-    # (Before the probe the far end was bisected down to the tolerance.)
+    # (Without it the far end is bisected down to the tolerance.)
     c = np.array([1e-3, 0.5, 2.0, 7.0, 1e5])
     root = monotone_root(
         lambda x, rows: (np.exp(x) - c[rows], np.exp(x)),
@@ -131,5 +131,5 @@ def test_a_one_sided_newton_sequence_closes_its_bracket_in_a_few_steps():
     assert root.converged.all()
     np.testing.assert_allclose(root.x, np.log(c), rtol=4e-16, atol=1e-16)
     # Newton from x0 = 15 needs ~22 steps down to log(1e-3); the probe adds a few more
-    # (79 iterations before it, the far end bisected down to the tolerance)
+    # (79 iterations without it, the far end bisected down to the tolerance)
     assert root.iterations <= 35
