@@ -14,7 +14,8 @@ Two paths compute the same quantities for validated rows (probability axis last)
 
 A row takes the fast path only when that is provably as accurate as the careful
 path (see :func:`_fast_ok`): every ``ref * exp(z)`` on the support is a normal
-float (no underflow, no subnormal reference entry), ``beta`` is finite and
+float (no underflow, no subnormal reference entry; for float32 ``pi`` possibly
+after scaling ``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and
 positive, and, when statistics are requested, ``beta`` is small enough
 (``spread / beta >= 2``) that the careful path would not use its large-beta
 refinements either. Every other row is handed to the careful path.
@@ -113,26 +114,29 @@ _NO_SHIFT = {4: 16.0, 8: 100.0}
 
 @functools.lru_cache(maxsize=64)
 def _pow2(n: int) -> tuple[float, np.float32]:
-    """``(k ln 2, 2**k)``: the power of two that float32 rows of length ``n`` (``pi`` only)
-    scale their weights by, ``w = (exp(z) * 2**k) * ref``, where ``ref * exp(z)`` alone
-    would fall below float32's normal range (a Dirichlet reference's 1e-8 and
-    ``(min r - max r) / beta`` of -70 at ``beta = 0.1``: float64's arithmetic otherwise).
+    """``(k ln 2, 2**k)``: the power of two by which float32 rows of length ``n`` (``pi``
+    only) scale their weights, ``w = (exp(z) * 2**k) * ref``, where ``ref * exp(z)``
+    alone would fall below float32's normal range (a Dirichlet reference's 1e-8 and a
+    ``(min r - max r) / beta`` of -70 at ``beta = 0.1``), so that they stay in float32
+    instead of taking float64's arithmetic.
 
     The shift by ``max r`` leaves the upper half of the exponent range unused (every
-    ``exp(z) <= 1``, or ``e^16`` unshifted): ``k`` is the largest that keeps
-    ``e^16 * n * 2**k`` below ``e^80`` (``_RANGE``) with one binade to spare, so that a
-    row fast unscaled is fast scaled (:func:`_fast_ok`). The factor is applied to
-    ``exp(z)``, in a pass of its own, because only that is exact: multiplying a normal
-    float by a power of two rounds nothing, and ``sum(w)``, ``1 / sum(w)`` and
-    ``w / sum(w)`` then carry ``2**k``, ``2**-k`` and nothing, so ``pi`` has the bits it
-    has unscaled wherever both are normal (whether a row or block is scaled or not
-    changes no bit). Folding it into ``exp``'s argument, ``(r - c) * ib + k ln 2``, or
-    into the shift ``c``, would round it into every ``z``: ``k ln 2`` is about 55, so the
-    largest entries of ``pi`` (``z`` near 0, exact to an ulp unscaled) would be off by
-    ulp(55) = 2**-18 absolute in ``z``, 16 float32 ulp; ``exp(z) * 2**k`` cannot come
-    after the product with ``ref``, which has then underflowed, nor go into the
-    normalising scalar for the same reason. A scaled multiplication of ``ref`` would be
-    exact too, but reads ``ref`` once more; ``exp(z)``'s in-place product is in cache.
+    ``exp(z) <= 1``; ``e^16`` unshifted). ``k`` is the largest that keeps
+    ``e^16 * n * 2**k`` below ``e^80`` (``_RANGE``) with a binade to spare, so that every
+    row fast unscaled is fast scaled (:func:`_fast_ok`); it depends on ``n`` alone, so
+    the small-batch path and the sweep route every row alike, whatever its batch.
+
+    Where the factor goes: multiplying ``exp(z)`` in place by it is exact (a power of
+    two times a normal float rounds nothing), and then ``sum(w)``, ``1 / sum(w)`` and
+    ``w / sum(w)`` carry ``2**k``, ``2**-k`` and nothing: ``pi`` has the bits it has
+    unscaled wherever both are normal, so whether a block is scaled changes no bit. It
+    costs one in-place pass over the cached block. Adding ``k ln 2`` (about 55) to
+    ``exp``'s argument, or folding it into the shift ``c``, would cost no pass but
+    round every ``z`` to half an ulp of 55, 2**-19: 16 float32 ulp on the largest
+    entries of ``pi`` (``z`` near 0, exact unscaled). After the product with ``ref`` it
+    is too late (the product has underflowed), and so it is for the normalising scalar;
+    scaling ``ref`` instead is exact but writes a scaled copy, a pass that also reads
+    ``ref`` once more.
     """
     k = max(0, int((_RANGE[4][1] - _NO_SHIFT[4] - math.log(n)) / math.log(2)) - 1)
     return k * math.log(2), np.float32(2.0**k)
@@ -228,11 +232,14 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     float64 ``1 / beta``, given) are routed per block: a row whose range ``r / beta``
     lies beyond float32's exponent range (:func:`_fast_ok` with float32's bounds) is
     computed in float64 on the cached block and rounded once (:func:`_wide_rows`),
-    and a row whose float32 soft value is not resolved likewise. After a block with
-    such rows, the next is routed from its reductions before any float32
+    and a row whose float32 soft value is not resolved likewise; without statistics,
+    a row whose weights only fall below float32's normal range stays in float32, its
+    block's exponentials scaled by an exact power of two (:func:`_pow2`). After a
+    block with such rows, the next is routed from its reductions before any float32
     exponential (a batch of wide rows computes no float32 result to throw away);
-    after a block without, optimistically as float64's. The order changes no bit of
-    the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
+    after a block without, optimistically as float64's (rows of such a block that
+    needed the scaling are redone in float32 at the end). The order changes no bit
+    of the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
     known (such float64 rows are not re-reduced); ``route=False`` leaves ``ok`` to the
     caller (the wide rows of a float32 sweep are routed together at its end).
     """
@@ -314,7 +321,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             if "value" in res:
                 ok &= _value_resolved(res["value"][s, 0], c, ibs)
             wide = np.nonzero(~ok)[0]
-            ahead = bool(wide.size)
+            ahead = bool(wide.size) or two is not None  # the next block likely alike
             if wide.size:
                 _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s, wide64)
             sw.ok[s] = ok
