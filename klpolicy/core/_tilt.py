@@ -259,6 +259,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     if pre is not None:
         sw.qmin[...], sw.rmax[...], sw.rmin[...] = pre
     ahead = False  # float32: route this block before its exponentials (the last needed float64)
+    two = None  # float32, pi only: the power of two a routed block's exp is scaled by (_pow2)
     done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
     wide64 = _Wide(rows, "value" in res) if routed else None
     for start in range(0, rows, step):
@@ -271,7 +272,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         # one beta for the block (the usual case): a scalar factor takes numpy's vector loop,
         # a (k, 1) column a strided one about three times slower
         ibc = ibs[0] if k == 1 or (ibs == ibs[0]).all() else ibs[:, None]
-        ok = two = None
+        ok = None
         reduced = ahead or pre is not None
         if reduced:
             if pre is None:
@@ -280,6 +281,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
                 r.min(axis=-1, out=rmin)
             shifted = _set_shift(rmax, rmin, ibs, c, dtype.itemsize)
             if routed:
+                two = None
                 ok = _fast_ok(q, r, ibs, sw, stats, s)
                 if not stats and not ok.all():  # pi only: float32 scales weights it cannot hold
                     scaled = _fast_ok(q, r, ibs, sw, stats, s, scale=_pow2(n)[0])
@@ -301,7 +303,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
                 np.multiply(z, ibc, out=z)
         if ok is None or ok.any():
             np.exp(z, out=w)
-            if two is not None:  # exact (see _pow2)
+            if ok is not None and two is not None:  # exact (see _pow2)
                 np.multiply(w, two, out=w)
             np.multiply(w, q, out=w)  # reads ref
             if not reduced:
