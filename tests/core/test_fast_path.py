@@ -51,7 +51,7 @@ ROWS = [
     ("tiny ref", [1e-300, 0.3, 0.3, 0.4 - 1e-300], [3.0, 0.0, 1.0, -1.0], 1.0, True, True),
     # pi alone: every weight is normal (2e-304), so every digit is kept
     ("tinier ref", [1e-305, 0.3, 0.3, 0.4 - 1e-305], [3.0, 0.0, 1.0, -1.0], 1.0, True, False),
-    ("subnormal weight", [1e-307, 0.3, 0.3, 0.4 - 1e-307], [-3.0, 0.0, 1.0, -1.0], 1.0, False, False),
+    ("subnormal w", [1e-307, 0.3, 0.3, 0.4 - 1e-307], [-3.0, 0.0, 1.0, -1.0], 1.0, False, False),
     # pi alone: no shift up to the exponent range (|r| / beta = 700 here)
     ("near the range", [0.25, 0.25, 0.25, 0.25], [700.0, 699.0, 1.0, -5.0], 1.0, True, False),
     ("underflow", [0.25, 0.25, 0.25, 0.25], [0.0, 1.0, 2.0, 800.0], 1.0, False, False),
