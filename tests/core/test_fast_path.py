@@ -130,6 +130,27 @@ def test_pi_alone_is_taken_unshifted_while_every_weight_is_normal(scale, gap):
     assert np.all(got[~normal] == pytest.approx(want[~normal], abs=4 * 2**-1074))
 
 
+@pytest.mark.parametrize("top", [30.0, 300.0, 650.0, -650.0])
+def test_unshifted_rows_within_the_rounding_bound_of_r_over_beta(top):
+    # random rows whose largest |r| / beta is `top`, taken unshifted (every weight is
+    # normal): each pi entry within 2 max|r / beta| u of 40-digit mpmath, in any order
+    rng = np.random.default_rng(int(abs(top)) + (top < 0))
+    beta = 0.126
+    ref = rng.dirichlet(np.ones(64), size=3)
+    reward = rng.normal(size=(3, 64)) * 2
+    reward += (top * beta - reward.max(axis=-1, keepdims=True)) if top > 0 else 0
+    reward -= (-top * beta + reward.min(axis=-1, keepdims=True)) if top < 0 else 0
+    assert _routes(ref, reward, np.full(3, beta)).all()
+    bound = 2 * np.max(np.abs(reward / beta)) * 2**-53 + 8 * 2**-53
+    pi = kp.optimal_policy(ref, reward, beta)
+    for i in range(3):
+        want = R.to_float(R.optimal_policy(ref[i], reward[i], beta))
+        assert np.max(np.abs(pi[i] / want - 1)) < bound
+        perm = rng.permutation(64)
+        permuted = kp.optimal_policy(ref[i][perm], reward[i][perm], beta)
+        assert np.max(np.abs(permuted / want[perm] - 1)) < bound
+
+
 @pytest.mark.parametrize("beta", [0.05, 0.3, 1.0, 3.0])
 def test_fast_rows_against_mpmath(beta):
     rng = np.random.default_rng(int(beta * 1000))
