@@ -194,6 +194,9 @@ class _Sweep:
     def __init__(self, rows: int, dtype):
         self.qmin, self.total, self.rmax, self.rmin, self.c, self.w_sum = np.empty((6, rows), dtype)
         self.ok = np.empty(rows, bool)
+        # rows the float64 pi-only sweep accepted from their weights alone (_quick_rows):
+        # their qmin, rmax, rmin are not computed (NaN) and c is 0 (no shift)
+        self.quick = np.zeros(rows, bool)
 
 
 def _set_shift(rmax, rmin, ib, c, itemsize: int) -> bool:
@@ -262,6 +265,10 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     two = None  # float32, pi only: the power of two a routed block's exp is scaled by (_pow2)
     done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
     wide64 = _Wide(rows, "value" in res) if routed else None
+    quick = not stats and pre is None and not routed and dtype.itemsize == 8
+    beta_ok = (ib > 0) & (ib < np.inf) if quick else None
+    if quick:  # only the rows _quick_rows does not accept get these reductions
+        sw.qmin[...] = sw.rmax[...] = sw.rmin[...] = np.nan
     for start in range(0, rows, step):
         s = slice(start, min(start + step, rows))
         q, r, ibs = ref[s], reward[s], ib[s]
@@ -272,6 +279,9 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         # one beta for the block (the usual case): a scalar factor takes numpy's vector loop,
         # a (k, 1) column a strided one about three times slower
         ibc = ibs[0] if k == 1 or (ibs == ibs[0]).all() else ibs[:, None]
+        if quick:
+            _quick_rows(q, r, ibs, ibc, w, sw, s, beta_ok[s])
+            continue
         ok = None
         reduced = ahead or pre is not None
         if reduced:
@@ -331,7 +341,12 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         elif routed:  # a cheap look at the underflow bound decides how to take the next block
             ahead = not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
     later = ~done if routed else slice(None)
-    if route and (not routed or later.any()):
+    if quick and route:  # the rows their weights did not clear, by the general conditions
+        sw.ok[...] = sw.quick
+        rest = np.nonzero(~sw.quick)[0]
+        if rest.size:
+            sw.ok[rest] = _fast_ok(ref, reward, ib[rest], sw, False, s=rest, at=rest)
+    elif route and (not routed or later.any()):
         ok = _fast_ok(ref, reward, ib, sw, stats)
         if "value" in res:
             ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
@@ -362,6 +377,62 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     if outer:
         _trim(scratch)
     return sw
+
+
+# The smallest normal float64: a weight at or above it has its full 53 bits.
+_TINY64 = float(np.finfo(np.float64).tiny)
+
+
+def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
+    """One block of a float64 pi-only sweep: ``pi = w / sum(w)``, ``w = q exp(r / beta)``
+    unshifted, each row accepted from its own weights (``sw.quick``).
+
+    A row is accepted when every weight is a normal float (``min w >= tiny``) and their
+    sum is finite, with ``0 < 1/beta < inf``. That one test stands for the general
+    conditions (:func:`_fast_ok`, :func:`_valid`): it fails on a NaN or an infinity
+    anywhere in the row (a NaN or an infinite weight, or a zero from ``r = -inf``), on a
+    negative or zero reference entry (a negative or zero weight) and on an overflow
+    (an infinite sum). It also bounds the exponent: ``min w >= tiny`` with ``ref <= 1``
+    gives ``r / beta >= log(tiny) = -708.4`` and a finite ``exp`` gives ``r / beta <
+    709.8``; the rounding of ``r / beta`` then moves each weight by at most
+    ``|r / beta| u`` relative (``u = 2^-53``) and ``pi`` by twice that, 1.6e-13, the same
+    bound as the shifted path admits on its far entries (``|r - max r| / beta`` up to
+    708 where the weights are normal), so no shift by ``max r`` is needed and no pass
+    over ``r`` or ``ref`` beyond the arithmetic and the row sum of ``ref`` (the input
+    check, :func:`_valid`) is made. Rows not accepted get the general sweep's
+    reductions on the cached block, its shift rule (:func:`_set_shift`) and, at the
+    sweep's end, its routing (:func:`_fast_ok`); a row that needs no shift keeps the
+    weights already computed (the same bits).
+    """
+    k = q.shape[0]
+    np.multiply(r, ibc, out=w)  # reads r while the output is first written
+    np.exp(w, out=w)
+    np.multiply(w, q, out=w)  # reads ref
+    _row_sums(q, sw.total[s])  # only checked (see _valid)
+    w_min = w.min(axis=-1)
+    w_sum = w.sum(axis=-1, out=sw.w_sum[s])
+    if k == 1:  # Python floats: the same IEEE comparisons, a tenth of the numpy calls' time
+        good = float(w_min[0]) >= _TINY64 and float(w_sum[0]) < math.inf and bool(beta_ok[0])
+        sw.quick[s.start] = good
+        sw.c[s.start] = 0.0
+        bad = () if good else (0,)
+    else:
+        good = (w_min >= _TINY64) & (w_sum < np.inf) & beta_ok
+        sw.quick[s] = good
+        sw.c[s] = 0.0
+        bad = np.nonzero(~good)[0]
+    for i in bad:
+        at = slice(s.start + i, s.start + i + 1)
+        qi, ri, wi = q[i], r[i], w[i]
+        sw.qmin[at], sw.rmax[at], sw.rmin[at] = qi.min(), ri.max(), ri.min()
+        if _set_shift(sw.rmax[at], sw.rmin[at], ib[i : i + 1], sw.c[at], 8):
+            np.subtract(ri, sw.c[at], out=wi)
+            np.multiply(wi, ib[i], out=wi)
+            np.exp(wi, out=wi)
+            np.multiply(wi, qi, out=wi)
+            sw.w_sum[at] = wi.sum()
+    inv = 1 / w_sum
+    np.multiply(w, inv[0] if k == 1 else inv[:, None], out=w)  # w is now pi
 
 
 class _Wide:
@@ -561,7 +632,7 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int, ib64=None)
 
     parts = list(_pool(workers).map(run, bounds))
     sw = _Sweep(0, ref.dtype)
-    for name in ("qmin", "total", "rmax", "rmin", "c", "w_sum", "ok"):
+    for name in ("qmin", "total", "rmax", "rmin", "c", "w_sum", "ok", "quick"):
         setattr(sw, name, np.concatenate([getattr(p, name) for p in parts]))
     return sw
 
@@ -654,7 +725,12 @@ def _value_resolved(value: NDArray, c: NDArray, ib: NDArray) -> NDArray[np.bool_
 def _valid(sw: _Sweep, check) -> bool:
     """What the validators check, from the sweep's reductions (NaN fails every comparison)."""
     tol, _, ref = check
-    if not ((sw.qmin >= 0).all() and np.isfinite(sw.rmax).all() and np.isfinite(sw.rmin).all()):
+    rest = ~sw.quick  # accepted rows: their weights show positive ref and finite rewards
+    if not (
+        (sw.qmin[rest] >= 0).all()
+        and np.isfinite(sw.rmax[rest]).all()
+        and np.isfinite(sw.rmin[rest]).all()
+    ):
         return False
     dev = np.abs(sw.total - 1.0)
     # the sweep's row sums (in the input's dtype, in any order: a pi-only sweep sums by
@@ -701,6 +777,10 @@ def _lean(ref: NDArray, reward: NDArray, b0, check) -> NDArray | None:
     if not 0 < b0 < np.inf:
         return None
     with np.errstate(all="ignore"):
+        if dtype == np.float64:
+            pi, good = _lean_quick(ref, reward, dtype.type(1 / b0), check)
+            if pi is not None or good is None or good.any():
+                return pi  # None where some rows pass: the sweep decides row by row
         sw = _Sweep(rows, dtype)
         reward.max(axis=-1, out=sw.rmax)
         reward.min(axis=-1, out=sw.rmin)
@@ -743,6 +823,31 @@ def _lean(ref: NDArray, reward: NDArray, b0, check) -> NDArray | None:
         c = red.c if shifted64 else None
         pi[wide] = _lean_pi(ref[wide], reward[wide], ib64[0], c, np.empty((wide.size, n), dtype))
         return pi
+
+
+def _lean_quick(ref: NDArray, reward: NDArray, ib, check):
+    """The float64 sweep's first try (:func:`_quick_rows`) on a whole small batch.
+
+    Returns ``(pi, good)``: ``pi`` when every row's weights clear the test (the same
+    bits as the sweep), else ``None`` with ``good``, the rows that do (``good`` is
+    ``None`` where the row sums are off: the sweep words the error). Where no row
+    clears it, the sweep would take every row by its general reductions, as
+    :func:`_lean` does next.
+    """
+    rows, n = ref.shape
+    if check is not None:
+        total = _row_sums(ref, np.empty(rows))
+        if not np.abs(total - 1.0).max() <= 0.5 * check[0]:
+            return None, None
+    w = np.empty((rows, n))
+    np.multiply(reward, ib, out=w)
+    np.exp(w, out=w)
+    np.multiply(w, ref, out=w)
+    w_sum = w.sum(axis=-1)
+    good = (w.min(axis=-1) >= _TINY64) & (w_sum < np.inf)
+    if not good.all():
+        return None, good
+    return _normalise_rows(w, w_sum, w), good
 
 
 def _lean_bounds(sw: _Sweep, ib, n: int, check) -> bool:
@@ -822,8 +927,13 @@ def _lean_pi(q: NDArray, r: NDArray, ib, c: NDArray | None, out: NDArray, two=No
     if two is not None:
         np.multiply(w, two, out=w)
     np.multiply(w, q, out=w)
-    inv = 1 / w.sum(axis=-1)
-    return _by_rows(np.multiply, w, inv, out)
+    return _normalise_rows(w, w.sum(axis=-1), out)
+
+
+def _normalise_rows(w: NDArray, w_sum: NDArray, out: NDArray) -> NDArray:
+    """``out = w / w_sum`` row by row (as ``w * (1 / w_sum)``, the sweep's arithmetic),
+    rounded once into ``out``'s dtype, by :func:`_by_rows`."""
+    return _by_rows(np.multiply, w, 1 / w_sum, out)
 
 
 # numpy's default ufunc buffer (elements), and the size from which _by_rows resizes it.

@@ -38,7 +38,9 @@ def _routes(ref, reward, beta, stats=False):
         ib = 1 / b[:, 0]
         res = {"value": np.empty((ref.shape[0], 1))} if stats else {}
         sw = K._sweep(ref, reward, ib, frozenset(res), None, res)
-        return K._fast_ok(ref, reward, ib, sw, stats=stats)
+        # pi alone: the sweep's routing (float64 rows are first accepted from their
+        # weights, _quick_rows); statistics: the general conditions
+        return K._fast_ok(ref, reward, ib, sw, stats=stats) if stats else sw.ok
 
 
 # rows of 4 entries, each with its beta; True where the fast path is provably exact
@@ -47,7 +49,11 @@ ROWS = [
     ("plain", [0.1, 0.2, 0.3, 0.4], [1.0, -0.5, 0.3, 2.0], 0.5, True, True),
     ("big offset", [0.25, 0.25, 0.25, 0.25], [1e6, 1e6 + 1, 1e6 - 2, 1e6 + 0.5], 0.1, True, True),
     ("tiny ref", [1e-300, 0.3, 0.3, 0.4 - 1e-300], [3.0, 0.0, 1.0, -1.0], 1.0, True, True),
-    ("tinier ref", [1e-305, 0.3, 0.3, 0.4 - 1e-305], [3.0, 0.0, 1.0, -1.0], 1.0, False, False),
+    # pi alone: every weight is normal (2e-304), so every digit is kept
+    ("tinier ref", [1e-305, 0.3, 0.3, 0.4 - 1e-305], [3.0, 0.0, 1.0, -1.0], 1.0, True, False),
+    ("subnormal w", [1e-307, 0.3, 0.3, 0.4 - 1e-307], [-3.0, 0.0, 1.0, -1.0], 1.0, False, False),
+    # pi alone: no shift up to the exponent range (|r| / beta = 700 here)
+    ("near the range", [0.25, 0.25, 0.25, 0.25], [700.0, 699.0, 1.0, -5.0], 1.0, True, False),
     ("underflow", [0.25, 0.25, 0.25, 0.25], [0.0, 1.0, 2.0, 800.0], 1.0, False, False),
     ("zeros ok", [0.0, 0.5, 0.0, 0.5], [5.0, 1.0, -3.0, 0.2], 0.2, True, True),
     ("zeros, huge off support", [0.5, 0.0, 0.5, 0.0], [0.0, 1e6, 1.0, 0.0], 1e-3, False, False),
@@ -95,12 +101,54 @@ def test_both_sides_of_the_underflow_threshold(margin):
     q = np.array([1e-200, 0.5, 0.5 - 1e-200])
     gap = 700 + margin + np.log(1e-200)  # (max r - min r) / beta
     r = np.array([0.0, gap, gap / 2])
-    assert _routes(q[None], r[None], [1.0])[0] == (margin < 0)
+    # the statistics' rule (pi alone is taken unshifted here: every weight is normal)
+    assert _routes(q[None], r[None], [1.0], stats=True)[0] == (margin < 0)
+    assert _routes(q[None], r[None], [1.0])[0]
     got = kp.optimal_policy(q, r, 1.0)
     want = R.to_float(R.optimal_policy(q, r, 1.0))
     normal = want > 1e-290
     assert np.all(np.abs(got[normal] / want[normal] - 1) < 2e-12)
     assert kp.optimal_kl(q, r, 1.0) == pytest.approx(float(R.optimal_kl(q, r, 1.0)), rel=1e-11)
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 2.0, 4.0])
+@pytest.mark.parametrize("gap", [0.0, 300.0, 700.0])
+def test_pi_alone_is_taken_unshifted_while_every_weight_is_normal(scale, gap):
+    # a float64 pi-only row is accepted from its weights: the smallest, ref_0 exp(r_0),
+    # at or above the smallest normal float (scale >= 1), and a finite sum; below it
+    # (a subnormal weight) the general rule routes the row (here, to the careful path:
+    # its smallest reference entry is itself below the normal range)
+    tiny = np.finfo(float).tiny
+    q = np.array([tiny * scale, 0.5, 0.5 - tiny * scale])
+    r = np.array([0.0, gap, gap / 2])  # r / beta up to 700, no shift
+    assert _routes(q[None], r[None], [1.0])[0] == (scale >= 1)
+    got = kp.optimal_policy(q, r, 1.0)
+    want = R.to_float(R.optimal_policy(q, r, 1.0))
+    normal = want > 1e-300
+    # 2 |r / beta| u: the rounding of r / beta, relative (1.6e-13 at 700)
+    assert np.all(np.abs(got[normal] / want[normal] - 1) < 2 * 700 * 2**-53 + 4e-16)
+    assert np.all(got[~normal] == pytest.approx(want[~normal], abs=4 * 2**-1074))
+
+
+@pytest.mark.parametrize("top", [30.0, 300.0, 650.0, -650.0])
+def test_unshifted_rows_within_the_rounding_bound_of_r_over_beta(top):
+    # random rows whose largest |r| / beta is `top`, taken unshifted (every weight is
+    # normal): each pi entry within 2 max|r / beta| u of 40-digit mpmath, in any order
+    rng = np.random.default_rng(int(abs(top)) + (top < 0))
+    beta = 0.126
+    ref = rng.dirichlet(np.ones(64), size=3)
+    reward = rng.normal(size=(3, 64)) * 2
+    reward += (top * beta - reward.max(axis=-1, keepdims=True)) if top > 0 else 0
+    reward -= (-top * beta + reward.min(axis=-1, keepdims=True)) if top < 0 else 0
+    assert _routes(ref, reward, np.full(3, beta)).all()
+    bound = 2 * np.max(np.abs(reward / beta)) * 2**-53 + 8 * 2**-53
+    pi = kp.optimal_policy(ref, reward, beta)
+    for i in range(3):
+        want = R.to_float(R.optimal_policy(ref[i], reward[i], beta))
+        assert np.max(np.abs(pi[i] / want - 1)) < bound
+        perm = rng.permutation(64)
+        permuted = kp.optimal_policy(ref[i][perm], reward[i][perm], beta)
+        assert np.max(np.abs(permuted / want[perm] - 1)) < bound
 
 
 @pytest.mark.parametrize("beta", [0.05, 0.3, 1.0, 3.0])
