@@ -14,7 +14,8 @@ Two paths compute the same quantities for validated rows (probability axis last)
 
 A row takes the fast path only when that is provably as accurate as the careful
 path (see :func:`_fast_ok`): every ``ref * exp(z)`` on the support is a normal
-float (no underflow, no subnormal reference entry), ``beta`` is finite and
+float (no underflow, no subnormal reference entry; for float32 ``pi`` possibly
+after scaling ``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and
 positive, and, when statistics are requested, ``beta`` is small enough
 (``spread / beta >= 2``) that the careful path would not use its large-beta
 refinements either. Every other row is handed to the careful path.
@@ -22,6 +23,7 @@ refinements either. Every other row is handed to the careful path.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import threading
@@ -108,6 +110,36 @@ def _mode_log_ratio(q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: N
 # path admits on its far entries, |r - max r| / beta * 1.5 ulp).
 _RANGE = {4: (-86.0, 80.0), 8: (-700.0, 700.0)}
 _NO_SHIFT = {4: 16.0, 8: 100.0}
+
+
+@functools.lru_cache(maxsize=64)
+def _pow2(n: int) -> tuple[float, np.float32]:
+    """``(k ln 2, 2**k)``: the power of two by which float32 rows of length ``n`` (``pi``
+    only) scale their weights, ``w = (exp(z) * 2**k) * ref``, where ``ref * exp(z)``
+    alone would fall below float32's normal range (a Dirichlet reference's 1e-8 and a
+    ``(min r - max r) / beta`` of -70 at ``beta = 0.1``), so that they stay in float32
+    instead of taking float64's arithmetic.
+
+    The shift by ``max r`` leaves the upper half of the exponent range unused (every
+    ``exp(z) <= 1``; ``e^16`` unshifted). ``k`` is the largest that keeps
+    ``e^16 * n * 2**k`` below ``e^80`` (``_RANGE``) with a binade to spare, so that every
+    row fast unscaled is fast scaled (:func:`_fast_ok`); it depends on ``n`` alone, so
+    the small-batch path and the sweep route every row alike, whatever its batch.
+
+    Where the factor goes: multiplying ``exp(z)`` in place by it is exact (a power of
+    two times a normal float rounds nothing), and then ``sum(w)``, ``1 / sum(w)`` and
+    ``w / sum(w)`` carry ``2**k``, ``2**-k`` and nothing: ``pi`` has the bits it has
+    unscaled wherever both are normal, so whether a block is scaled changes no bit. It
+    costs one in-place pass over the cached block. Adding ``k ln 2`` (about 55) to
+    ``exp``'s argument, or folding it into the shift ``c``, would cost no pass but
+    round every ``z`` to half an ulp of 55, 2**-19: 16 float32 ulp on the largest
+    entries of ``pi`` (``z`` near 0, exact unscaled). After the product with ``ref`` it
+    is too late (the product has underflowed), and so it is for the normalising scalar;
+    scaling ``ref`` instead is exact but writes a scaled copy, a pass that also reads
+    ``ref`` once more.
+    """
+    k = max(0, int((_RANGE[4][1] - _NO_SHIFT[4] - math.log(n)) / math.log(2)) - 1)
+    return k * math.log(2), np.float32(2.0**k)
 
 
 def _rows_per_block(n: int, itemsize: int) -> int:
@@ -203,11 +235,14 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     float64 ``1 / beta``, given) are routed per block: a row whose range ``r / beta``
     lies beyond float32's exponent range (:func:`_fast_ok` with float32's bounds) is
     computed in float64 on the cached block and rounded once (:func:`_wide_rows`),
-    and a row whose float32 soft value is not resolved likewise. After a block with
-    such rows, the next is routed from its reductions before any float32
+    and a row whose float32 soft value is not resolved likewise; without statistics,
+    a row whose weights only fall below float32's normal range stays in float32, its
+    block's exponentials scaled by an exact power of two (:func:`_pow2`). After a
+    block with such rows, the next is routed from its reductions before any float32
     exponential (a batch of wide rows computes no float32 result to throw away);
-    after a block without, optimistically as float64's. The order changes no bit of
-    the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
+    after a block without, optimistically as float64's (rows of such a block that
+    needed the scaling are redone in float32 at the end). The order changes no bit
+    of the results. ``pre``: the rows' minima of ``ref`` and extrema of ``reward``, already
     known (such float64 rows are not re-reduced); ``route=False`` leaves ``ok`` to the
     caller (the wide rows of a float32 sweep are routed together at its end).
     """
@@ -227,6 +262,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     if pre is not None:
         sw.qmin[...], sw.rmax[...], sw.rmin[...] = pre
     ahead = False  # float32: route this block before its exponentials (the last needed float64)
+    two = None  # float32, pi only: the power of two a routed block's exp is scaled by (_pow2)
     done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
     wide64 = _Wide(rows, "value" in res) if routed else None
     quick = not stats and pre is None and not routed and dtype.itemsize == 8
@@ -255,7 +291,12 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
                 r.min(axis=-1, out=rmin)
             shifted = _set_shift(rmax, rmin, ibs, c, dtype.itemsize)
             if routed:
+                two = None
                 ok = _fast_ok(q, r, ibs, sw, stats, s)
+                if not stats and not ok.all():  # pi only: float32 scales weights it cannot hold
+                    scaled = _fast_ok(q, r, ibs, sw, stats, s, scale=_pow2(n)[0])
+                    if (scaled & ~ok).any():
+                        ok, two = scaled, _pow2(n)[1]
             if ok is not None and not ok.any():
                 pass
             elif shifted:
@@ -272,6 +313,8 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
                 np.multiply(z, ibc, out=z)
         if ok is None or ok.any():
             np.exp(z, out=w)
+            if ok is not None and two is not None:  # exact (see _pow2)
+                np.multiply(w, two, out=w)
             np.multiply(w, q, out=w)  # reads ref
             if not reduced:
                 q.min(axis=-1, out=qmin)
@@ -290,7 +333,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             if "value" in res:
                 ok &= _value_resolved(res["value"][s, 0], c, ibs)
             wide = np.nonzero(~ok)[0]
-            ahead = bool(wide.size)
+            ahead = bool(wide.size) or two is not None  # the next block likely alike
             if wide.size:
                 _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s, wide64)
             sw.ok[s] = ok
@@ -310,6 +353,14 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         sw.ok[later] = ok[later]
     if routed:  # rows of blocks computed optimistically that float32 does not hold
         wide = np.nonzero(~sw.ok & later)[0]
+        if wide.size and not stats and pi_out is not None:  # pi only: these, weights scaled
+            scale, two = _pow2(n)
+            fit = wide[_fast_ok(ref, reward, ib[wide], sw, False, wide, wide, scale=scale)]
+            if fit.size:
+                out = _buffer(scratch, "fit", dtype, fit.size, n)
+                pi_out[fit] = _lean_pi(ref[fit], reward[fit], ib[fit, None], sw.c[fit], out, two)
+                sw.ok[fit] = True
+                wide = np.setdiff1d(wide, fit, assume_unique=True)
         if wide.size:
             every = slice(None)
             _wide_rows(
@@ -587,14 +638,15 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int, ib64=None)
 
 
 def _fast_ok(
-    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None
+    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None, scale=0.0
 ) -> NDArray[np.bool_]:
     """Rows where the sweep's one-exp result is provably as accurate as the careful path.
 
     ``ref``, ``reward``, ``ib``: the rows (a block of the sweep, or all of them); ``s``:
     their slice of the sweep's reductions ``sw``; or ``at``, the indices of the rows of
     ``ref`` and ``reward`` that ``ib`` and ``sw`` hold. ``itemsize``: the bounds' dtype
-    (default ``ref``'s). Conditions:
+    (default ``ref``'s); ``scale``: ``k ln 2`` of a factor ``2**k`` the weights are scaled
+    by, as ``(exp(z) * 2**k) * ref`` (:func:`_pow2`; float32, ``pi`` only). Conditions:
 
     * ``0 < 1/beta < inf``: finite positive beta (the limits are the careful path's);
     * no overflow: ``(max r - c) / beta + log n`` stays below the largest exponent, so
@@ -604,6 +656,10 @@ def _fast_ok(
       is a normal float and ``pi = w / sum(w)`` is exact to a few ulp (the careful
       path loses digits only where the true ``pi`` is subnormal; here nothing
       underflows, and no subnormal reference entry is used);
+    * with ``scale``, the bounds above hold for the scaled weights (``scale`` added to
+      both), and ``exp(z)`` and the reference entries on the support are themselves
+      normal (``(min r - c) / beta > low``, ``log(min ref) > low``), so that the scaling
+      is exact and the weights are rounded once, as unscaled;
     * ``(min r - c) / beta`` finite, off the support too (else a summand is ``-inf * 0``);
     * with statistics, ``(max r - min r) / beta >= 2`` on the support: there the
       careful path uses neither its mean-centred soft value (it does when
@@ -624,11 +680,14 @@ def _fast_ok(
         r_lo[zero] = np.min(np.where(sup, rz, np.inf), axis=-1)
         r_hi[zero] = np.max(np.where(sup, rz, -np.inf), axis=-1)
     lo = (r_lo - c) * ib
-    ok = np.log(qpos) + lo > low
+    ok = np.log(qpos) + lo > low - scale
     hi = rmax - c
     hi *= ib
     hi += math.log(ref.shape[-1])
-    ok &= hi < high
+    ok &= hi < high - scale
+    if scale:
+        ok &= lo > low
+        ok &= qpos > math.exp(low)
     ok &= ib > 0
     ok &= ib < np.inf
     # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
@@ -729,6 +788,10 @@ def _lean(ref: NDArray, reward: NDArray, b0, check) -> NDArray | None:
         _row_sums(ref, sw.total)  # only checked (see _valid)
         ib = dtype.type(1 / b0)
         pi = np.empty((rows, n), dtype)
+        if dtype.itemsize == 4:  # first: it returns at once where _lean_bounds may hold
+            two = _lean_scaled(sw, ib, n, check)
+            if two is not None:
+                return _lean_pi(ref, reward, ib, sw.c, pi, two or None)
         if _lean_bounds(sw, ib, n, check):
             return _lean_pi(ref, reward, ib, None, pi)
         if check is not None and not _valid(sw, (*check, ref)):
@@ -740,6 +803,11 @@ def _lean(ref: NDArray, reward: NDArray, b0, check) -> NDArray | None:
             return _lean_pi(ref, reward, ib, sw.c if shifted else None, pi)
         if dtype == np.float64:
             return None
+        # float32 rows whose weights fall below float32's normal range: scaled by 2**k
+        scale, two = _pow2(n)
+        ok = _fast_ok(ref, reward, ibs, sw, False, scale=scale)
+        if ok.all():
+            return _lean_pi(ref, reward, ib, sw.c if shifted else None, pi, two)
         # float32 rows that float32 does not hold: float64's arithmetic, rounded once
         wide = np.nonzero(~ok)[0]
         red = _Wide.reductions(sw, wide, np.empty(wide.size))
@@ -751,7 +819,7 @@ def _lean(ref: NDArray, reward: NDArray, b0, check) -> NDArray | None:
             return _lean_pi(ref, reward, ib64[0], red.c if shifted64 else None, pi)
         fit = np.nonzero(ok)[0]
         c = sw.c[fit] if shifted else None
-        pi[fit] = _lean_pi(ref[fit], reward[fit], ib, c, np.empty((fit.size, n), dtype))
+        pi[fit] = _lean_pi(ref[fit], reward[fit], ib, c, np.empty((fit.size, n), dtype), two)
         c = red.c if shifted64 else None
         pi[wide] = _lean_pi(ref[wide], reward[wide], ib64[0], c, np.empty((wide.size, n), dtype))
         return pi
@@ -805,39 +873,93 @@ def _lean_bounds(sw: _Sweep, ib, n: int, check) -> bool:
     )
 
 
-def _lean_pi(q: NDArray, r: NDArray, ib, c: NDArray | None, out: NDArray) -> NDArray:
-    """``pi = w / sum(w)``, ``w = q exp((r - c) ib)`` (``c`` None: no shift) into ``out``,
-    as the sweep computes it, in the dtype of ``ib`` (float64 for float32 rows that
+def _lean_scaled(sw: _Sweep, ib, n: int, check):
+    """float32: whether the batch's extrema alone show every row valid and fast once
+    shifted by its own ``max r`` and its weights scaled by :func:`_pow2`'s ``2**k``.
+
+    :func:`_lean_bounds`' sufficient condition for the batches it leaves (``|r| / beta``
+    past ``_NO_SHIFT`` on every row: ``beta = 0.1`` and standard-normal rewards), in the
+    same float32 arithmetic as :func:`_set_shift` and :func:`_fast_ok`'s (monotone,
+    so each row's own test passes whenever the batch's does). Returns ``None`` (not
+    shown), else the factor ``2**k``, or ``False`` where every weight is normal
+    unscaled (the scaling pass is skipped: it changes no bit); ``sw.c`` is then set.
+    Every row shifts (:func:`_set_shift`: ``max(|max r|, |min r|) / beta`` past
+    ``_NO_SHIFT``) where the smallest row maximum, or the largest row minimum, is that
+    far from 0; the first row is looked at before anything else, so that a batch
+    :func:`_lean_bounds` may take costs next to nothing here.
+    """
+    low, high = _RANGE[4]
+    far = _NO_SHIFT[4]
+    if not (abs(sw.rmax[0]) * ib > far or abs(sw.rmin[0]) * ib > far):
+        return None
+    if not (sw.rmax.min() * ib > far or -(sw.rmin.max() * ib) > far):
+        return None
+    qlo = sw.qmin.min()
+    if not qlo > math.exp(low):  # no zero and no subnormal reference entry
+        return None
+    if check is not None and not np.abs(sw.total - 1.0).max() <= 0.5 * check[0]:
+        return None
+    scale, two = _pow2(n)
+    lo = np.subtract(sw.rmin, sw.rmax, out=sw.c)
+    lo *= ib
+    lo_min, low_q = lo.min(), np.log(qlo)  # NaN and inf rewards: NaN or -inf, refused
+    if not (lo_min > low and low_q + lo_min > low - scale and math.log(n) < high - scale):
+        return None
+    np.copyto(sw.c, sw.rmax)
+    return False if low_q + lo_min > low else two
+
+
+def _lean_pi(q: NDArray, r: NDArray, ib, c: NDArray | None, out: NDArray, two=None) -> NDArray:
+    """``pi = w / sum(w)``, ``w = q exp((r - c) ib)`` (``c`` None: no shift; ``two``: a power
+    of two ``exp`` is scaled by, see :func:`_pow2`) into ``out``, as the sweep computes it,
+    in the dtype of ``ib`` (a scalar, or a column of per-row factors; float64 for float32 rows that
     float32 does not hold: the ufuncs then widen ``q`` and ``r`` as they read them, and
-    the last one rounds ``pi`` once into ``out``). The rows are scaled one by one up to
-    ``_LEAN_ROW_CALLS`` rows (a column factor takes numpy's strided loop, which is slower
-    than a few calls with a scalar)."""
+    the last one rounds ``pi`` once into ``out``). The per-row shift and normalisation
+    go through :func:`_by_rows`."""
     dtype = np.result_type(ib)
     w = out if dtype == out.dtype else _buffer(_scratch(), "w", dtype, *out.shape)
     if c is None:
         np.multiply(r, ib, out=w)
     else:
-        np.subtract(r, c[:, None], out=w)
+        _by_rows(np.subtract, r, c, w)
         np.multiply(w, ib, out=w)
     np.exp(w, out=w)
+    if two is not None:
+        np.multiply(w, two, out=w)
     np.multiply(w, q, out=w)
     return _normalise_rows(w, w.sum(axis=-1), out)
 
 
 def _normalise_rows(w: NDArray, w_sum: NDArray, out: NDArray) -> NDArray:
     """``out = w / w_sum`` row by row (as ``w * (1 / w_sum)``, the sweep's arithmetic),
-    rounded once into ``out``'s dtype."""
-    inv = 1 / w_sum
-    if w.shape[0] > _LEAN_ROW_CALLS:
-        np.multiply(w, inv[:, None], out=out, casting="same_kind")
-    else:
-        for wi, s, oi in zip(w, inv, out):
-            np.multiply(wi, s, out=oi, casting="same_kind")
-    return out
+    rounded once into ``out``'s dtype, by :func:`_by_rows`."""
+    return _by_rows(np.multiply, w, 1 / w_sum, out)
 
 
-# Up to this many rows, scaling row by row beats one call with a column factor.
-_LEAN_ROW_CALLS = 64
+# numpy's default ufunc buffer (elements), and the size from which _by_rows resizes it.
+_NUMPY_BUFSIZE = 8192
+_BY_ROWS_MIN = 1 << 14
+
+
+def _by_rows(ufunc, a: NDArray, col: NDArray, out: NDArray) -> NDArray:
+    """``ufunc(a, col[:, None], out=out)`` for a (rows, n) array ``a`` and one value per row.
+
+    numpy iterates such a broadcast in chunks of its ufunc buffer (8192 elements) and,
+    for rows shorter than that, takes 2.5-4x the time of the same operation with a
+    scalar (a (16, 4096) float32 subtraction: 40 us against 11; also a loop of one call
+    per row, each a few microseconds of overhead). A buffer of at most one row (a
+    multiple of 16, as numpy asks) lets it run row by row at a scalar's speed. An
+    elementwise operation gives the same bits whatever the buffer (no reduction runs
+    under the changed size); the buffer is restored at once, as it is thread-local.
+    """
+    n = a.shape[-1]
+    if a.size < _BY_ROWS_MIN or not 16 <= n < _NUMPY_BUFSIZE:
+        return ufunc(a, col[:, None], out=out, casting="same_kind")
+    old = np.setbufsize(n - n % 16)
+    try:
+        return ufunc(a, col[:, None], out=out, casting="same_kind")
+    finally:
+        np.setbufsize(old)
 
 
 def _tilt_rows(ref: NDArray, reward: NDArray, beta: NDArray, want, check=None, workers=1):
