@@ -431,8 +431,10 @@ def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
             np.exp(wi, out=wi)
             np.multiply(wi, qi, out=wi)
             sw.w_sum[at] = wi.sum()
-    inv = 1 / w_sum
-    np.multiply(w, inv[0] if k == 1 else inv[:, None], out=w)  # w is now pi
+    if k == 1:
+        np.multiply(w, 1 / w_sum[0], out=w)  # w is now pi
+    else:
+        _by_rows(np.multiply, w, 1 / w_sum, w)
 
 
 class _Wide:
