@@ -36,6 +36,21 @@ def _mp_slope(ref, rew, beta):
         return float(cov / mp.mpf(float(beta)) ** 2)
 
 
+def _mp_slope_scale(ref, rew, beta):
+    """The slope's condition scale, ``E_pi[|x| (|d| + |x|)] / beta`` with ``x = (r - E r) /
+    beta`` and ``d = log ref - E_pi log ref``: the size of the terms whose difference the
+    slope is (rounding each ``pi`` entry by eps moves the slope by a few eps of it)."""
+    with mp.workdps(R.DPS):
+        pi = R.optimal_policy(ref, rew, beta)
+        b = mp.mpf(float(beta))
+        x = [mp.mpf(float(v)) / b for v in rew]
+        lq = [mp.log(mp.mpf(float(q))) if q > 0 else mp.mpf(0) for q in ref]
+        ex = mp.fsum(p * xi for p, xi in zip(pi, x))
+        el = mp.fsum(p * li for p, li in zip(pi, lq))
+        terms = (p * abs(xi - ex) * (abs(li - el) + abs(xi - ex)) for p, xi, li in zip(pi, x, lq))
+        return float(mp.fsum(terms) / b)
+
+
 def _case(rng):
     n = int(rng.integers(2, 6))
     ref = 10.0 ** rng.uniform(-300, 0, n)
@@ -125,6 +140,21 @@ def test_entropy_and_slope_on_the_strategies_extremes(pb):
     got = float(optimal_entropy(pb.ref, pb.reward, pb.beta))
     assert got == pytest.approx(float(ent), rel=1e-12, abs=1e-300)
     want = _mp_slope(pb.ref, pb.reward, pb.beta)
+    # the slope is a covariance: where it is a small difference of its terms (at a large
+    # beta on a reference whose log is uncorrelated with r under ref, e.g. (1/4, 1/4, 1/2)
+    # with r (-1, -3, -2) at beta 1e6: a slope of 3.3e-19 from terms of 1.7e-13), the
+    # rounding of pi alone moves it by a few eps of the terms' scale (1.9e-9 relative there)
+    scale = _mp_slope_scale(pb.ref, pb.reward, pb.beta)
     assert float(entropy_slope(pb.ref, pb.reward, pb.beta)) == pytest.approx(
-        want, rel=1e-10, abs=1e-300
+        want, rel=1e-10, abs=max(64 * 2**-52 * scale, 1e-300)
     )
+
+
+def test_slope_where_the_reference_covariance_vanishes():
+    # Cov_ref(log ref, r) = 0 exactly on this problem, so at beta 1e6 the slope (3.27e-19,
+    # 40-digit mpmath) is a difference of terms 5e5 times larger: within 64 eps of them
+    ref, rew, beta = np.array([0.25, 0.25, 0.5]), np.array([-1.0, -3.0, -2.0]), 1e6
+    want, scale = _mp_slope(ref, rew, beta), _mp_slope_scale(ref, rew, beta)
+    assert want == pytest.approx(3.2671320485994644e-19, rel=1e-15)
+    assert scale > 5e5 * want
+    assert abs(float(entropy_slope(ref, rew, beta)) - want) <= 64 * 2**-52 * scale
