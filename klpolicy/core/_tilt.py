@@ -300,7 +300,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             if ok is not None and not ok.any():
                 pass
             elif shifted:
-                np.subtract(r, c[:, None], out=z)
+                _by_rows(np.subtract, r, c, z)
                 np.multiply(z, ibc, out=z)
             else:
                 np.multiply(r, ibc, out=z)
@@ -309,7 +309,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             r.max(axis=-1, out=rmax)
             r.min(axis=-1, out=rmin)
             if _set_shift(rmax, rmin, ibs, c, dtype.itemsize):
-                np.subtract(r, c[:, None], out=z)
+                _by_rows(np.subtract, r, c, z)
                 np.multiply(z, ibc, out=z)
         if ok is None or ok.any():
             np.exp(z, out=w)
@@ -323,8 +323,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
             elif pre is None:  # only checked (with ``pre``, by the caller): see _valid
                 _row_sums(q, total)
             w_sum = w.sum(axis=-1, out=sw.w_sum[s])
-            inv = 1 / w_sum
-            np.multiply(w, inv[0] if k == 1 else inv[:, None], out=w)  # w is now pi
+            _normalise_block(w, w_sum)  # w is now pi
             if stats:
                 _block_stats(q, r, c, ibs, total, w_sum, w, z, s, res, buf, rmin, rmax)
         else:
@@ -431,8 +430,14 @@ def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
             np.exp(wi, out=wi)
             np.multiply(wi, qi, out=wi)
             sw.w_sum[at] = wi.sum()
-    if k == 1:
-        np.multiply(w, 1 / w_sum[0], out=w)  # w is now pi
+    _normalise_block(w, w_sum)  # w is now pi
+
+
+def _normalise_block(w: NDArray, w_sum: NDArray) -> None:
+    """``w = w * (1 / w_sum)`` row by row, in place: by a scalar for a one-row block
+    (numpy's vector loop), else by :func:`_by_rows`; the same bits either way."""
+    if w.shape[0] == 1:
+        np.multiply(w, 1 / w_sum[0], out=w)
     else:
         _by_rows(np.multiply, w, 1 / w_sum, w)
 
