@@ -1,4 +1,4 @@
-"""Every message names the argument the user passed wrongly (issue 26, item 10).
+"""Every message names the argument the user passed wrongly.
 
 A 2-D ``reward`` broadcast against a 1-D ``ref`` used to be reported as "`ref` must be
 one distribution (1-D); got shape (2, 3)"; an advantage of 1e308 in a trust-region step
@@ -83,7 +83,7 @@ def test_calibration_threshold_does_not_advise_the_metric_in_use():
         calibration_threshold([1, 0], [0.0, 1.0])
 
 
-# issue 26, item 11: internal errors that escaped (IndexError, OverflowError, AttributeError,
+# internal errors that escaped (IndexError, OverflowError, AttributeError,
 # a message naming the internal `policy`) are ValueErrors naming the argument
 P3 = [[0.5, 0.7, 0.8], [0.3, 0.5, 0.6], [0.2, 0.4, 0.5]]
 
@@ -139,7 +139,7 @@ def test_distributions_with_a_subnormal_min_entry():
     assert len(seen) == 60 and min(seen) >= 1e-320
 
 
-# issue 26, item 12: complex input refused by name; no RuntimeWarning beside a right answer
+# complex input refused by name; no RuntimeWarning beside a right answer
 def test_solve_table_refuses_complex_input_by_name():
     from klpolicy.app.tables import solve_table
 

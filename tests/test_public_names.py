@@ -66,7 +66,7 @@ def test_moved_torch_names_warn_and_point_home():
 
 
 def test_every_module_path_of_the_old_layout_still_imports():
-    # issue 26 item 14: `import klpolicy.cli` failed after the re-layout. The list is the
+    # `import klpolicy.cli` failed after the re-layout. The list is the
     # public module paths of the tree before the re-layout commit (3a199fe~1):
     # git ls-tree -r --name-only 3a199fe~1 klpolicy (*.py, no private names)
     import importlib

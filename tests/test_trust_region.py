@@ -187,8 +187,8 @@ EXTREME = [
     ([0.5, 0.5 - 1e-300, 1e-300], [0.0, 1.0, 2.0], 0.5),
     ([0.7, 0.0, 0.3], [1e8, 3e8, -2e8], 0.05),
     ([0.99, 0.01], [0.0, 1.0], 2.0),
-    # a tiny best action and a large budget need t far below the smallest float (issue 26,
-    # item 6: the bracket on log t was floored at log(tiny); 306.6 nats spent 213.4)
+    # a tiny best action and a large budget need t far below the smallest float (a
+    # bracket on log t floored at log(tiny) spent 213.4 of 306.6 nats)
     ([1e-215, 0.6, 0.4], [1.0, 0.0, -1.0], 306.6),
     ([1e-215, 0.6, 0.4], [1.0, 0.0, -1.0], 600.0),
     ([5e-324, 0.6, 0.4], [1.0, 0.0, -1.0], 50.0),

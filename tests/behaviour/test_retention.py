@@ -147,7 +147,7 @@ def test_bad_inputs(call, msg):
 
 
 def test_retention_slope_does_not_depend_on_the_reward_scale():
-    # issue 26 item 8: reward (1e155, 0, -1e155) gave -0.0 (the variance overflowed);
+    # reward (1e155, 0, -1e155): its variance overflows, and the slope must not be -0.0;
     # the slope sqrt(2) Cov(r, s) / sd(r) is invariant in r's unit and linear in s's
     ref, r, s = [0.5, 0.3, 0.2], np.array([1.0, 0.0, -1.0]), np.array([0.0, 1.0, 0.5])
     with mp.workdps(50):  # sqrt(2) Cov_ref(r, s) / sd_ref(r), exactly

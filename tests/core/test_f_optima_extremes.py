@@ -519,7 +519,7 @@ def test_axis0_batches_are_the_transposed_rows():
     np.testing.assert_array_equal(v0, kp.f_soft_value(ref.T, r.T, 1.0, divergence="chi2"))
 
 
-# Reward gaps beyond float64 (issue 26): (r_max - r)/beta overflows, and where f'(inf) is
+# Reward gaps beyond float64: (r_max - r)/beta overflows, and where f'(inf) is
 # finite (forward KL, reverse chi2, Hellinger, JS, alpha < 1) the other outcomes keep the
 # power-law ratio (c d)^p of that distance d (3.9e-155 for reverse chi2 at d = 3.3e308),
 # once [1, 0] with a value and divergence of -inf and inf. Values from ``_mp_solve`` (the

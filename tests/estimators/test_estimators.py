@@ -754,7 +754,7 @@ def test_k3_in_loss_fixed_point_is_stationary_property(weights, rewards, beta):
 
 @pytest.mark.parametrize("mus", [[1e308, 1.0], [1e-320], [-1e200], [1e-100]])
 def test_schulman_table_refuses_mus_whose_kl_or_moments_leave_the_floats(mus):
-    # issue 26 item 8: these gave NaN fields (mu^2/2 = inf, inf / inf) or a k2 ratio of 0
+    # these gave NaN fields (mu^2/2 = inf, inf / inf) or a k2 ratio of 0
     with pytest.raises(ValueError, match=r"^`mus` must lie in 1\.22e-77 <= \|mu\| <= 1\.34e\+154"):
         E.schulman_table(mus)
 

@@ -1,4 +1,4 @@
-"""GRPO's expected update and fixed point at extreme scales (issue 26, item 7)."""
+"""GRPO's expected update and fixed point at extreme scales."""
 
 import warnings
 

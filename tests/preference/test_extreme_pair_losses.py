@@ -1,5 +1,5 @@
-"""Every row of LOSSES at log-probabilities past the float range of beta x log-prob
-(issue 26, item 12 of the sweep): the right finite or infinite value and gradient, and no
+"""Every row of LOSSES at log-probabilities past the float range of beta x log-prob:
+the right finite or infinite value and gradient, and no
 RuntimeWarning, in float64 and float32.
 
 Before (a sweep of 73,074 calls: every row's value and gradient plus dpo/ipo_loss and their

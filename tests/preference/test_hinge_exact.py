@@ -1,5 +1,4 @@
-"""The hinge population optimum is exact and does not depend on the order of the outcomes
-(issue 26, item 5).
+"""The hinge population optimum is exact and does not depend on the order of the outcomes.
 
 The answer is the minimiser of the hinge loss with the smallest weighted spread
 sum_{i<j} (w_ij + w_ji)|x_i - x_j| among the minimisers (integral scores x = beta

@@ -1,4 +1,4 @@
-"""The preference optima do not depend on the order of the outcomes (issue 26, items 1-2).
+"""The preference optima do not depend on the order of the outcomes.
 
 Reference: tests/preference/_mp_optima.py, an independent damped-Newton minimiser of the
 population loss in 60-digit mpmath (its recipe is in its docstring), started from x = 0:
@@ -335,7 +335,7 @@ def test_a_subnormal_beta_is_the_greedy_limit_or_a_clear_error(name):
 
 
 # ---------------------------------------------------------------------------
-# the per-outcome losses (nca_pair, bco_pair, sppo_hard): issue 26, items 1 and 3
+# the per-outcome losses (nca_pair, bco_pair, sppo_hard)
 # ---------------------------------------------------------------------------
 
 # Problems found by a random search (ref 10^U(-30, 0), P uniform, beta 10^U(-2, 1.5),
@@ -646,7 +646,7 @@ def test_nca_pair_small_entries_at_their_own_precision_in_any_order(ref, p, beta
 
 
 # ---------------------------------------------------------------------------
-# the non-convex margin losses: exo_pair and discopop (issue 26)
+# the non-convex margin losses: exo_pair and discopop
 # ---------------------------------------------------------------------------
 #
 # Reference: _mp_optima.minimise_local, saddle-free Newton in 60-digit mpmath started from

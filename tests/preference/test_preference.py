@@ -665,7 +665,7 @@ def test_bad_input_messages(call, msg):
 
 
 def test_counts_of_1e308_are_the_same_dataset_as_small_counts():
-    # issue 26 item 8: the sum of the counts overflowed, every weight was 0 and the loss 0.0
+    # the sum of the counts overflowed, every weight was 0 and the loss 0.0
     small = np.array([[0.0, 1.5, 0.5], [1.0, 0.0, 2.0], [0.25, 0.75, 0.0]])
     pol, ref = [0.5, 0.3, 0.2], [0.4, 0.4, 0.2]
     for scale in (1e308 / 2, 1e-300):

@@ -1,4 +1,4 @@
-"""The check suites' limits and how an interrupted run is reported (issue 26, item 13)."""
+"""The check suites' limits and how an interrupted run is reported."""
 
 import pytest
 from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
