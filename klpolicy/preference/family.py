@@ -322,6 +322,38 @@ def _loss_weights(weights, n: int) -> list[float]:
     return arr.tolist()
 
 
+def _robust_denoised(ref, preferences, mu, e: float):
+    """The de-noised preferences q = (P - e) / (1 - 2e) of ``robust``, where one is 0 or 1.
+
+    Per drawn pair, ``P l(x) + (1 - P) l(-x) = q sp(-x) + (1 - q) sp(x)`` for the robust
+    pair loss ``l``: the population robust loss is the sigmoid one on ``q``. Raises where a
+    drawn pair has q outside [0, 1] (P outside [e, 1 - e]: the coefficient of sp(x) or
+    sp(-x) is negative and the loss is unbounded below along that pair); returns ``q``
+    (exactly 0 or 1 at P = e or 1 - e) when some drawn pair is at an end (the Newton solve
+    of the robust kernel needs q strictly inside), else None.
+    """
+    n = ref.shape[-1]
+    p = V.as_preference_matrix("preferences", preferences, n)
+    joint = V.as_pair_law(mu, ref)
+    drawn = ((joint + joint.T) > 0) & ~np.eye(n, dtype=bool) & np.outer(ref > 0, ref > 0)
+    bad = drawn & ((p < e) | (p > 1 - e))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(
+            f"`preferences` give the drawn pair ({i}, {j}) the probability {p[i, j]:.6g}, "
+            f"outside [{e:g}, {1 - e:g}]: its de-noised probability "
+            f"(P - label_smoothing) / (1 - 2 label_smoothing) is not in [0, 1], and the "
+            "robust loss is then unbounded below along that pair"
+        )
+    high, low = drawn & (p == 1 - e), drawn & (p == e)
+    if not (high | low).any():
+        return None
+    q = np.clip((p - e) / (1 - 2 * e), 0.0, 1.0)
+    q = np.where(high, 1.0, np.where(low, 0.0, q))
+    upper = np.triu(q, 1)
+    return upper + np.tril(1.0 - upper.T, -1) + 0.5 * np.eye(n)
+
+
 def _pair_probability(w: NDArray) -> NDArray:
     """P_ij = W_ij / (W_ij + W_ji) where the pair is drawn (1/2 elsewhere)."""
     s = w + w.T
@@ -1005,7 +1037,8 @@ def population_optimum(
         ``apo_down`` (non-convex in the policy); for a margin loss whose pairs do not
         connect ``ref``'s support (the ratios between the parts are then free: see
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
-        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1);
+        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves [0, 1]
+        (there the loss is unbounded below);
         for the per-outcome losses in the non-convex case described below, and at a
         ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
         margin losses and ``ipo`` depend on ``beta`` only as a scale: there they return
@@ -1021,7 +1054,15 @@ def population_optimum(
     the *implied reward* :math:`x^*` at the same :math:`\beta`. ``ipo`` likewise with
     :math:`g^*` solving a Laplacian system (:func:`ipo_optimum`). ``sigmoid`` is
     :func:`dpo_optimum` (same code path). ``robust`` with smoothing 0 is ``sigmoid``;
-    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it.
+    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it. Per
+    drawn pair its population terms are :math:`q\,\mathrm{sp}(-x) + (1-q)\,\mathrm{sp}(x)`
+    with the de-noised :math:`q = (P - \varepsilon)/(1 - 2\varepsilon)`: ``sigmoid``'s on
+    :math:`q`. At :math:`P = 1 - \varepsilon` (or :math:`\varepsilon`) that is
+    :math:`q = 1` (0), the term is :math:`\mathrm{sp}(-x)`, bounded below, and the
+    optimum is the sigmoid optimum on :math:`q` (finite where the other pairs hold the
+    ratio, as for DPO with deterministic preferences; otherwise its limit), solved by the
+    margin losses' Newton method on the de-noised pairs; beyond
+    (:math:`q \notin [0, 1]`) the loss is unbounded below and refused.
     ``exo_pair`` and ``discopop`` are not convex in :math:`x` (``exo_pair``'s pair loss
     is bounded; ``discopop``'s at its default ``tau`` = 0.05 has a local minimum on each
     side of a tie, so the population loss can have many local minima). The returned point
@@ -1242,19 +1283,12 @@ def population_optimum(
             pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
         return pi / pi.sum()
     if name == "robust":
-        e = o["label_smoothing"]
-        sub = w.copy()
-        np.fill_diagonal(sub, 0.0)
-        p = _pair_probability(sub)
-        bad = ((sub + sub.T) > 0) & ((p <= e) | (p >= 1 - e))
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            raise ValueError(
-                f"`preferences` give the drawn pair ({i}, {j}) the probability {p[i, j]:.6g}, "
-                f"outside ({e:g}, {1 - e:g}): its de-noised probability "
-                f"(P - label_smoothing) / (1 - 2 label_smoothing) is not in (0, 1), and the "
-                "robust loss is then unbounded below along that pair"
-            )
+        q = _robust_denoised(ref_a, preferences, mu, o["label_smoothing"])
+        if q is not None:  # a drawn pair at P = eps or 1 - eps: sigmoid's loss on q, see Notes
+            wq = _win_weights(ref_a, q, mu)
+            solve = _margin_solver("sigmoid", {"label_smoothing": 0.0})
+            x = _minimise_margin_loss(wq, support, solve, what=name)
+            return _tilt_scores(ref_a, x, b)
     if name == "hinge":
         idx = np.flatnonzero(support)
         sub = w[np.ix_(idx, idx)].copy()
