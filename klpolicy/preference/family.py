@@ -1187,8 +1187,9 @@ def population_optimum(
     clamped score is flat). Otherwise a ValueError says which outcome and why. Under
     Bradley-Terry preferences from ``r`` with ``sigmoid``, :math:`x^* = r`. ``chi_po`` is
     ``sigmoid`` with the ``chi2_kl`` score. The per-outcome losses (``nca_pair``,
-    ``bco_pair``, ``sppo_hard``) are not functions of score differences: no f-DPO
-    optimum is computed for them.
+    ``bco_pair``, ``sppo_hard``) take no f-divergence in TRL 1.10.0 and later (a
+    ValueError, as TRL's); in TRL 0.29.0-1.9.2 they took the scores, but they are not
+    functions of score differences: no f-DPO optimum is computed for them.
 
     *Length normalisation* (``sigmoid_norm``, ``lengths`` = L, one per outcome). The loss
     is ``sigmoid``'s on the scores :math:`s_y = \beta g_y / L_y`, so its minimisers have
