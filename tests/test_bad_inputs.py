@@ -479,6 +479,7 @@ ROWS: list[Row] = [
         divergence=(CHOICE, "alpha_divergence"),
         alpha=(_opt(FINITE), 1.5),
         alpha_clamp=(_opt(POS), 80.0),
+        trl_version=(CHOICE, "1.16.0"),
     ),
     # --- sequences -------------------------------------------------------------------------
     row(_seq("from_joint"), joint=(PROB, [0.25, 0.25, 0.25, 0.25])),

@@ -21,7 +21,15 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import monotone_root, special
 from ..core.internal import validation as V
-from .fdpo import _as_clamp, f_population_loss, f_population_optimum, resolve_divergence
+from .fdpo import (
+    DEFAULT_TRL_VERSION,
+    _as_clamp,
+    check_f_loss,
+    f_population_loss,
+    f_population_optimum,
+    keeps_constants,
+    resolve_divergence,
+)
 from .optima import dpo_optimum, ipo_optimum
 from .registry import LOSSES, get_loss
 from .solvers import (
@@ -78,6 +86,7 @@ def population_loss(
     alpha: float | None = None,
     alpha_clamp: float | None = None,
     loss_weights: Sequence[float] | None = None,
+    trl_version: str = DEFAULT_TRL_VERSION,
     **options: float,
 ) -> float:
     r"""Expected loss of a tabular policy for any pair loss of :data:`LOSSES`.
@@ -118,12 +127,19 @@ def population_loss(
         ``f_divergence_type``: ``"reverse_kl"`` (default, DPO), ``"forward_kl"``,
         ``"js_divergence"``, ``"alpha_divergence"``, or any key of
         :data:`klpolicy.DIVERGENCES` but ``"tv"``); see
-        :func:`~klpolicy.preference.f_divergence_score`. TRL's sorting losses
-        (``aot``, ``aot_pair``/``aot_unpaired``) use the log-ratios whatever the
-        divergence, and so does this function.
+        :func:`~klpolicy.preference.f_divergence_score`. Which losses take the scores
+        is TRL's choice in ``trl_version`` (the row's ``f_divergence``): from 1.10.0
+        only the margin losses, ``sigmoid_norm`` and ``sft`` (a ValueError otherwise,
+        as TRL); in 0.29.0-1.9.2 also ``nca_pair``, ``bco_pair`` and ``sppo_hard``,
+        while the sorting losses and ``apo_zero`` use the log-ratios whatever the
+        divergence.
     alpha, alpha_clamp : float, optional
         TRL's ``f_alpha_divergence_coef`` and its exponent clamp (80 in
         float32/bfloat16, 11 in float16; ``None``: none), for the alpha divergence.
+    trl_version : str, optional
+        The TRL release whose f-DPO scores and loss choices to follow (default
+        ``"1.16.0"``; see :func:`~klpolicy.preference.f_divergence_score`): the scores'
+        constants matter where they are divided by lengths (``sigmoid_norm``).
     loss_weights : sequence of float, optional
         With a list of losses (TRL's ``loss_type`` list): the weight of each
         (non-negative; default 1 each, as TRL); the population loss is
@@ -190,6 +206,7 @@ def population_loss(
                 divergence=divergence,
                 alpha=alpha,
                 alpha_clamp=alpha_clamp,
+                trl_version=trl_version,
                 **own,
             )
         return total
@@ -209,21 +226,36 @@ def population_loss(
         with np.errstate(divide="ignore", invalid="ignore"):
             lp = np.where(chosen > 0, g + np.log(np.where(chosen > 0, ref_a, 1.0)), 0.0)
         return float(-np.sum(chosen * lp))
+    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    constants = keeps_constants(trl_version)
+    if f_dpo:
+        frow, a, _ = resolve_divergence(divergence, alpha)
+        clamp = _as_clamp(alpha_clamp, frow.name)
+        if check_f_loss(row, divergence, trl_version) == "scores":
+            w = _win_weights(ref_a, preferences, mu)
+            g = _log_ratio(policy, ref_a, w)
+            lengths = None
+            if "lengths" in o:  # sigmoid_norm: the scores divided by the lengths
+                lengths = _outcome_lengths(o["lengths"], ref_a)
+            return f_population_loss(
+                row,
+                o,
+                row._kernel[0],
+                g,
+                w,
+                b,
+                frow.name,
+                a,
+                clamp,
+                row.margin_only,
+                constants,
+                lengths,
+            )
     if row.name == "sigmoid_norm":
-        _no_divergence_for_norm(divergence, alpha, alpha_clamp)
         lengths = _outcome_lengths(o["lengths"], ref_a)
         w = _win_weights(ref_a, preferences, mu)
         g = _log_ratio(policy, ref_a, w)
         return _dpo_value(g / lengths, w, b)
-    if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
-        frow, a, _ = resolve_divergence(divergence, alpha)
-        clamp = _as_clamp(alpha_clamp, frow.name)
-        if not row.batch_dependent:  # TRL's sorting losses sort log-ratios, not scores
-            w = _win_weights(ref_a, preferences, mu)
-            g = _log_ratio(policy, ref_a, w)
-            return f_population_loss(
-                row, o, row._kernel[0], g, w, b, frow.name, a, clamp, row.margin_only
-            )
     if row.name == "sigmoid":
         w = _win_weights(ref_a, preferences, mu, o["label_smoothing"])
         return _dpo_value(_log_ratio(policy, ref_a, w), w, b)
@@ -261,14 +293,6 @@ def population_loss(
 # ---------------------------------------------------------------------------
 # population optima
 # ---------------------------------------------------------------------------
-
-
-def _no_divergence_for_norm(divergence, alpha, alpha_clamp) -> None:
-    if (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None):
-        raise ValueError(
-            "`divergence` other than 'reverse_kl' is not implemented for `loss` 'sigmoid_norm' "
-            f"(length-normalised f-DPO scores); got divergence={divergence!r}"
-        )
 
 
 def _outcome_lengths(lengths: NDArray, ref: NDArray) -> NDArray[np.float64]:
@@ -320,6 +344,38 @@ def _loss_weights(weights, n: int) -> list[float]:
     if (arr < 0).any():
         raise ValueError(f"`loss_weights` must be non-negative; got {arr.tolist()}")
     return arr.tolist()
+
+
+def _robust_denoised(ref, preferences, mu, e: float):
+    """The de-noised preferences q = (P - e) / (1 - 2e) of ``robust``, where one is 0 or 1.
+
+    Per drawn pair, ``P l(x) + (1 - P) l(-x) = q sp(-x) + (1 - q) sp(x)`` for the robust
+    pair loss ``l``: the population robust loss is the sigmoid one on ``q``. Raises where a
+    drawn pair has q outside [0, 1] (P outside [e, 1 - e]: the coefficient of sp(x) or
+    sp(-x) is negative and the loss is unbounded below along that pair); returns ``q``
+    (exactly 0 or 1 at P = e or 1 - e) when some drawn pair is at an end (the Newton solve
+    of the robust kernel needs q strictly inside), else None.
+    """
+    n = ref.shape[-1]
+    p = V.as_preference_matrix("preferences", preferences, n)
+    joint = V.as_pair_law(mu, ref)
+    drawn = ((joint + joint.T) > 0) & ~np.eye(n, dtype=bool) & np.outer(ref > 0, ref > 0)
+    bad = drawn & ((p < e) | (p > 1 - e))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(
+            f"`preferences` give the drawn pair ({i}, {j}) the probability {p[i, j]:.6g}, "
+            f"outside [{e:g}, {1 - e:g}]: its de-noised probability "
+            f"(P - label_smoothing) / (1 - 2 label_smoothing) is not in [0, 1], and the "
+            "robust loss is then unbounded below along that pair"
+        )
+    high, low = drawn & (p == 1 - e), drawn & (p == e)
+    if not (high | low).any():
+        return None
+    q = np.clip((p - e) / (1 - 2 * e), 0.0, 1.0)
+    q = np.where(high, 1.0, np.where(low, 0.0, q))
+    upper = np.triu(q, 1)
+    return upper + np.tril(1.0 - upper.T, -1) + 0.5 * np.eye(n)
 
 
 def _pair_probability(w: NDArray) -> NDArray:
@@ -974,6 +1030,7 @@ def population_optimum(
     divergence: str = "reverse_kl",
     alpha: float | None = None,
     alpha_clamp: float | None = None,
+    trl_version: str = DEFAULT_TRL_VERSION,
     **options: float,
 ) -> NDArray[np.float64]:
     r"""The exact minimiser of :func:`population_loss` over tabular policies.
@@ -985,7 +1042,7 @@ def population_optimum(
 
     Parameters
     ----------
-    ref, preferences, beta, loss, mu, divergence, alpha, alpha_clamp, **options
+    ref, preferences, beta, loss, mu, divergence, alpha, alpha_clamp, trl_version, **options
         As in :func:`population_loss` (``sigmoid_norm`` takes ``lengths``, one positive
         length per outcome, shape of ``ref``).
 
@@ -995,7 +1052,9 @@ def population_optimum(
         The policy, shape ``(n,)``; 0 where ``ref`` is 0. With ``divergence`` (f-DPO)
         and a margin loss: ``f_optimal_policy(ref, x*, c * beta, divergence=f)``, with
         ``x* = beta log(pi_DPO/ref)`` the implied reward of the same loss under the
-        reverse KL and ``c = 2`` for JS, 1 otherwise (see Notes).
+        reverse KL and ``c = 2`` for JS, 1 otherwise (see Notes); with ``sigmoid_norm``
+        and lengths :math:`L`, :math:`t_i = (f')^{-1}((L_i(x^*_i + \lambda)/\beta - k)/c)`
+        with the score's constant :math:`k` of ``trl_version``.
 
     Raises
     ------
@@ -1005,7 +1064,8 @@ def population_optimum(
         ``apo_down`` (non-convex in the policy); for a margin loss whose pairs do not
         connect ``ref``'s support (the ratios between the parts are then free: see
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
-        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves (0, 1);
+        probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves [0, 1]
+        (there the loss is unbounded below);
         for the per-outcome losses in the non-convex case described below, and at a
         ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
         margin losses and ``ipo`` depend on ``beta`` only as a scale: there they return
@@ -1021,7 +1081,15 @@ def population_optimum(
     the *implied reward* :math:`x^*` at the same :math:`\beta`. ``ipo`` likewise with
     :math:`g^*` solving a Laplacian system (:func:`ipo_optimum`). ``sigmoid`` is
     :func:`dpo_optimum` (same code path). ``robust`` with smoothing 0 is ``sigmoid``;
-    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it.
+    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it. Per
+    drawn pair its population terms are :math:`q\,\mathrm{sp}(-x) + (1-q)\,\mathrm{sp}(x)`
+    with the de-noised :math:`q = (P - \varepsilon)/(1 - 2\varepsilon)`: ``sigmoid``'s on
+    :math:`q`. At :math:`P = 1 - \varepsilon` (or :math:`\varepsilon`) that is
+    :math:`q = 1` (0), the term is :math:`\mathrm{sp}(-x)`, bounded below, and the
+    optimum is the sigmoid optimum on :math:`q` (finite where the other pairs hold the
+    ratio, as for DPO with deterministic preferences; otherwise its limit), solved by the
+    margin losses' Newton method on the de-noised pairs; beyond
+    (:math:`q \notin [0, 1]`) the loss is unbounded below and refused.
     ``exo_pair`` and ``discopop`` are not convex in :math:`x` (``exo_pair``'s pair loss
     is bounded; ``discopop``'s at its default ``tau`` = 0.05 has a local minimum on each
     side of a tie, so the population loss can have many local minima). The returned point
@@ -1119,8 +1187,9 @@ def population_optimum(
     clamped score is flat). Otherwise a ValueError says which outcome and why. Under
     Bradley-Terry preferences from ``r`` with ``sigmoid``, :math:`x^* = r`. ``chi_po`` is
     ``sigmoid`` with the ``chi2_kl`` score. The per-outcome losses (``nca_pair``,
-    ``bco_pair``, ``sppo_hard``) are not functions of score differences: no f-DPO
-    optimum is computed for them.
+    ``bco_pair``, ``sppo_hard``) take no f-divergence in TRL 1.10.0 and later (a
+    ValueError, as TRL's); in TRL 0.29.0-1.9.2 they took the scores, but they are not
+    functions of score differences: no f-DPO optimum is computed for them.
 
     *Length normalisation* (``sigmoid_norm``, ``lengths`` = L, one per outcome). The loss
     is ``sigmoid``'s on the scores :math:`s_y = \beta g_y / L_y`, so its minimisers have
@@ -1130,7 +1199,14 @@ def population_optimum(
     the lengths differ the constant does not cancel: :math:`c` is the root of
     :math:`\sum_y \pi_{ref,y}e^{L_y(x^*_y + c)/\beta} = 1`, increasing in :math:`c`
     (solved by ``monotone_root``). Equal lengths :math:`L` give ``sigmoid``'s optimum at
-    :math:`\beta/L`; ``beta -> 0`` the greedy limit. f-DPO scores are not implemented for it.
+    :math:`\beta/L`; ``beta -> 0`` the greedy limit. With a ``divergence`` the
+    normalised scores :math:`S(g_y)/L_y` take the place of :math:`g_y/L_y`: then
+    :math:`\beta S(g_y)/L_y = x^*_y + \lambda`, so
+    :math:`t_y = (f')^{-1}\big((L_y(x^*_y + \lambda)/\beta - k)/c\big)` with the score
+    :math:`S = c f' + k` of ``trl_version`` (TRL 1.10.0 and later keep :math:`k`: see
+    :mod:`klpolicy.preference.fdpo`), and :math:`\lambda` the root of
+    :math:`\sum_y \pi_{ref,y} t_y = 1` (increasing in :math:`\lambda`); the constant
+    does not cancel when the lengths differ.
 
     *Sorting losses.* ``aot_pair`` couples the chosen and rejected log-ratio laws by
     rank (their quantile functions); for a policy that orders outcomes so that the
@@ -1169,16 +1245,21 @@ def population_optimum(
         w = _win_weights(ref_a, preferences, mu)
         chosen = np.where(ref_a > 0, w.sum(axis=1), 0.0)
         return chosen / chosen.sum()
+    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    keeps_constants(trl_version)  # checked first
     if name == "sigmoid_norm":  # sigmoid on the scores g / L: see Notes
-        _no_divergence_for_norm(divergence, alpha, alpha_clamp)
         lengths = _outcome_lengths(o["lengths"], ref_a)
         pi_1 = dpo_optimum(ref_a, preferences, 1.0, mu=mu)  # x* = log(pi_1 / ref) + const
+        if f_dpo:
+            resolve_divergence(divergence, alpha)
+            return f_population_optimum(
+                pi_1, ref_a, b, name, divergence, alpha, alpha_clamp, lengths, trl_version
+            )
         with np.errstate(divide="ignore"):
             x = np.where(pi_1 > 0, np.log(np.where(pi_1 > 0, pi_1, 1.0)), -np.inf) - np.log(
                 np.where(ref_a > 0, ref_a, 1.0)
             )
         return _length_normalised_optimum(ref_a, x, lengths, b)
-    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
     if f_dpo or name == "chi_po":
         if name == "chi_po":
             if f_dpo:
@@ -1189,6 +1270,7 @@ def population_optimum(
             divergence, base = "chi2_kl", "sigmoid"
         else:
             resolve_divergence(divergence, alpha)  # the name and alpha, checked first
+            check_f_loss(row, divergence, trl_version)  # TRL's refusals
             base = name
         if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
             raise ValueError(
@@ -1199,7 +1281,9 @@ def population_optimum(
         # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
         # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
         pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
-        return f_population_optimum(pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp)
+        return f_population_optimum(
+            pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp, trl_version=trl_version
+        )
     if name in ("aot", "aot_pair", "aot_unpaired"):
         raise ValueError(
             f"`loss` {name!r} sorts log-ratios across the batch: its population version is "
@@ -1242,19 +1326,12 @@ def population_optimum(
             pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
         return pi / pi.sum()
     if name == "robust":
-        e = o["label_smoothing"]
-        sub = w.copy()
-        np.fill_diagonal(sub, 0.0)
-        p = _pair_probability(sub)
-        bad = ((sub + sub.T) > 0) & ((p <= e) | (p >= 1 - e))
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            raise ValueError(
-                f"`preferences` give the drawn pair ({i}, {j}) the probability {p[i, j]:.6g}, "
-                f"outside ({e:g}, {1 - e:g}): its de-noised probability "
-                f"(P - label_smoothing) / (1 - 2 label_smoothing) is not in (0, 1), and the "
-                "robust loss is then unbounded below along that pair"
-            )
+        q = _robust_denoised(ref_a, preferences, mu, o["label_smoothing"])
+        if q is not None:  # a drawn pair at P = eps or 1 - eps: sigmoid's loss on q, see Notes
+            wq = _win_weights(ref_a, q, mu)
+            solve = _margin_solver("sigmoid", {"label_smoothing": 0.0})
+            x = _minimise_margin_loss(wq, support, solve, what=name)
+            return _tilt_scores(ref_a, x, b)
     if name == "hinge":
         idx = np.flatnonzero(support)
         sub = w[np.ix_(idx, idx)].copy()

@@ -3,53 +3,192 @@ r"""f-DPO: the pair losses of :data:`LOSSES` on TRL's f-divergence scores, and t
 TRL's ``DPOTrainer`` (``DPOConfig.f_divergence_type``, after Wang et al. 2023) replaces
 the log-ratio :math:`l = \log\pi(y) - \log\pi_{ref}(y)` of each response by a *score*
 :math:`S(l)` before forming the pair losses (``delta_score = chosen_scores -
-rejected_scores``; ``nca_pair``, ``bco_pair`` and ``sppo_hard`` use the scores
-themselves). With :math:`t = e^l` and the generators of :data:`klpolicy.DIVERGENCES`:
+rejected_scores``). With :math:`t = e^l` and the generators of
+:data:`klpolicy.DIVERGENCES`, :math:`S = c\,f'(t) + k`:
 
-=====================  ==================================  =====================  ===
-TRL name               score :math:`S(l)`                  as :math:`c f'(t) + k`  c
-=====================  ==================================  =====================  ===
-``reverse_kl``         :math:`l`                           :math:`f'(t) - 1`      1
-``forward_kl``         :math:`-e^{-l}`                     :math:`f'(t)`          1
-``js_divergence``      :math:`\log\sigma(l)`               :math:`2f'(t) - \log 2`  2
-``alpha_divergence``   :math:`e^{(a-1)l}/(a-1)`            :math:`f'(t) + 1/(a-1)`  1
-=====================  ==================================  =====================  ===
+=====================  =====================================  =====================  ===
+TRL name               score :math:`S(l)`, TRL 1.10.0-1.16.0  TRL 0.29.0-1.9.2       c
+=====================  =====================================  =====================  ===
+``reverse_kl``         :math:`l` (:math:`k = -1`)             the same               1
+``forward_kl``         :math:`1 - e^{-l}` (:math:`k = 1`)     :math:`-e^{-l}`        1
+``js_divergence``      :math:`\log 2 + \log\sigma(l)` (0)     :math:`\log\sigma(l)`  2
+``alpha_divergence``   :math:`(e^{(a-1)l} - 1)/(a-1)` (0)     :math:`e^{(a-1)l}/(a-1)`  1
+=====================  =====================================  =====================  ===
 
-(TRL's ``alpha_divergence`` returns :math:`l` when :math:`|a - 1| < 10^{-6}` and clamps
-the exponent :math:`(a-1)l` at 80 in float32/bfloat16 and 11 in float16.) The other rows
+TRL 1.16.0 (``trl/trainer/dpo_trainer.py`` lines 1353-1381) and every release from
+1.10.0 keep the constants (:math:`f'(t)` of TRL's own generators); TRL 0.29.0 to 1.9.2
+(the same block, lines 1400-1428 of 1.9.2, from huggingface/trl#3906) drop them. The
+constants cancel in the margin losses but not where a score is divided by its
+completion length (``sigmoid_norm``; TRL's ``ipo`` too): ``trl_version`` picks the form.
+TRL returns :math:`l` for ``alpha_divergence`` when :math:`|a - 1| < 10^{-6}` and clamps
+the exponent :math:`(a-1)l` at 80 in float32/bfloat16 and 11 in float16. The other rows
 of the registry (``chi2``, ``hellinger``, ``chi2_kl``, ``reverse_chi2``) take
-:math:`S = f'(t)`, Wang et al.'s general recipe; ``chi2_kl`` is chi-PO's link
-:math:`t + \log t`.
+:math:`S = f'(t)`, Wang et al.'s general recipe, in every version; ``chi2_kl`` is
+chi-PO's link :math:`t + \log t`.
+
+Which losses take the scores depends on the version too: TRL 1.10.0 and later accept an
+f-divergence only with ``sigmoid``, ``sigmoid_norm``, ``hinge``, ``ipo``, ``exo_pair``,
+``robust``, ``discopop`` and ``sft`` (TRL 1.16.0 ``dpo_trainer.py`` lines 808-816: a
+ValueError otherwise), and ``nca_pair``, ``bco_pair`` and ``sppo_hard`` use the
+log-ratios (lines 1419-1446); TRL 0.29.0-1.9.2 accept every loss, apply ``nca_pair``,
+``bco_pair`` and ``sppo_hard`` to the scores, the sorting losses and ``apo_zero`` to the
+log-ratios, and ``apo_down`` to both (its chosen term on the log-ratio, its margin on the
+scores). Each row of :data:`LOSSES` says so in its ``f_divergence`` field.
 
 Under Bradley-Terry preferences from a reward :math:`r`, a margin loss whose population
 minimiser in the margins is the implied reward :math:`x^*` (for ``sigmoid``,
 :math:`x^* = r`) is minimised by scores with :math:`\beta S(l_i) = x^*_i + \text{const}`, so
 :math:`f'(t_i) = (x^*_i - \lambda)/(c\beta)`: the f-regularised optimum
 ``f_optimal_policy(ref, x*, c * beta, divergence=f)``, wherever that optimum is interior
-(every outcome of the support keeps mass, and no clamp binds). The definitions were read
-from ``trl/trainer/dpo_trainer.py`` of huggingface/trl (the ``_compute_loss`` block that
-forms ``chosen_scores`` and ``rejected_scores``; see ``docs/derivations/f_divergences.md``
-for the commit).
+(every outcome of the support keeps mass, and no clamp binds). With lengths
+(``sigmoid_norm``) :math:`\beta S(l_i)/L_i = x^*_i + \lambda`, so
+:math:`t_i = (f')^{-1}\big((L_i(x^*_i + \lambda)/\beta - k)/c\big)`, :math:`\lambda` the
+root of :math:`\sum_i \pi_{ref,i} t_i = 1`: the constant :math:`k` enters.
 """
 
 from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core import f_optimal_policy
-from ..core.internal import as_divergence, special
+from ..core.internal import as_divergence, monotone_root, special
 from ..core.internal import validation as V
 
 __all__ = ["f_divergence_score"]
 
-# TRL's names -> (registry row, factor c between TRL's score and f')
+_LOG2 = math.log(2.0)
+# TRL's names -> registry rows
 _TRL = {"js_divergence": "js", "alpha_divergence": "alpha"}
 _REFUSED = ("tv",)  # f' is not invertible: no score
+DEFAULT_TRL_VERSION = "1.16.0"
+
+
+def _alpha_is_one(a) -> bool:
+    return a is not None and abs(a - 1.0) < 1e-6  # TRL: the limit case, reverse_kl's score
+
+
+def _alpha_exponent(l, a, clamp):
+    z = (a - 1.0) * l
+    return z if clamp is None else np.minimum(z, clamp)
+
+
+@dataclass(frozen=True)
+class _Score:
+    """One divergence's f-DPO score: ``S = c f'(t) + k`` in TRL >= 1.10 and in TRL < 1.10.
+
+    ``score(l, a, clamp)`` and ``score_before_1_10(...)`` evaluate it (float64, TRL's
+    formulas); ``k(a)`` and ``k_before_1_10(a)`` are the constants (for the inverse).
+    """
+
+    name: str
+    c: float
+    score: Callable[..., NDArray]
+    score_before_1_10: Callable[..., NDArray]
+    k: Callable[..., float]
+    k_before_1_10: Callable[..., float]
+
+
+def _const(v):
+    return lambda a=None: v
+
+
+_SCORES: Mapping[str, _Score] = MappingProxyType(
+    {
+        row.name: row
+        for row in (
+            _Score(
+                "reverse_kl", 1.0, lambda l, a, c: l, lambda l, a, c: l, _const(-1.0), _const(-1.0)
+            ),
+            # TRL 1.16.0 lines 1356-1359: 1 - exp(-l); TRL 1.9.2 lines 1403-1406: -exp(-l)
+            _Score(
+                "forward_kl",
+                1.0,
+                lambda l, a, c: -np.expm1(-l),
+                lambda l, a, c: -np.exp(-l),
+                _const(1.0),
+                _const(0.0),
+            ),
+            # TRL 1.16.0 lines 1360-1363: log 2 + logsigmoid(l); 1.9.2: logsigmoid(l)
+            _Score(
+                "js",
+                2.0,
+                lambda l, a, c: _LOG2 + special.log_expit(l),
+                lambda l, a, c: special.log_expit(l),
+                _const(0.0),
+                _const(-_LOG2),
+            ),
+            # TRL 1.16.0 lines 1364-1379: (exp(t) - 1) / (a - 1); 1.9.2: exp(t) / (a - 1)
+            _Score(
+                "alpha",
+                1.0,
+                lambda l, a, c: np.expm1(_alpha_exponent(l, a, c)) / (a - 1.0),
+                lambda l, a, c: np.exp(_alpha_exponent(l, a, c)) / (a - 1.0),
+                _const(0.0),
+                lambda a=None: 1.0 / (a - 1.0),
+            ),
+            # not TRL's: f'(t) itself, in every version (Wang et al.'s recipe)
+            _Score(
+                "chi2",
+                1.0,
+                lambda l, a, c: 2.0 * np.expm1(l),
+                lambda l, a, c: 2.0 * np.expm1(l),
+                _const(0.0),
+                _const(0.0),
+            ),
+            _Score(
+                "hellinger",
+                1.0,
+                lambda l, a, c: -np.expm1(-0.5 * l),
+                lambda l, a, c: -np.expm1(-0.5 * l),
+                _const(0.0),
+                _const(0.0),
+            ),
+            _Score(
+                "chi2_kl",
+                1.0,
+                lambda l, a, c: np.exp(l) + l,
+                lambda l, a, c: np.exp(l) + l,
+                _const(0.0),
+                _const(0.0),
+            ),
+            _Score(
+                "reverse_chi2",
+                1.0,
+                lambda l, a, c: -np.expm1(-2.0 * l),
+                lambda l, a, c: -np.expm1(-2.0 * l),
+                _const(0.0),
+                _const(0.0),
+            ),
+        )
+    }
+)
+
+
+def keeps_constants(trl_version) -> bool:
+    """Whether TRL ``trl_version`` keeps the scores' constants (1.10.0 and later)."""
+    m = (
+        re.fullmatch(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?\S*\s*", trl_version)
+        if isinstance(trl_version, str)
+        else None
+    )
+    if m is None:
+        raise ValueError(
+            "`trl_version` must be a TRL release such as '1.16.0' or '1.9.2' (the f-DPO "
+            "scores keep their constants from 1.10.0 on); got "
+            f"{V.describe(trl_version)}"
+        )
+    return (int(m.group(1)), int(m.group(2))) >= (1, 10)
 
 
 def resolve_divergence(divergence, alpha):
-    """(registry name, alpha, c) for a divergence given by its registry or its TRL name."""
+    """(registry row, alpha, c) for a divergence given by its registry or its TRL name."""
     key = _TRL.get(divergence, divergence) if isinstance(divergence, str) else divergence
     if key in _REFUSED:
         raise ValueError(
@@ -57,32 +196,24 @@ def resolve_divergence(divergence, alpha):
             "invertible, so no log-ratio is recovered from a score"
         )
     row, a = as_divergence(key, alpha)
-    return row, a, (2.0 if row.name == "js" else 1.0)
+    return row, a, _SCORES[row.name].c
 
 
-def _score(l: NDArray, name: str, a, clamp: float | None) -> NDArray:
+def _score_row(name: str, a) -> _Score:
+    return _SCORES["reverse_kl" if name == "alpha" and _alpha_is_one(a) else name]
+
+
+def _score(l: NDArray, name: str, a, clamp: float | None, constants: bool = True) -> NDArray:
     """TRL's score of the log-ratios ``l`` (float64), the exact f'(e^l) for the other rows."""
+    row = _score_row(name, a)
+    fn = row.score if constants else row.score_before_1_10
     with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
-        if name == "reverse_kl" or (name == "alpha" and abs(a - 1.0) < 1e-6):
-            return l
-        if name == "forward_kl":
-            return -np.exp(-l)
-        if name == "js":
-            return special.log_expit(l)
-        if name == "alpha":
-            z = (a - 1.0) * l
-            if clamp is not None:
-                z = np.minimum(z, clamp)
-            return np.exp(z) / (a - 1.0)
-        if name == "chi2":
-            return 2.0 * np.expm1(l)
-        if name == "hellinger":
-            return -np.expm1(-0.5 * l)
-        if name == "chi2_kl":
-            return np.exp(l) + l
-        if name == "reverse_chi2":
-            return -np.expm1(-2.0 * l)
-    raise AssertionError(name)  # pragma: no cover
+        return fn(l, a, clamp)
+
+
+def _score_constant(name: str, a, constants: bool) -> float:
+    row = _score_row(name, a)
+    return float(row.k(a) if constants else row.k_before_1_10(a))
 
 
 def f_divergence_score(
@@ -91,6 +222,7 @@ def f_divergence_score(
     *,
     alpha: float | None = None,
     alpha_clamp: float | None = None,
+    trl_version: str = DEFAULT_TRL_VERSION,
 ) -> NDArray[np.floating]:
     r"""TRL's f-divergence score of per-response log-ratios (f-DPO's link).
 
@@ -111,6 +243,12 @@ def f_divergence_score(
     alpha_clamp : float, optional
         TRL's clamp of the exponent :math:`(a-1)l`: 80 in float32 and bfloat16, 11 in
         float16 (``None``: no clamp, the exact score). Only for the alpha row.
+    trl_version : str, optional
+        The TRL release whose scores to use (default ``"1.16.0"``): 1.10.0 and later keep
+        the constants :math:`k` of the table in :mod:`klpolicy.preference.fdpo`
+        (:math:`1 - e^{-l}`, :math:`\log 2 + \log\sigma(l)`,
+        :math:`(e^{(a-1)l} - 1)/(a-1)`), 0.29.0 to 1.9.2 drop them. The rows that are not
+        TRL's score :math:`f'(t)` in every version.
 
     Returns
     -------
@@ -121,20 +259,22 @@ def f_divergence_score(
     ------
     ValueError
         For non-finite log-ratios, an unknown ``divergence`` or ``"tv"``, an ``alpha``
-        missing or given to another row, or an ``alpha_clamp`` that is not a positive
-        number or is given to another row.
+        missing or given to another row, an ``alpha_clamp`` that is not a positive
+        number or is given to another row, or a ``trl_version`` that is not a release
+        number.
 
     Notes
     -----
-    The scores of TRL's four names: ``reverse_kl`` :math:`l`, ``forward_kl``
-    :math:`-e^{-l}`, ``js_divergence`` :math:`\log\sigma(l)`, ``alpha_divergence``
-    :math:`e^{(a-1)l}/(a-1)` (:math:`l` when :math:`|a-1| < 10^{-6}`, as TRL). In the
-    conventions of :data:`klpolicy.DIVERGENCES` these are :math:`c f'(t) + k` with
-    :math:`c = 2` for JS (:math:`\log\sigma(l) = 2 f'_{js}(t) - \log 2`) and 1 otherwise;
-    the other rows score :math:`f'(t)` itself. With a clamp :math:`C` the alpha score is
-    constant for :math:`(a-1) l > C`: above :math:`l = C/(a-1)` when :math:`a > 1`
-    (a ceiling on the chosen's score: its gradient vanishes there) and below
-    :math:`l = -C/(1-a)` when :math:`a < 1` (a floor on the rejected's score).
+    TRL 1.16.0 (``trl/trainer/dpo_trainer.py`` lines 1353-1381): ``reverse_kl``
+    :math:`l`, ``forward_kl`` :math:`1 - e^{-l}`, ``js_divergence``
+    :math:`\log 2 + \log\sigma(l)`, ``alpha_divergence`` :math:`(e^{(a-1)l} - 1)/(a-1)`
+    (:math:`l` when :math:`|a-1| < 10^{-6}`); TRL 1.9.2 (lines 1400-1428): :math:`l`,
+    :math:`-e^{-l}`, :math:`\log\sigma(l)`, :math:`e^{(a-1)l}/(a-1)`. In the conventions
+    of :data:`klpolicy.DIVERGENCES` these are :math:`c f'(t) + k` with :math:`c = 2` for
+    JS (:math:`\log(2t/(1+t)) = 2 f'_{js}(t)`) and 1 otherwise. With a clamp :math:`C`
+    the alpha score is constant for :math:`(a-1) l > C`: above :math:`l = C/(a-1)` when
+    :math:`a > 1` (a ceiling on the chosen's score: its gradient vanishes there) and
+    below :math:`l = -C/(1-a)` when :math:`a < 1` (a floor on the rejected's score).
 
     References
     ----------
@@ -145,16 +285,19 @@ def f_divergence_score(
     Examples
     --------
     >>> from klpolicy.preference import f_divergence_score
-    >>> f_divergence_score([0.0, 1.0], "js_divergence").round(4)  # log sigmoid(l)
+    >>> f_divergence_score([0.0, 1.0], "js_divergence").round(4)  # log 2 + log sigmoid(l)
+    array([0.    , 0.3799])
+    >>> f_divergence_score([0.0, 1.0], "js_divergence", trl_version="1.9.2").round(4)
     array([-0.6931, -0.3133])
     >>> f_divergence_score([0.0, 100.0], "alpha", alpha=1.5, alpha_clamp=11.0).round(1)
-    array([2.0000e+00, 1.1975e+05])
+    array([     0. , 119746.3])
     """
     row, a, _ = resolve_divergence(divergence, alpha)
     clamp = _as_clamp(alpha_clamp, row.name)
+    constants = keeps_constants(trl_version)
     arr = V.as_finite_array("logratio", logratio)
     dtype = np.float32 if arr.dtype == np.float32 else np.float64
-    return _score(arr.astype(np.float64), row.name, a, clamp).astype(dtype)[()]
+    return _score(arr.astype(np.float64), row.name, a, clamp, constants).astype(dtype)[()]
 
 
 def _as_clamp(alpha_clamp, name: str) -> float | None:
@@ -168,12 +311,46 @@ def _as_clamp(alpha_clamp, name: str) -> float | None:
     return V.as_scalar("alpha_clamp", alpha_clamp, "(0, inf)")
 
 
-def f_population_loss(row, o, ell, g, w, beta, name, a, clamp, margin_only) -> float:
-    """sum_ij W_ij ell(S_i, S_j) (or ell(S_i - S_j, 0) for margin losses) on the scores."""
-    s = _score(g, name, a, clamp)
+def check_f_loss(row, divergence: str, trl_version) -> str:
+    """How TRL ``trl_version`` forms ``row``'s loss with an f-divergence: "scores" (the
+    row's loss on the scores) or "inputs" (on its own inputs: the divergence does not
+    enter); a
+    ValueError where TRL refuses the pair (or klpolicy does not model it)."""
+    constants = keeps_constants(trl_version)
+    how = row.f_divergence[0 if constants else 1]
+    if how == "refused":
+        raise ValueError(
+            f"`loss` {row.name!r} takes no f-divergence in TRL {trl_version}: from 1.10.0 on "
+            "TRL's DPOTrainer accepts f_divergence_type only with sigmoid, sigmoid_norm, "
+            "hinge, ipo, exo_pair, robust, discopop and sft (TRL 1.16.0 dpo_trainer.py lines "
+            f"808-816); got divergence={divergence!r}. TRL 0.29.0-1.9.2 applied it (pass "
+            "trl_version='1.9.2')"
+            if row.f_divergence[1] != "refused"
+            else f"`loss` {row.name!r} takes no f-divergence in TRL {trl_version} (TRL 1.16.0 "
+            f"dpo_trainer.py lines 808-816); got divergence={divergence!r}"
+        )
+    if how == "unmodelled":
+        raise ValueError(
+            f"`loss` {row.name!r} with an f-divergence in TRL {trl_version} applies its "
+            "chosen term to the log-ratio and its margin to the scores (TRL 1.9.2 "
+            "dpo_trainer.py lines 1522-1528); klpolicy does not model that mixture; got "
+            f"divergence={divergence!r}"
+        )
+    return how
+
+
+def f_population_loss(
+    row, o, ell, g, w, beta, name, a, clamp, margin_only, constants, lengths=None
+):
+    """sum_ij W_ij ell(S_i, S_j) (or ell(S_i - S_j, 0) for margin losses) on the scores;
+    with ``lengths`` (sigmoid_norm) the scores are divided by them first."""
+    s = _score(g, name, a, clamp, constants)
     mask = w > 0
     with np.errstate(over="ignore", invalid="ignore"):
-        if margin_only:
+        if lengths is not None:  # sigmoid_norm: sigmoid on the normalised scores S / L
+            s = s / lengths
+            vals = np.logaddexp(0.0, -beta * (s[:, None] - s[None, :]))
+        elif margin_only:
             d = s[:, None] - s[None, :]
             vals = ell(d, np.zeros_like(d), beta, o)
         else:
@@ -181,17 +358,7 @@ def f_population_loss(row, o, ell, g, w, beta, name, a, clamp, margin_only) -> f
     return float(np.sum(np.where(mask, w * np.where(mask, vals, 0.0), 0.0)))
 
 
-def f_population_optimum(pi_kl, ref, beta, loss, divergence, alpha, alpha_clamp):
-    """The f-DPO population optimum from the reverse-KL one (same loss, same data).
-
-    ``pi_kl = ref e^{x*}/Z``, the reverse-KL optimum at beta = 1, gives the implied
-    reward ``x* = log(pi_kl/ref)`` (the margin losses' x* does not depend on beta);
-    the f-scores reach the same margins at ``f_optimal_policy(ref, x*, c beta, f)``,
-    which is returned when it is interior and no clamp binds; otherwise a ValueError
-    says which outcome leaves the interior and why.
-    """
-    row, a, c = resolve_divergence(divergence, alpha)
-    clamp = _as_clamp(alpha_clamp, row.name)
+def _implied_reward(pi_kl, ref, loss):
     support = ref > 0
     with np.errstate(divide="ignore"):
         x = np.where(
@@ -206,9 +373,75 @@ def f_population_optimum(pi_kl, ref, beta, loss, divergence, alpha, alpha_clamp)
             "optimum is a limit with an infinite implied reward there, and the f-scores "
             "have no finite preimage of it"
         )
-    if row.name == "reverse_kl" or (row.name == "alpha" and abs(a - 1.0) < 1e-6):
-        return f_optimal_policy(ref, x, beta, divergence="reverse_kl")
-    pi = f_optimal_policy(ref, x, c * beta, divergence=row.name, alpha=a)
+    return x
+
+
+def _length_normalised_f(ref, x, lengths, beta, row, a, c, constants):
+    """t_i = (f')^{-1}((L_i (x_i + lam) / beta - k) / c), lam the root of sum ref t = 1."""
+    support = ref > 0
+    k = _score_constant(row.name, a, constants)
+    rs, xs, ls = ref[support], x[support], lengths[support]
+    fp1 = float(row.fprime(1.0, alpha=a))
+    edge = (c * fp1 + k) * beta / ls - xs  # lam at which t_i = 1
+
+    def t_of(lam):
+        u = (ls[None, :] * (xs[None, :] + lam[:, None]) / beta - k) / c
+        return u, row.fprime_inv(u, alpha=a)
+
+    def fun(lam, rows):
+        _, t = t_of(lam)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            dt = (ls / (beta * c))[None, :] / row.fsecond(t, alpha=a)
+            d = np.sum(rs * np.where(np.isfinite(dt), dt, np.nan), axis=1)
+        return np.sum(rs * t, axis=1) - 1.0, d
+
+    lo, hi = float(np.min(edge)), float(np.max(edge))
+    if lo == hi:
+        lam = lo
+    else:
+        lam = float(monotone_root(fun, lo, hi, increasing=True).x)
+    _, t = t_of(np.array([lam]))
+    pi = np.zeros(ref.shape)
+    pi[support] = rs * t[0]
+    return pi / pi.sum()
+
+
+def f_population_optimum(
+    pi_kl,
+    ref,
+    beta,
+    loss,
+    divergence,
+    alpha,
+    alpha_clamp,
+    lengths=None,
+    trl_version=DEFAULT_TRL_VERSION,
+):
+    """The f-DPO population optimum from the reverse-KL one (same loss, same data).
+
+    ``pi_kl = ref e^{x*}/Z``, the reverse-KL optimum at beta = 1, gives the implied
+    reward ``x* = log(pi_kl/ref)`` (the margin losses' x* does not depend on beta);
+    the f-scores reach the same margins at ``f_optimal_policy(ref, x*, c beta, f)``,
+    which is returned when it is interior and no clamp binds; otherwise a ValueError
+    says which outcome leaves the interior and why. With ``lengths`` (sigmoid_norm, whose
+    ``pi_kl`` is the sigmoid optimum) the normalised scores reach them at
+    ``t_i = (f')^{-1}((L_i (x*_i + lam) / beta - k) / c)``, where the score's constant
+    ``k`` (TRL ``trl_version``'s) enters.
+    """
+    row, a, c = resolve_divergence(divergence, alpha)
+    clamp = _as_clamp(alpha_clamp, row.name)
+    constants = keeps_constants(trl_version)
+    support = ref > 0
+    x = _implied_reward(pi_kl, ref, loss)
+    if row.name == "reverse_kl" or (row.name == "alpha" and _alpha_is_one(a)):
+        row, a, c = resolve_divergence("reverse_kl", None)
+        clamp = None  # TRL returns the log-ratio itself there, unclamped
+        if lengths is None:
+            return f_optimal_policy(ref, x, beta, divergence="reverse_kl")
+    if lengths is None:
+        pi = f_optimal_policy(ref, x, c * beta, divergence=row.name, alpha=a)
+    else:
+        pi = _length_normalised_f(ref, x, lengths, beta, row, a, c, constants)
     fp0 = row.fprime_zero(alpha=a)
     # where f'(0) = -inf the optimum is interior in exact arithmetic: a zero is an entry
     # below the smallest float (e.g. at a subnormal beta, the greedy limit), not a boundary

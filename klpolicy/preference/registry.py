@@ -25,6 +25,7 @@ Public names are re-exported by :mod:`klpolicy.preference`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -125,6 +126,14 @@ class PairLoss:
         Whether a pair's loss depends on the other pairs of the batch (sorting).
     reference : str
         The paper (authors, year, arXiv id).
+    f_divergence : tuple of str
+        How TRL's ``DPOTrainer`` forms the loss with an f-divergence
+        (``f_divergence_type``), in TRL 1.10.0 and later and in TRL 0.29.0-1.9.2:
+        ``"scores"`` (the loss on the scores of
+        :func:`~klpolicy.preference.f_divergence_score`), ``"inputs"`` (on the
+        log-probabilities themselves: the divergence does not enter), ``"refused"`` (TRL
+        raises a ValueError: TRL 1.16.0 ``dpo_trainer.py`` lines 808-816) or
+        ``"unmodelled"`` (TRL 1.9.2's ``apo_down`` mixes the two).
     """
 
     name: str
@@ -137,6 +146,7 @@ class PairLoss:
     reference: str
     notes: str = ""
     _kernel: Any = field(default=None, repr=False, compare=False)
+    f_divergence: tuple[str, str] = ("scores", "scores")
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """Validate ``options`` by name; return every option with defaults filled in."""
@@ -781,7 +791,28 @@ _SPECS: list[tuple] = [
 ]
 
 
+# how TRL forms each loss with an f-divergence: (TRL >= 1.10.0, TRL 0.29.0-1.9.2); the rest
+# take the scores in both. TRL 1.16.0 dpo_trainer.py lines 808-816 refuse every loss outside
+# sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft; TRL 1.9.2 (lines
+# 1466-1528) applies nca_pair, bco_pair, sppo_hard to the scores, aot and apo_zero to the
+# log-ratios, apo_down's first term to the log-ratio and its margin to the scores
+_F_DIVERGENCE = {
+    "sft": ("inputs", "inputs"),
+    **{n: ("refused", "scores") for n in ("nca_pair", "bco_pair", "sppo_hard")},
+    **{n: ("refused", "inputs") for n in ("aot", "aot_pair", "aot_unpaired", "apo_zero")},
+    "apo_down": ("refused", "unmodelled"),
+}
+
+
 def _build() -> dict[str, PairLoss]:
+    rows = _build_rows()
+    return {
+        n: dataclasses.replace(r, f_divergence=_F_DIVERGENCE.get(n, ("scores", "scores")))
+        for n, r in rows.items()
+    }
+
+
+def _build_rows() -> dict[str, PairLoss]:
     rows: dict[str, PairLoss] = {}
     for name, formula, kind, options, reference, notes in _SPECS:
         if kind == "sft":

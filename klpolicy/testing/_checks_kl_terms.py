@@ -362,11 +362,14 @@ def _fit_mean(values: np.ndarray, cand_values: dict, tol: np.ndarray) -> str | N
     return None
 
 
-def _fixed_point(torch, fn, ref_l, reward, beta, dtype):
+def _fixed_point(torch, fn, ref_l, reward, beta, dtype, computed=None):
     """The attracting zero of pi (r - E r) - beta G on-policy at level "token", or None.
 
     None where no zero is found, or where the zero found is unstable (training moves away).
+    ``dtype`` is what the term's inputs are cast to, ``computed`` the (coarser) format it
+    computes in, whose rounding bounds the residual the zero can reach.
     """
+    computed = dtype if computed is None else computed
     from scipy import optimize  # lazy, as in klpolicy.estimators
 
     n = ref_l[0].size
@@ -380,22 +383,42 @@ def _fixed_point(torch, fn, ref_l, reward, beta, dtype):
     def field(head):
         return full_field(np.append(head, 0.0))[:-1]
 
-    start = np.log(optimal_policy(np.exp(ref_l[0] - special_logsumexp(ref_l[0])), reward, beta))
-    start = start[:-1] - start[-1]
-    try:
-        sol = optimize.root(field, start, method="hybr", options={"xtol": 1e-13, "maxfev": 200})
-        resid = float(np.max(np.abs(field(sol.x))))
-    except (ValueError, FloatingPointError):
-        return None
-    th = np.append(sol.x, 0.0)
-    pi = np.exp(th - special_logsumexp(th))
-    tol = 1e-9 if dtype == "float64" else 1e3 * EPS[dtype]
-    if not (np.all(np.isfinite(pi)) and resid < tol and pi.min() > 1e-9):
-        return None
-    growth, rounding = ascent_growth_rate(full_field, th)
-    if growth > max(rounding, tol):  # a stationary point training moves away from
-        return None
-    return pi
+    def search_field(head):
+        # the root finder's trial steps may leave the policies where a term computed in a
+        # coarse format is not finite (float32: exp(-l) overflows past l = -88): such a step
+        # is answered with a large residual, so the finder shrinks its step instead of
+        # giving up on a zero it was approaching
+        try:
+            return field(head)
+        except ValueError:
+            return np.full(head.shape, 1e6)
+
+    ref = np.exp(ref_l[0] - special_logsumexp(ref_l[0]))
+    tol = 1e-9 if computed == "float64" else 1e3 * EPS[computed]
+    options = {"xtol": 1e-13, "maxfev": 200}
+    if computed != "float64":
+        # the finder's forward-difference Jacobian needs a step the format resolves (its
+        # default, sqrt(float64 eps) relative, differences float32 rounding: noise), and
+        # short first steps: a clamped term (OpenRLHF's [-10, 10]) has no gradient where the
+        # clamp binds, so near a vertex the field vanishes too, and long steps land there
+        options.update(eps=EPS[computed], factor=1.0, maxfev=400)
+    for p0 in (optimal_policy(ref, reward, beta), ref):  # from pi*, then from the reference
+        start = np.log(p0)
+        start = start[:-1] - start[-1]
+        try:
+            sol = optimize.root(search_field, start, method="hybr", options=options)
+            resid = float(np.max(np.abs(field(sol.x))))
+        except (ValueError, FloatingPointError):
+            continue
+        th = np.append(sol.x, 0.0)
+        pi = np.exp(th - special_logsumexp(th))
+        if not (np.all(np.isfinite(pi)) and resid < tol and pi.min() > 1e-9):
+            continue
+        growth, rounding = ascent_growth_rate(full_field, th)
+        if growth > max(rounding, tol):  # a stationary point training moves away from
+            continue
+        return pi
+    return None
 
 
 def kl_term_report(
@@ -483,11 +506,23 @@ def kl_term_report(
     --------
     >>> import torch
     >>> from klpolicy.testing import kl_term_report
-    >>> def grpo_k3(logp, old_logp, ref_logp):  # TRL's GRPO per-token KL term
+    >>> def k3(logp, ref_logp):
     ...     return torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
-    >>> report = kl_term_report(grpo_k3)
+    >>> def grpo_kl(logp, old_logp, ref_logp):  # TRL 1.16.0's default (1.10.0 and later)
+    ...     return k3(logp, ref_logp) * torch.exp(logp - old_logp)  # use_bias_correction_kl
+    >>> report = kl_term_report(grpo_kl)
+    >>> report.on_policy, report.off_policy, report.mean
+    ('reverse_kl', 'reverse_kl', 'reverse_kl')
+    >>> def grpo_kl_old(logp, old_logp, ref_logp):  # TRL up to 1.9.2: no ratio
+    ...     return k3(logp, ref_logp)
+    >>> report = kl_term_report(grpo_kl_old)
     >>> report.on_policy, report.off_policy, report.mean
     ('forward_kl', None, 'reverse_kl')
+
+    TRL 1.16.0's ``GRPOTrainer`` multiplies k3 by ``coef_1 = exp(logp - old_logp)``
+    when ``GRPOConfig.use_bias_correction_kl`` (default ``True`` since TRL 1.10.0;
+    ``trl/trainer/grpo_trainer.py`` lines 3095-3105, ``grpo_config.py`` line 972); its
+    ``beta`` defaults to 0.0 (no KL term; ``grpo_config.py`` line 681).
     """
     return _analyse(
         fn, level, reduction, dtype, outcomes, vocab, length, draws, reward, beta, seed
@@ -543,14 +578,15 @@ def _analyse_inner(
             reported = r[3] if EPS[r[3]] > EPS[reported] else reported
         grads[regime], tols[regime] = gs, [tol_unit * z for z in sizes]
         verdict[regime] = _classify(gs, sizes, cands, tol_unit)
-        if on:
-            means = (np.array([r[2] for r in runs]), np.array(sizes))
+        if on:  # the sizes scaled to each run's format, and unscaled (in the inputs' format)
+            raw = [r[1] * EPS[dt] / EPS[r[3]] for r in runs]
+            means = (np.array([r[2] for r in runs]), np.array(sizes), np.array(raw))
         i = verdict[regime][3] if verdict[regime][0] is None else 0
         if _K * EPS[reported] > 1e-3:  # bfloat16: the divergences differ by less than that
             names_ = (*_candidate_names(), "zero")
             verdict[regime] = (None, None, verdict[regime][2], i, names_)
         counter[regime] = _counterexample(pool[i], gs[i], level)
-    values, sizes = means
+    values, sizes, raw = means
     coarse = _K * EPS[reported] > 1e-3  # no verdict on the mean or the fixed point either
     mean = (
         None
@@ -559,8 +595,12 @@ def _analyse_inner(
             values,
             {n: np.array([c[n][1] for c in cands]) for n in cands[0]},
             # values are often formed in float32 inside float64 code (a detached .float() estimate
-            # in a straight-through term): identify the mean to float32 resolution at least
-            np.maximum(tol_unit, _K * EPS["float32"]) * sizes,
+            # in a straight-through term): identify the mean to float32 resolution at least.
+            # ``sizes`` already carry the rounding of the format each run computed in, so the
+            # float32 floor is applied to the unscaled size (not to the scaled one: that counted
+            # float32's rounding twice, a tolerance 2^29 too wide that called every float32
+            # term's mean "zero")
+            np.maximum(tol_unit * sizes, _K * EPS["float32"] * raw),
         )
     )
     on_name, off_name = verdict["on_policy"][0], verdict["off_policy"][0]
@@ -572,7 +612,9 @@ def _analyse_inner(
         opt = optimal_policy(ref, reward, beta)
         # a term with no gradient leaves pure reward maximisation: the greedy vertex
         skip = on_name == "zero" or coarse
-        fp = None if skip else _fixed_point(torch, fn, ref_l, reward, beta, dt)
+        # the zero is resolved to the rounding of the format the term computes in (reported):
+        # a float32 term (OpenRLHF's .float()) cannot reach a float64 residual
+        fp = None if skip else _fixed_point(torch, fn, ref_l, reward, beta, dt, reported)
     report = KLTermReport(
         follows=follows,
         on_policy=on_name,

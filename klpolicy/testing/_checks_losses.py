@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ..core import DIVERGENCES
 from ..preference import LOSSES, f_divergence_score
+from ..preference.fdpo import DEFAULT_TRL_VERSION, check_f_loss, keeps_constants
 from . import strategies as kst
 from ._runner import EPS, Falsified, call, check_options, first_alternative, fmt, run, worst
 
@@ -148,6 +149,7 @@ def check_pair_loss(
     divergence: str = "reverse_kl",
     alpha: float | None = None,
     alpha_clamp: float | None = None,
+    trl_version: str = DEFAULT_TRL_VERSION,
     **options: float,
 ) -> None:
     r"""Check a pair loss ``fn(pc, pr, rc, rr, beta)`` against its row of :data:`LOSSES`.
@@ -181,11 +183,18 @@ def check_pair_loss(
     divergence, alpha, alpha_clamp : optional
         f-DPO (TRL's ``f_divergence_type``, ``f_alpha_divergence_coef`` and the alpha
         exponent clamp): the exact loss is the row's loss on the scores
-        :func:`klpolicy.preference.f_divergence_score` of the log-ratios (the sorting
-        losses keep the log-ratios, as TRL). Log-probabilities then go down to -60 only
-        (so that exact scores stay finite), and derivatives are not checked. An
+        :func:`klpolicy.preference.f_divergence_score` of the log-ratios, or on the
+        log-ratios where TRL ``trl_version`` keeps them (the row's ``f_divergence``;
+        a ValueError where TRL refuses the pair). Log-probabilities then go down to -60
+        only (so that exact scores stay finite), and derivatives are not checked. An
         implementation that clamps the alpha exponent at 80 (TRL in float32/bfloat16) or
-        11 (float16) while the check does not, or the reverse, is named as such.
+        11 (float16) while the check does not, or the reverse, is named as such, and so is
+        one that uses the other TRL versions' scores (with or without their constants,
+        which matter in ``sigmoid_norm``).
+    trl_version : str, optional
+        The TRL release whose f-DPO scores and loss choices the check follows (default
+        ``"1.16.0"``; ``"1.9.2"`` for TRL 0.29.0-1.9.2, which drop the scores' constants
+        and apply ``nca_pair``, ``bco_pair`` and ``sppo_hard`` to the scores).
     **options
         The loss's options (``label_smoothing``, ``epsilon``, ``tau``, ``delta``), with
         which ``fn`` is meant to agree (``fn`` itself is called without them).
@@ -234,15 +243,15 @@ def check_pair_loss(
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
     check = f"check_pair_loss[{loss}]"
     f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    constants = keeps_constants(trl_version)
     if f_dpo:
         f_divergence_score(0.0, divergence, alpha=alpha, alpha_clamp=alpha_clamp)  # checks
+        how = check_f_loss(row, divergence, trl_version)  # TRL's refusals
         if grad is not None:
             raise ValueError("`grad` is not checked with a `divergence` (f-DPO); pass grad=None")
         check = f"check_pair_loss[{loss}, {divergence}]"
-        key = {"js_divergence": "js", "alpha_divergence": "alpha"}.get(divergence, divergence)
-        _run_f_dpo(
-            fn, row, opts, key, alpha, alpha_clamp, reduction, rtol, atol, check, max_examples
-        )
+        f = _FDPO(row, opts, divergence, alpha, alpha_clamp, constants, how == "scores")
+        _run_f_dpo(fn, f, reduction, rtol, atol, check, max_examples)
         return
 
     def reduce(x):
@@ -355,43 +364,118 @@ def _check_derivative_by_differences(check, fn, row, opts, reduction):
                     )
 
 
-def _f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta):
-    """The row's loss on TRL's f-divergence scores (the sorting rows keep the log-ratios)."""
-    if row.batch_dependent:
-        return row.value(pc, pr, rc, rr, beta, **opts)
-    sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)
-    sr = f_divergence_score(pr - rr, key, alpha=alpha, alpha_clamp=clamp)
-    return row.value(sc, sr, 0 * sc, 0 * sr, beta, **opts)
+class _FDPO:
+    """The f-DPO loss of a row as TRL forms it: the row's loss on the scores (``on_scores``)
+    or on the log-ratios themselves; ``value(..., clamp=, constants=)`` for the variants."""
+
+    def __init__(self, row, opts, divergence, alpha, clamp, constants, on_scores):
+        self.row, self.opts, self.divergence, self.alpha = row, opts, divergence, alpha
+        self.clamp, self.constants, self.on_scores = clamp, constants, on_scores
+        self.name = {"js_divergence": "js", "alpha_divergence": "alpha"}.get(divergence, divergence)
+
+    def scores(self, pc, pr, rc, rr, *, clamp="same", constants=None):
+        clamp = self.clamp if clamp == "same" else clamp
+        version = "1.16.0" if (self.constants if constants is None else constants) else "1.9.2"
+        kw = {"alpha": self.alpha, "alpha_clamp": clamp, "trl_version": version}
+        return (
+            f_divergence_score(pc - rc, self.divergence, **kw),
+            f_divergence_score(pr - rr, self.divergence, **kw),
+        )
+
+    def value(self, pc, pr, rc, rr, beta, **variant):
+        if not self.on_scores:
+            return self.row.value(pc, pr, rc, rr, beta, **self.opts)
+        sc, sr = self.scores(pc, pr, rc, rr, **variant)
+        return self.row.value(sc, sr, 0 * sc, 0 * sr, beta, **self.opts)
 
 
-def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, max_examples):
-    """check_pair_loss with a divergence: values only, the clamp named when it explains."""
+def _f_alternatives(f, pc, pr, rc, rr, beta, reduce):
+    """The f-DPO mistakes, as (sentence, thunk) pairs; the first that matches is reported."""
+
+    def alt(**variant):
+        return lambda: reduce(f.value(pc, pr, rc, rr, beta, **variant))
+
+    alts = []
+    if f.alpha is not None and f.on_scores:  # only the alpha row takes alpha (and a clamp)
+        if f.clamp is not None:
+            alts.append(
+                (
+                    f"it does not clamp the alpha exponent at {f.clamp:g} (the check's "
+                    "alpha_clamp): it computes the exact score.",
+                    alt(clamp=None),
+                )
+            )
+        for c, where in ((80.0, "float32/bfloat16"), (11.0, "float16")):
+            if c != f.clamp:
+                alts.append(
+                    (
+                        f"it clamps the alpha exponent (alpha - 1) * log-ratio at {c:g} "
+                        f"(TRL's clamp in {where}): its score is constant above that; "
+                        f"pass alpha_clamp={c:g} to check the clamped loss.",
+                        alt(clamp=c),
+                    )
+                )
+    if f.on_scores:  # (where both versions' scores agree this never matches: got != exact)
+        if f.constants:
+            alts.append(
+                (
+                    "it uses the scores of TRL 0.29.0-1.9.2, which drop their constants "
+                    "(-exp(-l), log sigmoid(l), exp((a-1) l)/(a-1)); TRL 1.10.0 and later keep "
+                    "them (1 - exp(-l), log 2 + log sigmoid(l), (exp((a-1) l) - 1)/(a-1)), "
+                    "which matters where scores are divided by lengths: pass "
+                    "trl_version='1.9.2' to check the older form.",
+                    alt(constants=False),
+                )
+            )
+        else:
+            alts.append(
+                (
+                    "it uses the scores of TRL 1.10.0 and later, which keep their constants "
+                    "(1 - exp(-l), log 2 + log sigmoid(l), (exp((a-1) l) - 1)/(a-1)); pass "
+                    "trl_version='1.16.0' to check that form.",
+                    alt(constants=True),
+                )
+            )
+    if f.on_scores:
+        alts.append(
+            (
+                "it ignores the divergence: it uses the log-ratios (reverse_kl) as scores.",
+                lambda: reduce(f.row.value(pc, pr, rc, rr, beta, **f.opts)),
+            )
+        )
+    return alts
+
+
+def _run_f_dpo(fn, f, reduction, rtol, atol, check, max_examples):
+    """check_pair_loss with a divergence: values only, the clamp and version named when
+    they explain."""
 
     def reduce(x):
         return _reduce(x, reduction)
 
     def score_slope(l):
         t = np.exp(np.clip(l, -700, 700))
-        c = 2.0 if key == "js" else 1.0
+        c = 2.0 if f.name == "js" else 1.0
         with np.errstate(all="ignore"):
-            d = c * t * DIVERGENCES[key].fsecond(t, alpha=alpha)
-        if key == "alpha" and clamp is not None:
-            d = np.where((alpha - 1) * l > clamp, 0.0, d)
+            d = c * t * DIVERGENCES[f.name].fsecond(t, alpha=f.alpha)
+        if f.name == "alpha" and f.clamp is not None:
+            d = np.where((f.alpha - 1) * l > f.clamp, 0.0, d)
         return np.where(np.isfinite(d), np.abs(d), 0.0)
 
     def prop(case):
         (pc, pr, rc, rr), beta = case
         inputs, got = _call_shaped(fn, reduction, pc, pr, rc, rr, beta)
         with np.errstate(all="ignore"):
-            exact = reduce(_f_value(row, opts, key, alpha, clamp, pc, pr, rc, rr, beta))
-            sc = f_divergence_score(pc - rc, key, alpha=alpha, alpha_clamp=clamp)
-            sr = f_divergence_score(pr - rr, key, alpha=alpha, alpha_clamp=clamp)
-            g = np.stack(row.gradient(sc, sr, 0 * sc, 0 * sr, beta, **opts))
+            exact = reduce(f.value(pc, pr, rc, rr, beta))
+            if f.on_scores:
+                sc, sr = f.scores(pc, pr, rc, rr)
+                sl_c, sl_r = score_slope(pc - rc), score_slope(pr - rr)
+            else:
+                sc, sr, sl_c, sl_r = pc - rc, pr - rr, 1.0, 1.0
+            g = np.stack(f.row.gradient(sc, sr, 0 * sc, 0 * sr, beta, **f.opts))
             slack = (np.abs(g[0]) + np.abs(g[2])) * (
-                np.abs(sc) + score_slope(pc - rc) * (np.abs(pc) + np.abs(rc))
-            ) + (np.abs(g[1]) + np.abs(g[3])) * (
-                np.abs(sr) + score_slope(pr - rr) * (np.abs(pr) + np.abs(rr))
-            )
+                np.abs(sc) + sl_c * (np.abs(pc) + np.abs(rc))
+            ) + (np.abs(g[1]) + np.abs(g[3])) * (np.abs(sr) + sl_r * (np.abs(pr) + np.abs(rr)))
             slack = np.where(np.isfinite(slack), slack, 0.0)
         tol = rtol * np.abs(exact) + atol + reduce(16 * EPS * slack)
         detail = f"expected {fmt(exact)}, got {fmt(got)}"
@@ -399,40 +483,11 @@ def _run_f_dpo(fn, row, opts, key, alpha, clamp, reduction, rtol, atol, check, m
             raise Falsified("it returns inf/nan where the f-DPO loss is finite.", inputs, detail)
         if worst(got, exact, tol) is None:
             return
-
-        def alt(c):
-            return lambda: reduce(_f_value(row, opts, key, alpha, c, pc, pr, rc, rr, beta))
-
-        alts = []
-        if key == "alpha" and not row.batch_dependent:
-            if clamp is not None:
-                alts.append(
-                    (
-                        f"it does not clamp the alpha exponent at {clamp:g} (the check's "
-                        "alpha_clamp): it computes the exact score.",
-                        alt(None),
-                    )
-                )
-            for c, where in ((80.0, "float32/bfloat16"), (11.0, "float16")):
-                if c != clamp:
-                    alts.append(
-                        (
-                            f"it clamps the alpha exponent (alpha - 1) * log-ratio at {c:g} "
-                            f"(TRL's clamp in {where}): its score is constant above that; "
-                            f"pass alpha_clamp={c:g} to check the clamped loss.",
-                            alt(c),
-                        )
-                    )
-        alts.append(
-            (
-                "it ignores the divergence: it uses the log-ratios (reverse_kl) as scores.",
-                lambda: reduce(row.value(pc, pr, rc, rr, beta, **opts)),
-            )
-        )
+        alts = _f_alternatives(f, pc, pr, rc, rr, beta, reduce)
         raise Falsified(
             lambda: (
                 first_alternative(got, alts, tol)
-                or f"it differs from the exact {row.name} loss on the {key} scores."
+                or f"it differs from the exact {f.row.name} loss on the {f.name} scores."
             ),
             inputs,
             detail,

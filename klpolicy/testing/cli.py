@@ -120,6 +120,8 @@ _HELP = {
     "alpha": "f-DPO: the alpha divergence's coefficient (TRL's f_alpha_divergence_coef)",
     "alpha_clamp": "f-DPO: the clamp of the alpha exponent the function applies (TRL: 80 in "
     "float32/bfloat16, 11 in float16; default: none)",
+    "trl_version": "f-DPO: the TRL release whose scores and loss choices to follow (1.10.0 "
+    "and later keep the scores' constants, 0.29.0-1.9.2 drop them; default %(default)s)",
 }
 # the pair-loss suite, when it is installed
 _OPTIONAL = {"pair-loss": ("klpolicy.testing._checks_losses", "check_pair_loss")}

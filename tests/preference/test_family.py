@@ -542,6 +542,65 @@ def test_robust_refuses_pairs_outside_the_noise_band():
     assert pi[0] == pytest.approx(target, rel=1e-13)
 
 
+def test_robust_at_the_edge_of_the_noise_band_is_solved():
+    # At P = 1 - eps the de-noised probability is 1: the pair's population term is
+    # sp(-x), bounded below, and where the other pairs hold the ratio (a cycle) the loss
+    # has a finite minimiser. Dyadic eps and P, so that P = 1 - eps also in exact arithmetic.
+    from scipy.optimize import minimize, root
+
+    from . import _mp_optima as mpo
+
+    e, beta = 0.25, 0.5
+    p = np.array([[0.5, 0.75, 0.625], [0.25, 0.5, 0.6875], [0.375, 0.3125, 0.5]])
+    ref = np.array([0.5, 0.25, 0.25])
+    pi = population_optimum(ref, p, beta, loss="robust", label_smoothing=e)
+    assert np.all(np.isfinite(pi)) and pi.min() > 0
+    # 1. the stationarity conditions solved by damped Newton in 60-digit mpmath (the robust
+    # phi' written from TRL's formula, tests/preference/_mp_optima.py)
+    want = mpo.policy("robust", {"label_smoothing": e}, ref, p, beta)
+    np.testing.assert_allclose(pi, want, rtol=1e-12)
+
+    # 2. BFGS on the population loss written here from TRL's per-pair robust loss
+    # ((1 - e) sp(-x) - e sp(x)) / (1 - 2 e), x = beta (g_w - g_l), W_ij = 2 ref_i ref_j P_ij
+    def loss(z):
+        g = np.append(z, 0.0) - np.log(np.sum(ref * np.exp(np.append(z, 0.0))))
+        x = beta * (g[:, None] - g[None, :])
+        ell = ((1 - e) * np.logaddexp(0, -x) - e * np.logaddexp(0, x)) / (1 - 2 * e)
+        w = 2 * np.outer(ref, ref) * p
+        np.fill_diagonal(w, 0.0)
+        return float(np.sum(w * ell))
+
+    def grad(z):  # d loss / d g_k for g = (z, 0) (the loss is shift-invariant in g)
+        g = np.append(z, 0.0)
+        x = beta * (g[:, None] - g[None, :])
+        d = (-(1 - e) / (1 + np.exp(x)) - e / (1 + np.exp(-x))) / (1 - 2 * e)  # ell'(x)
+        w = 2 * np.outer(ref, ref) * p
+        np.fill_diagonal(w, 0.0)
+        return (beta * (np.sum(w * d, axis=1) - np.sum(w.T * d.T, axis=1)))[:-1]
+
+    res = minimize(loss, np.zeros(2), jac=grad, method="BFGS", options={"gtol": 1e-14})
+    z = root(grad, res.x, method="hybr", options={"xtol": 1e-15}).x  # polished
+    t = ref * np.exp(np.append(z, 0.0))
+    np.testing.assert_allclose(pi, t / t.sum(), rtol=1e-11)
+    assert loss(np.log(pi[:2] / ref[:2]) - np.log(pi[2] / ref[2])) <= res.fun + 1e-15
+    # the same at the lower end (the pair read the other way round)
+    pi_t = population_optimum(
+        ref[[1, 0, 2]], p[np.ix_([1, 0, 2], [1, 0, 2])], beta, loss="robust", label_smoothing=e
+    )
+    np.testing.assert_allclose(pi_t, pi[[1, 0, 2]], rtol=1e-12)
+    # one pair only, at the edge: no finite minimiser; the limit, as DPO's deterministic one
+    two = population_optimum(
+        [0.5, 0.5], [[0.5, 0.75], [0.25, 0.5]], 1.0, loss="robust", label_smoothing=e
+    )
+    np.testing.assert_array_equal(two, [1.0, 0.0])
+    # beyond the edge by one rounding: unbounded below, refused
+    up = np.nextafter(0.75, 1.0)
+    with pytest.raises(ValueError, match="unbounded below"):
+        population_optimum(
+            [0.5, 0.5], [[0.5, up], [1 - up, 0.5]], 1.0, loss="robust", label_smoothing=e
+        )
+
+
 # ---------------------------------------------------------------------------
 # where each loss lands: Bradley-Terry, non-BT, deterministic, offline support
 # ---------------------------------------------------------------------------

@@ -26,20 +26,24 @@ from klpolicy.preference import (
 )
 
 
-def _trl_score(name, l, alpha=None, clamp=None):
+def _trl_score(name, l, alpha=None, clamp=None, version="1.16.0"):
+    """TRL's scores, transcribed from dpo_trainer.py: TRL 1.16.0 lines 1353-1381 (and every
+    release from 1.10.0) keep the constants; TRL 1.9.2 lines 1400-1428 (0.29.0-1.9.2) drop
+    them."""
+    new = version == "1.16.0"
     if name == "reverse_kl":
         return l
     if name == "forward_kl":
-        return -np.exp(-l)
+        return 1 - np.exp(-l) if new else -np.exp(-l)
     if name == "js_divergence":
-        return -np.logaddexp(0.0, -l)  # F.logsigmoid
+        return (math.log(2) if new else 0.0) - np.logaddexp(0.0, -l)  # F.logsigmoid
     if name == "alpha_divergence":
         if abs(alpha - 1.0) < 1e-6:
             return l
         t = (alpha - 1.0) * l
         if clamp is not None:
             t = np.minimum(t, clamp)
-        return np.exp(t) / (alpha - 1.0)
+        return ((np.exp(t) - 1.0) if new else np.exp(t)) / (alpha - 1.0)
     raise AssertionError(name)
 
 
@@ -54,16 +58,36 @@ TRL = [
 
 
 @pytest.mark.parametrize(("name", "alpha"), TRL)
-def test_scores_are_trls_and_c_times_f_prime(name, alpha):
+@pytest.mark.parametrize("version", ["1.16.0", "1.9.2"])
+def test_scores_are_trls_and_c_times_f_prime(name, alpha, version):
     l = np.linspace(-6, 6, 25)
-    got = f_divergence_score(l, name, alpha=alpha)
-    np.testing.assert_allclose(got, _trl_score(name, l, alpha), rtol=1e-14, atol=1e-300)
+    got = f_divergence_score(l, name, alpha=alpha, trl_version=version)
+    want = _trl_score(name, l, alpha, version=version)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
     key = {"js_divergence": "js", "alpha_divergence": "alpha"}.get(name, name)
     c = 2.0 if key == "js" else 1.0
     fp = DIVERGENCES[key].fprime(np.exp(l), alpha=alpha)
     shift = got - c * fp
     np.testing.assert_allclose(shift, shift[0], atol=1e-12)  # S = c f'(t) + constant
+    # TRL 1.10.0 and later: S = f'(t) of TRL's generators, the constant k of the fdpo table
+    k = {"reverse_kl": -1.0, "forward_kl": 1.0}.get(name, 0.0) if version == "1.16.0" else None
+    if k is not None and not (name == "alpha_divergence" and abs(alpha - 1) < 1e-6):
+        np.testing.assert_allclose(shift, k, atol=1e-12)
     assert f_divergence_score(np.float32(0.5), name, alpha=alpha).dtype == np.float32
+
+
+def test_the_version_is_parsed_and_checked():
+    l = np.array([0.3])
+    assert f_divergence_score(l, "forward_kl", trl_version="1.10.0")[0] == pytest.approx(
+        1 - math.exp(-0.3), rel=1e-15
+    )
+    for v in ("1.9.2", "0.29.1", "v1.0.0", "1.9.0.dev0"):
+        assert f_divergence_score(l, "forward_kl", trl_version=v)[0] == pytest.approx(
+            -math.exp(-0.3), rel=1e-15
+        )
+    for bad in ("latest", 1.16, None, "1"):
+        with pytest.raises(ValueError, match="`trl_version` must be a TRL release"):
+            f_divergence_score(l, "forward_kl", trl_version=bad)
 
 
 def test_the_alpha_clamp_is_trls():
@@ -74,8 +98,12 @@ def test_the_alpha_clamp_is_trls():
             np.testing.assert_allclose(got, _trl_score("alpha_divergence", l, a, c), rtol=1e-14)
     # a > 1: a ceiling above l = C/(a-1); a < 1: a floor below l = -C/(1-a)
     s = f_divergence_score([22.0, 23.0, 40.0], "alpha", alpha=1.5, alpha_clamp=11.0)
-    assert s[0] == s[1] == s[2] == pytest.approx(2 * math.exp(11.0), rel=1e-15)
+    assert s[0] == s[1] == s[2] == pytest.approx(2 * math.expm1(11.0), rel=1e-15)
     s = f_divergence_score([-22.0, -30.0], "alpha", alpha=0.5, alpha_clamp=11.0)
+    assert s[0] == s[1] == pytest.approx(-2 * math.expm1(11.0), rel=1e-15)
+    s = f_divergence_score(
+        [-22.0, -30.0], "alpha", alpha=0.5, alpha_clamp=11.0, trl_version="1.9.2"
+    )
     assert s[0] == s[1] == pytest.approx(-2 * math.exp(11.0), rel=1e-15)
 
 
@@ -240,7 +268,12 @@ def test_aot_unpaired_is_aot_pair():
         ({"divergence": "js_divergence", "alpha": 0.5}, "`alpha` applies only"),
         ({"divergence": "js_divergence", "alpha_clamp": 80}, "`alpha_clamp` applies only"),
         ({"divergence": "alpha", "alpha": 1.5, "alpha_clamp": -1}, "`alpha_clamp` must be"),
-        ({"divergence": "js", "loss": "nca_pair"}, "is not a function of score differences"),
+        ({"divergence": "js", "loss": "nca_pair"}, r"takes no f-divergence in TRL 1\.16\.0"),
+        (
+            {"divergence": "js", "loss": "nca_pair", "trl_version": "1.9.2"},
+            "is not a function of score differences",
+        ),
+        ({"divergence": "js", "trl_version": "newest"}, "`trl_version` must be a TRL release"),
         ({"divergence": "js", "loss": "chi_po"}, "`divergence` is fixed by `loss` 'chi_po'"),
     ],
 )

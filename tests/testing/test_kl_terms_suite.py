@@ -91,6 +91,45 @@ def test_float32_terms_are_judged_at_float32_resolution(dtype):
     assert r.residuals["on_policy"]["reverse_kl"] <= 1
 
 
+def _float32_inside(fn, clamp=False):
+    """fn as OpenRLHF/AReaL write it: the log-probabilities cast with .float() (optionally
+    OpenRLHF's clamp to [-10, 10], inactive on the report's draws)."""
+
+    def term(lp, olp, rlp):
+        out = fn(lp.float(), olp.float(), rlp.float())
+        return out.clamp(min=-10, max=10) if clamp else out
+
+    return term
+
+
+@pytest.mark.parametrize("clamp", [False, True])
+@pytest.mark.parametrize("how", ["inside", "dtype"])
+def test_float32_terms_estimate_and_train_to_what_float64_ones_do(how, clamp):
+    # the means of k1 and k3 are the KL (> 0 at every draw) also when the term computes in
+    # float32: not "zero" (the mean's tolerance counted float32's rounding twice); and the
+    # fixed points are found to float32's resolution: k2's is pi* (closed form), k3's the
+    # forward-KL optimum (estimators.fixed_point, float64), as for the float64 terms
+    from klpolicy import optimal_policy
+
+    def report(fn):
+        if how == "inside":
+            return kl_term_report(_float32_inside(fn, clamp))
+        if clamp:
+            return kl_term_report(
+                lambda lp, olp, rlp: fn(lp, olp, rlp).clamp(-10, 10), dtype="float32"
+            )
+        return kl_term_report(fn, dtype="float32")
+
+    r1, r2, r3 = report(k1), report(k2), report(k3)
+    assert (r1.dtype, r2.dtype, r3.dtype) == ("float32",) * 3
+    assert (r1.mean, r2.mean, r3.mean) == ("reverse_kl", None, "reverse_kl")
+    assert "estimates:  reverse_kl" in str(r3) and "estimates:  none of the divergences" in str(r2)
+    assert r1.fixed_point is None  # k1 in the loss: no gradient on-policy, greedy
+    np.testing.assert_allclose(r2.fixed_point, optimal_policy(r2.ref, r2.reward, 0.5), atol=1e-6)
+    want = E.fixed_point(r3.ref, r3.reward, 0.5, estimator="k3", placement="loss")
+    np.testing.assert_allclose(r3.fixed_point, want, atol=1e-6)
+
+
 def test_bfloat16_is_no_verdict():
     # bfloat16 rounding is larger than the differences between divergences: unresolved
     r = kl_term_report(k3, dtype="bfloat16")
