@@ -91,7 +91,7 @@ def test_expected_distinct_against_mpmath():
         ref, _, _ = _case(rng)
         k = int(rng.choice([1, 2, 7, 1000, 10**12]))
         with mp.workdps(R.DPS):
-            want = mp.fsum(1 - (1 - p) ** k for p in R._norm(ref))
+            want = mp.fsum(1 - (1 - p) ** k for p in R.normalise(ref))
         assert float(expected_distinct(ref, k)) == pytest.approx(float(want), rel=1e-13)
 
 

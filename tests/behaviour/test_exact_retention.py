@@ -22,7 +22,7 @@ from .. import _mpref as R
 
 def _mp_drop(ref, s, lam):
     with mp.workdps(R.DPS):
-        q = R._norm(ref)
+        q = R.normalise(ref)
         sv = [mp.mpf(float(v)) for v in s]
         base = mp.fsum(a * b for a, b in zip(q, sv))
         if lam == 0:
@@ -73,7 +73,7 @@ def test_retention_slope_at_the_extremes():
         ref, s = _case(rng)
         r = rng.normal(size=ref.size) * 10.0 ** rng.uniform(-100, 100)
         with mp.workdps(R.DPS):
-            q = R._norm(ref)
+            q = R.normalise(ref)
             rv = [mp.mpf(float(v)) for v in r]
             sv = [mp.mpf(float(v)) for v in s]
             mr = mp.fsum(a * b for a, b in zip(q, rv))

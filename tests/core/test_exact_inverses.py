@@ -162,7 +162,7 @@ def _mp_forward_kl_optimum(ref, rew, beta):
     bracket at most 700 wide: 5e-34 relative in u).
     """
     with mp.workdps(R.DPS):
-        q = R._norm(ref)
+        q = R.normalise(ref)
         r = [mp.mpf(float(v)) for v in rew]
         b = mp.mpf(float(beta))
         c = max(ri for qi, ri in zip(q, r) if qi > 0)
@@ -203,7 +203,7 @@ def _mp_ppo_clip_step(p_old, adv, clip, lr, epochs):
     rho >= 1 - clip), else 0; theta += lr p (g - E_p[g]).
     """
     with mp.workdps(R.DPS):
-        q = R._norm(p_old)
+        q = R.normalise(p_old)
         a = [mp.mpf(float(v)) for v in adv]
         sup = [x > 0 for x in q]
         theta = [mp.log(x) if s else None for x, s in zip(q, sup)]

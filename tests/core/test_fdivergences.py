@@ -53,7 +53,7 @@ def _mp_f(name, t, a=None):
 
 def _mp_divergence(p, q, name, a=None):
     with mp.workdps(R.DPS):
-        pn, qn = R._norm(p), R._norm(q)
+        pn, qn = R.normalise(p), R.normalise(q)
         t1, t2 = mp.mpf(10) ** 150, mp.mpf(10) ** 300
         slope, slope2 = _mp_f(name, t1, a) / t1, _mp_f(name, t2, a) / t2
         slope = mp.inf if slope2 > 1.5 * abs(slope) + 1 else slope2

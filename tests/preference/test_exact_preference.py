@@ -108,7 +108,7 @@ def test_ipo_optimum_at_the_extremes():
         p = bradley_terry(rng.uniform(-5, 5, n))
         tau = float(10.0 ** rng.uniform(-3, 3))
         with mp.workdps(R.DPS):
-            q = R._norm(ref)
+            q = R.normalise(ref)
             pref = [mp.fsum(q[j] * mp.mpf(float(p[i, j])) for j in range(n)) for i in range(n)]
         want = R.optimal_policy(ref, [float(x) for x in pref], tau)
         # p(y > mu) rounded to a float: eps / tau relative
@@ -119,7 +119,7 @@ def _mp_weights(ref, p, joint=None):
     """W_ij = (mu_ij + mu_ji) P_ij with mu = ref x ref (or the given joint), in mpmath."""
     n = len(ref)
     if joint is None:
-        q = R._norm(ref)
+        q = R.normalise(ref)
         mu = [[q[i] * q[j] for j in range(n)] for i in range(n)]
     else:
         mu = [[mp.mpf(float(joint[i][j])) for j in range(n)] for i in range(n)]
@@ -137,7 +137,7 @@ def test_population_dpo_loss_against_mpmath():
         beta = float(10.0 ** rng.uniform(-2, 2))
         with mp.workdps(R.DPS):
             w = _mp_weights(ref, p)
-            g = [mp.log(mp.mpf(float(a))) - mp.log(b) for a, b in zip(pi, R._norm(ref))]
+            g = [mp.log(mp.mpf(float(a))) - mp.log(b) for a, b in zip(pi, R.normalise(ref))]
             want = mp.fsum(
                 w[i][j] * mp.log1p(mp.exp(-beta * (g[i] - g[j])))
                 for i in range(n)
