@@ -11,6 +11,8 @@ Modules
 -------
 ``closed_form``
     pi*, the soft value, KL, cross-entropy, best-of-n and the tilt's moments at 400 digits.
+``divergences``
+    the f-divergences from their generators, f', its inverse and the f-regularised optimum.
 ``estimators``
     the per-sample estimators k1/k2/k3/abs and their exact moments, on and off policy.
 ``asserts``
@@ -35,6 +37,7 @@ from .closed_form import (
 )
 from .closed_form import _norm as normalise
 from .closed_form import _precise as precise
+from .divergences import f, f_divergence, f_optimum, f_ratio, fprime
 from .estimators import estimator_moments, k
 
 __all__ = [
@@ -46,6 +49,11 @@ __all__ = [
     "best_of_n_win_rate",
     "cross_entropy",
     "estimator_moments",
+    "f",
+    "f_divergence",
+    "f_optimum",
+    "f_ratio",
+    "fprime",
     "k",
     "kl",
     "normalise",

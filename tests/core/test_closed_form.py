@@ -106,11 +106,6 @@ CASES = {
 }
 
 
-def _rel_err(got, want):
-    want = np.asarray(want, dtype=float)
-    return np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
-
-
 @pytest.mark.parametrize(("case", "beta"), list(itertools.product(CASES, BETAS)))
 def test_optimal_policy_against_mpmath(case, beta):
     ref, r = CASES[case]
@@ -118,7 +113,7 @@ def test_optimal_policy_against_mpmath(case, beta):
     want = R.to_float(R.optimal_policy(ref, r, beta))
     assert np.all(np.isfinite(got))
     normal = want > 1e-290  # below that the float result is subnormal or zero
-    assert np.all(_rel_err(got[normal], want[normal]) < 2e-12), (got, want)
+    assert np.all(R.rel_err(got[normal], want[normal]) < 2e-12), (got, want)
     assert np.all(got[~normal] <= 1e-290)
     assert np.all(got[np.asarray(ref) == 0] == 0)
 
@@ -136,7 +131,7 @@ def test_a_mode_with_a_tiny_reference_entry_is_exact_to_the_ulp(tiny, beta):
             continue
         k = int(np.argmax(want))
         assert abs(got[k] - want[k]) <= 2 * np.finfo(float).eps * want[k], (got, want)
-        assert np.all(_rel_err(got, want) < 2e-12), (got, want)
+        assert np.all(R.rel_err(got, want) < 2e-12), (got, want)
 
 
 def _torch_policy(ref, r, beta):
