@@ -47,6 +47,6 @@ def assert_mp_close(got, want, *, rtol: float, atol: float = 0.0, what: str = ""
         i = int(np.argmax(err - bound))
         worst = err[i] / abs(w[fin][i]) if w[fin][i] else math.inf
         raise AssertionError(
-            f"{what}got {g[fin][i]!r}, want {w[fin][i]!r}: error {err[i]:.3g} "
+            f"{what}got {float(g[fin][i])!r}, want {float(w[fin][i])!r}: error {err[i]:.3g} "
             f"(relative {worst:.3g}) > rtol {rtol:g} * |want| + atol {atol:g}"
         )
