@@ -1,6 +1,6 @@
 """Calibration measures against mpmath.
 
-Recipes (400 digits, rows normalised as in tests/_mpref.py): the Brier score of a question
+Recipes (400 digits, rows normalised as in tests/_mpref/closed_form.py): the Brier score of a question
 is E_{a* ~ t} sum_a (pi(a) - 1[a = a*])^2 = sum_a (pi - t)^2 + 1 - sum_a t^2; along the
 tilt, pi = pi*_beta per question (R.optimal_policy) and the KL is weighted by the
 question weights.

@@ -1,6 +1,6 @@
 """Diversity figures of pi*_beta against mpmath.
 
-Recipes (tests/_mpref.py, 400 digits): pi = pi*_beta from its definition; H(pi) =
+Recipes (tests/_mpref/closed_form.py, 400 digits): pi = pi*_beta from its definition; H(pi) =
 -sum pi log pi; dH/dbeta = Cov_pi(log pi, r) / beta^2 (d E_pi[f] / d(1/beta) = Cov_pi(f, r)
 and dH/d(1/beta) = -Cov_pi(log pi, r)).
 """

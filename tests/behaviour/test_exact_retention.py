@@ -1,6 +1,6 @@
 """Retention figures against mpmath.
 
-Recipes (tests/_mpref.py, 400 digits): the worst case within a KL budget is the tilt of
+Recipes (tests/_mpref/closed_form.py, 400 digits): the worst case within a KL budget is the tilt of
 ref towards -score at the lambda spending the budget, so
 drop = E_ref[s] - E_{pi_lambda}[s] with pi_lambda = R.optimal_policy(ref, -s, lambda),
 evaluated at the float lambda the package uses (klpolicy.beta_for_kl, itself checked

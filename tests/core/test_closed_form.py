@@ -125,7 +125,7 @@ def test_a_mode_with_a_tiny_reference_entry_is_exact_to_the_ulp(tiny, beta):
     probability is a quotient, not exp of a log-ratio near 690 (which gave 1 - 2.4e-14
     where mpmath says 1 - 5e-135, numpy and torch alike)."""
     ref, r = [tiny, 1.0 - tiny], [1.0, 0.0]
-    want = R.to_float(R.optimal_policy(ref, r, beta))  # mpmath, tests/_mpref.py
+    want = R.to_float(R.optimal_policy(ref, r, beta))  # mpmath, tests/_mpref/closed_form.py
     for got in (kp.optimal_policy(ref, r, beta), _torch_policy(ref, r, beta)):
         if got is None:
             continue

@@ -1,4 +1,4 @@
-"""Divergences beyond the KL against mpmath (tests/_mpref.py: 400 digits, rows normalised)."""
+"""Divergences beyond the KL against mpmath (tests/_mpref/closed_form.py: 400 digits, rows normalised)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The package's inverses (beta from a KL budget, the trust-region step) against mpmath.
 
-Recipe (tests/_mpref.py): inputs are converted exactly to 400-digit mpmath numbers, the
+Recipe (tests/_mpref/closed_form.py): inputs are converted exactly to 400-digit mpmath numbers, the
 reference normalised there, and KL(pi*_beta || ref) evaluated from its definition
 sum pi log(pi / ref) with pi = ref exp(r / beta) / Z. A returned beta passes when the
 mpmath KL at it equals the target to 1e-10 relative, or, where the KL is so steep that no

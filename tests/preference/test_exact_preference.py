@@ -1,6 +1,6 @@
 """Population preference optima against mpmath, at the extremes.
 
-Recipes (tests/_mpref.py, 400 digits, the reference normalised there):
+Recipes (tests/_mpref/closed_form.py, 400 digits, the reference normalised there):
 * DPO with Bradley-Terry preferences P = expit(r_i - r_j): every pair's loss is minimised
   at beta (g_i - g_j) = r_i - r_j, so the optimum is pi*_beta = ref e^{r/beta} / Z
   (R.optimal_policy);
