@@ -18,6 +18,7 @@ array([0.88, 0.12])
 import sys as _sys
 
 from . import (
+    _moved,
     behaviour,
     best_of_n,
     control,
@@ -60,6 +61,8 @@ from .core import (
 for _module in (calibration, diversity, retention, overoptimization):
     _sys.modules[f"{__name__}.{_module.__name__.rsplit('.', 1)[-1]}"] = _module
 del _module, _sys
+# the module paths of the layout before the re-layout: one table, each with a warning
+_moved.install()
 
 __version__ = "0.1.0"
 

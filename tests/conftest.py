@@ -38,3 +38,20 @@ def _numpy_print_and_error_state():
     """
     with np.printoptions(**np.get_printoptions()), np.errstate(**np.geterr()):
         yield
+
+
+@pytest.fixture(autouse=True)
+def _mp_working_precision(request):
+    """mpmath's working precision for one test: 50 digits, or its ``mp_dps(n)`` marker.
+
+    Set here, for the test alone, so that no module's import changes another's references
+    (the references of ``tests/_mpref`` that need more digits take them themselves).
+    """
+    try:
+        import mpmath
+    except ImportError:  # the tests that need it import it and are skipped without it
+        yield
+        return
+    marker = request.node.get_closest_marker("mp_dps")
+    with mpmath.workdps(marker.args[0] if marker else 50):
+        yield

@@ -42,8 +42,14 @@ def _is_package(name: str) -> bool:
 
 
 def _part(name: str) -> str:
-    """The part a module belongs to: ``klpolicy.core._tilt`` -> ``core``."""
+    """The part a module belongs to: ``klpolicy.core._tilt`` -> ``core``.
+
+    The top level's own private file (``klpolicy._moved``, the table of moved paths) belongs
+    to the top level ``""``.
+    """
     parts = name.split(".")
+    if len(parts) == 2 and parts[1].startswith("_") and not _is_package(name):
+        return ""
     return parts[1] if len(parts) > 1 else ""
 
 

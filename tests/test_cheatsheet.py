@@ -154,12 +154,12 @@ def test_an_unstable_stationary_point_is_not_where_training_lands(make):
     }
 
 
+@pytest.mark.mp_dps(30)
 def test_the_logged_k1_is_kl_to_ref_minus_kl_to_pi(make):
     # recipe: mpmath at 30 digits; s_T is pi^(1/T) normalised, the logged k1 mean is
     # sum_y s(y) log(pi(y)/ref(y)); the page's T = 1.5 row
     import mpmath as mp
 
-    mp.mp.dps = 30
     ref = [mp.mpf(x) for x in ("0.4", "0.3", "0.2", "0.1")]
     r = [mp.mpf(x) for x in ("0", "0.5", "1", "2")]
     w = [q * mp.e ** (x / mp.mpf("0.5")) for q, x in zip(ref, r)]

@@ -31,19 +31,9 @@ OPTIONAL = {"torch", "matplotlib", "hypothesis"}
 
 
 def _public_modules() -> list[str]:
-    """Top-level public modules and subpackages of klpolicy (not private, not conftest)."""
-    names = [
-        m.name
-        for m in pkgutil.iter_modules(klpolicy.__path__)
-        if not m.name.startswith("_") and m.name != "conftest" and not _old_path(m.name)
-    ]
+    """Top-level public modules and subpackages of klpolicy (not private)."""
+    names = [m.name for m in pkgutil.iter_modules(klpolicy.__path__) if not m.name.startswith("_")]
     return sorted(names)
-
-
-def _old_path(name: str) -> bool:
-    """A module path of the old layout: its file makes the path the new module itself."""
-    path = Path(klpolicy.__path__[0]) / f"{name}.py"
-    return path.exists() and "sys.modules[__name__] = " in path.read_text(encoding="utf-8")
 
 
 def _import(name: str):
@@ -63,12 +53,7 @@ def _public_submodules(package) -> list:
     for m in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         if any(part.startswith("_") for part in m.name.split(".")[2:]):
             continue
-        if m.name.rsplit(".", 1)[-1] == "conftest":
-            continue
-        module = _import(m.name)
-        if module.__name__ != m.name:  # an old layout's path for a module documented at home
-            continue
-        out.append(module)
+        out.append(_import(m.name))
     return out
 
 

@@ -25,24 +25,14 @@ from klpolicy import kl_divergence, objective, optimal_kl, optimal_policy, soft_
 from klpolicy.best_of_n import best_of_n_kl, best_of_n_policy
 from klpolicy.core.divergences import entropy
 
-
-# mpmath recipe: mp.mp.dps = 50; pi*(y) = ref(y) exp(r(y)/beta) / sum(...) with every
-# float converted exactly by mp.mpf; H = -sum pi log pi; dH/dbeta by mp.diff.
-@pytest.fixture(autouse=True)
-def _mp_precision():
-    """mpmath at 50 digits inside each test only: never change the global precision."""
-    with mp.workdps(50):
-        yield
+from .. import _mpref as R
 
 
-def mp_tilt(ref, r, beta):
-    w = [mp.mpf(a) * mp.exp(mp.mpf(x) / beta) for a, x in zip(ref, r, strict=True)]
-    z = mp.fsum(w)
-    return [x / z for x in w]
-
-
+# mpmath recipe: pi*(y) = ref(y) exp(r(y)/beta) / sum(...) from tests/_mpref (every float
+# converted exactly by mp.mpf, 400 digits); H = -sum pi log pi; dH/dbeta by mp.diff at the
+# conftest's 50 digits.
 def mp_opt_entropy(ref, r, beta):
-    return -mp.fsum(x * mp.log(x) for x in mp_tilt(ref, r, mp.mpf(beta)) if x > 0)
+    return -mp.fsum(x * mp.log(x) for x in R.optimal_policy(ref, r, mp.mpf(beta)) if x > 0)
 
 
 # --- the decomposition and maximum-entropy RL ---------------------------------

@@ -1,6 +1,6 @@
 """Calibration measures against mpmath.
 
-Recipes (400 digits, rows normalised as in tests/_mpref.py): the Brier score of a question
+Recipes (400 digits, rows normalised as in tests/_mpref/closed_form.py): the Brier score of a question
 is E_{a* ~ t} sum_a (pi(a) - 1[a = a*])^2 = sum_a (pi - t)^2 + 1 - sum_a t^2; along the
 tilt, pi = pi*_beta per question (R.optimal_policy) and the KL is weighted by the
 question weights.
@@ -17,7 +17,7 @@ from .. import _mpref as R
 
 
 def _mp_brier_row(p, t):
-    pn, tn = R._norm(p), R._norm(t)
+    pn, tn = R.normalise(p), R.normalise(t)
     return mp.fsum((a - b) ** 2 for a, b in zip(pn, tn)) + 1 - mp.fsum(b * b for b in tn)
 
 
@@ -48,7 +48,7 @@ def test_brier_score_at_the_extremes():
             p = np.array([_row(rng, n) for _ in range(m)])
         w = _row(rng, m) if m > 1 else np.ones(1)
         with mp.workdps(R.DPS):
-            wn = R._norm(w)
+            wn = R.normalise(w)
             want = float(mp.fsum(a * _mp_brier_row(pr, tr) for a, pr, tr in zip(wn, p, t)))
         got = brier_score(p, t, weights=w)
         assert got == pytest.approx(want, rel=1e-12, abs=1e-300), (p.tolist(), t.tolist())
@@ -73,10 +73,10 @@ def test_calibration_curve_against_mpmath():
 
 def _mp_ece(p, t, w, bins):
     """sum_b |sum_{(j, a): pi(a|j) in ((b-1)/M, b/M]} w_j pi (t - pi)| at 400 digits."""
-    wn = R._norm(w)
+    wn = R.normalise(w)
     acc = [mp.mpf(0)] * bins
     for wj, pr, tr in zip(wn, p, t):
-        pn, tn = R._norm(pr), R._norm(tr)
+        pn, tn = R.normalise(pr), R.normalise(tr)
         for a, b in zip(pn, tn):
             if a == 0:
                 continue
@@ -85,7 +85,7 @@ def _mp_ece(p, t, w, bins):
     scale = mp.fsum(
         abs(wj * a * (b - a))
         for wj, pr, tr in zip(wn, p, t)
-        for a, b in zip(R._norm(pr), R._norm(tr))
+        for a, b in zip(R.normalise(pr), R.normalise(tr))
     )
     return mp.fsum(abs(x) for x in acc), scale
 
@@ -95,7 +95,7 @@ def _near_an_edge(p, bins):
         return any(  # only the interior edges b/M, 0 < b < M, split bins
             abs(a * bins - mp.nint(a * bins)) < mp.mpf(10) ** -9 and 0 < mp.nint(a * bins) < bins
             for row in p
-            for a in R._norm(row)
+            for a in R.normalise(row)
             if a > 0
         )
 

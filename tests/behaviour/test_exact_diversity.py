@@ -1,6 +1,6 @@
 """Diversity figures of pi*_beta against mpmath.
 
-Recipes (tests/_mpref.py, 400 digits): pi = pi*_beta from its definition; H(pi) =
+Recipes (tests/_mpref/closed_form.py, 400 digits): pi = pi*_beta from its definition; H(pi) =
 -sum pi log pi; dH/dbeta = Cov_pi(log pi, r) / beta^2 (d E_pi[f] / d(1/beta) = Cov_pi(f, r)
 and dH/d(1/beta) = -Cov_pi(log pi, r)).
 """
@@ -91,7 +91,7 @@ def test_expected_distinct_against_mpmath():
         ref, _, _ = _case(rng)
         k = int(rng.choice([1, 2, 7, 1000, 10**12]))
         with mp.workdps(R.DPS):
-            want = mp.fsum(1 - (1 - p) ** k for p in R._norm(ref))
+            want = mp.fsum(1 - (1 - p) ** k for p in R.normalise(ref))
         assert float(expected_distinct(ref, k)) == pytest.approx(float(want), rel=1e-13)
 
 

@@ -1,6 +1,6 @@
 """Retention figures against mpmath.
 
-Recipes (tests/_mpref.py, 400 digits): the worst case within a KL budget is the tilt of
+Recipes (tests/_mpref/closed_form.py, 400 digits): the worst case within a KL budget is the tilt of
 ref towards -score at the lambda spending the budget, so
 drop = E_ref[s] - E_{pi_lambda}[s] with pi_lambda = R.optimal_policy(ref, -s, lambda),
 evaluated at the float lambda the package uses (klpolicy.beta_for_kl, itself checked
@@ -22,7 +22,7 @@ from .. import _mpref as R
 
 def _mp_drop(ref, s, lam):
     with mp.workdps(R.DPS):
-        q = R._norm(ref)
+        q = R.normalise(ref)
         sv = [mp.mpf(float(v)) for v in s]
         base = mp.fsum(a * b for a, b in zip(q, sv))
         if lam == 0:
@@ -73,7 +73,7 @@ def test_retention_slope_at_the_extremes():
         ref, s = _case(rng)
         r = rng.normal(size=ref.size) * 10.0 ** rng.uniform(-100, 100)
         with mp.workdps(R.DPS):
-            q = R._norm(ref)
+            q = R.normalise(ref)
             rv = [mp.mpf(float(v)) for v in r]
             sv = [mp.mpf(float(v)) for v in s]
             mr = mp.fsum(a * b for a, b in zip(q, rv))

@@ -15,13 +15,6 @@ from klpolicy import max_kl, optimal_kl, optimal_policy
 # mpmath recipes are in comments next to the tests that use them (dps 50).
 
 
-@pytest.fixture(autouse=True)
-def _mp_precision():
-    """mpmath at 50 digits inside each test only: never change the global precision."""
-    with mp.workdps(50):
-        yield
-
-
 # --- capability retention ---------------------------------------------------------
 
 

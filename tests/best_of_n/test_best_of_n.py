@@ -79,12 +79,6 @@ def mp_kl(ref, reward, n):
     return mp.fsum(p * mp.log(p / qg) for p, qg in zip(P, q, strict=True) if p > 0)
 
 
-@pytest.fixture(autouse=True)
-def _mp_precision():
-    with mp.workdps(50):
-        yield
-
-
 # ---------------------------------------------------------------- hand-computed cases
 
 

@@ -1,6 +1,6 @@
 """Best-of-n's exact law against mpmath, at the extremes.
 
-Recipe (tests/_mpref.py): the reference is normalised in 400 digits; reward level g
+Recipe (tests/_mpref/closed_form.py): the reference is normalised in 400 digits; reward level g
 (ties grouped) has mass q_g and mass strictly below F_g-; best-of-n puts
 F_g^n - F_g-^n on g, split within the level as the reference; the KL, expected reward
 and win rate (P(beats a reference draw) + half the ties) follow from their definitions.

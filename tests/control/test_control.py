@@ -375,9 +375,8 @@ def test_simulate_does_not_modify_the_controller():
 
 
 def test_kl_elasticity_against_mpmath():
-    # recipe: mp.dps = 50; KL(b) = sum pi log(pi/ref) with pi = ref e^{r/b}/Z;
+    # recipe: 50 digits (the conftest fixture); KL(b) = sum pi log(pi/ref) with pi = ref e^{r/b}/Z;
     # eta = -d log KL / d log b by mp.diff at s = log b
-    mp.mp.dps = 50
     ref = [mp.mpf(1) / 2, mp.mpf(3) / 10, mp.mpf(1) / 5]
     rew = [mp.mpf(1), mp.mpf(0), mp.mpf(1) / 2]
 

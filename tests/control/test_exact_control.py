@@ -1,6 +1,6 @@
 """Control's analytic figures against mpmath.
 
-Recipe (tests/_mpref.py): pi*_beta in 400 digits; kl_elasticity = -d log KL / d log beta
+Recipe (tests/_mpref/closed_form.py): pi*_beta in 400 digits; kl_elasticity = -d log KL / d log beta
 = Var_pi(r) / (beta^2 KL(pi || ref)), from R.tilt_moments and R.optimal_kl.
 """
 

@@ -8,7 +8,7 @@ The ``xb`` fixture runs each test on three backends:
   on float64 tensors / JAX arrays, which dispatch to the same kernel.
 
 Backends whose library is not installed are skipped. The numpy core itself is
-checked against mpmath in tests/core/test_closed_form.py (recipe in tests/_mpref.py);
+checked against mpmath in tests/core/test_closed_form.py (recipe in tests/_mpref/closed_form.py);
 here every backend must equal it to 1e-12 relative on those cases and on extreme
 draws (beta 0, 1e-310 .. 1e300, inf; ties; reference entries 1e-300 and 0;
 rewards 1e6 and 1e308). A few cases are also compared with mpmath directly.
@@ -152,7 +152,7 @@ def test_closed_form_equals_the_numpy_core_on_the_mpmath_cases(xb, case):
 @pytest.mark.parametrize("case", ["near_ties", "tiny_ref", "tiny_alternative", "large_rewards"])
 @pytest.mark.parametrize("beta", [1e-4, 1.0, 1e8])
 def test_closed_form_against_mpmath(xb, case, beta):
-    # recipe: tests/_mpref.py (400 digits, ref normalised exactly, formulas from the definition)
+    # recipe: tests/_mpref/closed_form.py (400 digits, ref normalised exactly, formulas from the definition)
     ref, r = CASES[case]
     q, w = xb.asarray(ref), xb.asarray(r)
     want = R.to_float(R.optimal_policy(ref, r, beta))
@@ -357,7 +357,7 @@ SMALL_VALUES = [
 @pytest.mark.parametrize(("ref", "r", "beta"), SMALL_VALUES)
 def test_small_soft_values_keep_their_relative_digits(xb, ref, r, beta):
     """V against mpmath to 1e-13 of ``|r_k| + |V - r_k| + E_pi|r - r_k|`` (k the mode of
-    pi*), its conditioning (tests/_mpref.py), not of the best reward: the numpy core's
+    pi*), its conditioning (tests/_mpref/closed_form.py), not of the best reward: the numpy core's
     fast and careful paths and the array-API kernel alike. pi and KL to 1e-12 relative."""
     if xb.name == "jax" and min(x for x in ref if x > 0) < np.finfo(float).tiny:
         pytest.skip("XLA on CPU flushes subnormal numbers to zero (docs/backends.md)")
@@ -393,7 +393,7 @@ def test_small_soft_values_keep_their_relative_digits(xb, ref, r, beta):
 def test_soft_value_is_exact_to_its_conditioning_on_drawn_rare_alternatives(tiny, gain, beta, base):
     """A rare alternative of reference mass ``tiny`` gaining ``gain`` beta in reward over the
     bulk: V - base ranges from ~tiny to ~gain beta. numpy core and float64 torch, against
-    mpmath, to 1e-13 of the conditioning scale (tests/_mpref.py)."""
+    mpmath, to 1e-13 of the conditioning scale (tests/_mpref/closed_form.py)."""
     ref = [tiny, 1.0 - tiny]
     r = [base + gain * beta, base]
     want = float(R.soft_value(ref, r, beta))

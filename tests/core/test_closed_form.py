@@ -106,11 +106,6 @@ CASES = {
 }
 
 
-def _rel_err(got, want):
-    want = np.asarray(want, dtype=float)
-    return np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
-
-
 @pytest.mark.parametrize(("case", "beta"), list(itertools.product(CASES, BETAS)))
 def test_optimal_policy_against_mpmath(case, beta):
     ref, r = CASES[case]
@@ -118,7 +113,7 @@ def test_optimal_policy_against_mpmath(case, beta):
     want = R.to_float(R.optimal_policy(ref, r, beta))
     assert np.all(np.isfinite(got))
     normal = want > 1e-290  # below that the float result is subnormal or zero
-    assert np.all(_rel_err(got[normal], want[normal]) < 2e-12), (got, want)
+    assert np.all(R.rel_err(got[normal], want[normal]) < 2e-12), (got, want)
     assert np.all(got[~normal] <= 1e-290)
     assert np.all(got[np.asarray(ref) == 0] == 0)
 
@@ -130,13 +125,13 @@ def test_a_mode_with_a_tiny_reference_entry_is_exact_to_the_ulp(tiny, beta):
     probability is a quotient, not exp of a log-ratio near 690 (which gave 1 - 2.4e-14
     where mpmath says 1 - 5e-135, numpy and torch alike)."""
     ref, r = [tiny, 1.0 - tiny], [1.0, 0.0]
-    want = R.to_float(R.optimal_policy(ref, r, beta))  # mpmath, tests/_mpref.py
+    want = R.to_float(R.optimal_policy(ref, r, beta))  # mpmath, tests/_mpref/closed_form.py
     for got in (kp.optimal_policy(ref, r, beta), _torch_policy(ref, r, beta)):
         if got is None:
             continue
         k = int(np.argmax(want))
         assert abs(got[k] - want[k]) <= 2 * np.finfo(float).eps * want[k], (got, want)
-        assert np.all(_rel_err(got, want) < 2e-12), (got, want)
+        assert np.all(R.rel_err(got, want) < 2e-12), (got, want)
 
 
 def _torch_policy(ref, r, beta):

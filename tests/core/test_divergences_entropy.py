@@ -11,16 +11,9 @@ from hypothesis import strategies as st
 from klpolicy.core.divergences import cross_entropy, effective_support, entropy, kl_divergence
 
 
-# mpmath recipe: mp.mp.dps = 50; each float entry x is converted exactly with
-# mp.mpf(x); H = -sum_{p>0} p log p and CE = -sum_{p>0} p log q, summed in mpmath
-# (no renormalisation: the functions use the entries as given).
-@pytest.fixture(autouse=True)
-def _mp_precision():
-    """mpmath at 50 digits inside each test only: never change the global precision."""
-    with mp.workdps(50):
-        yield
-
-
+# mpmath recipe: 50 digits (the conftest fixture); each float entry x is converted exactly
+# with mp.mpf(x); H = -sum_{p>0} p log p and CE = -sum_{p>0} p log q, summed in mpmath (no
+# renormalisation, unlike tests/_mpref's references: the functions use the entries as given).
 def mp_entropy(p):
     return -mp.fsum(mp.mpf(x) * mp.log(mp.mpf(x)) for x in p if x > 0)
 

@@ -1,6 +1,6 @@
 """The package's inverses (beta from a KL budget, the trust-region step) against mpmath.
 
-Recipe (tests/_mpref.py): inputs are converted exactly to 400-digit mpmath numbers, the
+Recipe (tests/_mpref/closed_form.py): inputs are converted exactly to 400-digit mpmath numbers, the
 reference normalised there, and KL(pi*_beta || ref) evaluated from its definition
 sum pi log(pi / ref) with pi = ref exp(r / beta) / Z. A returned beta passes when the
 mpmath KL at it equals the target to 1e-10 relative, or, where the KL is so steep that no
@@ -162,7 +162,7 @@ def _mp_forward_kl_optimum(ref, rew, beta):
     bracket at most 700 wide: 5e-34 relative in u).
     """
     with mp.workdps(R.DPS):
-        q = R._norm(ref)
+        q = R.normalise(ref)
         r = [mp.mpf(float(v)) for v in rew]
         b = mp.mpf(float(beta))
         c = max(ri for qi, ri in zip(q, r) if qi > 0)
@@ -203,7 +203,7 @@ def _mp_ppo_clip_step(p_old, adv, clip, lr, epochs):
     rho >= 1 - clip), else 0; theta += lr p (g - E_p[g]).
     """
     with mp.workdps(R.DPS):
-        q = R._norm(p_old)
+        q = R.normalise(p_old)
         a = [mp.mpf(float(v)) for v in adv]
         sup = [x > 0 for x in q]
         theta = [mp.log(x) if s else None for x, s in zip(q, sup)]

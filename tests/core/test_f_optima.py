@@ -1,6 +1,6 @@
 """f_optimal_policy, f_soft_value, f_frontier and beta_for_divergence against mpmath.
 
-mpmath recipe (``_mp_optimum``): inputs converted exactly, the reference normalised at
+mpmath recipe (``R.f_optimum``): inputs converted exactly, the reference normalised at
 80 digits; the density ratio ``t(s)`` of each row typed here from the issue's table
 (``(f')^{-1}``, clipped at 0, ``inf`` past ``f'(inf)``; chi2_kl through ``mp.lambertw``);
 the multiplier ``lambda`` found by 320 bisections of ``sum_y ref t((r - lambda)/beta) = 1``
@@ -21,67 +21,11 @@ import pytest
 import klpolicy as kp
 from klpolicy.core.fdivergences import DIVERGENCES
 
-from .test_fdivergences import _mp_divergence
+from .. import _mpref as R
 
 ROWS = [(n, None) for n in DIVERGENCES if n not in ("alpha", "tv")]
 ROWS += [("alpha", a) for a in (-1.5, -0.3, 0.0, 0.25, 0.5, 0.8, 1.0, 1.5, 2.0, 3.0)]
 IDS = [f"{n}" if a is None else f"alpha={a}" for n, a in ROWS]
-
-
-def _mp_ratio(name, s, a):
-    if name == "reverse_kl":
-        return mp.exp(s - 1)
-    if name == "forward_kl":
-        return -1 / s if s < 0 else mp.inf
-    if name == "chi2":
-        return max(mp.mpf(0), 1 + s / 2)
-    if name == "hellinger":
-        return 1 / (1 - s) ** 2 if s < 1 else mp.inf
-    if name == "js":
-        return mp.exp(2 * s) / (2 - mp.exp(2 * s)) if s < mp.log(2) / 2 else mp.inf
-    if name == "alpha":
-        a = mp.mpf(a)
-        if a == 1:
-            return mp.exp(s)
-        base = 1 + (a - 1) * s
-        if base <= 0:
-            return mp.mpf(0) if a > 1 else mp.inf
-        return base ** (1 / (a - 1))
-    if name == "chi2_kl":
-        return mp.re(mp.lambertw(mp.exp(s)))
-    if name == "reverse_chi2":
-        return 1 / mp.sqrt(1 - s) if s < 1 else mp.inf
-    raise AssertionError(name)
-
-
-def _mp_optimum(ref, reward, beta, name, a=None):
-    with mp.workdps(80):
-        q = [mp.mpf(float(x)) for x in ref]
-        tot = mp.fsum(q)
-        q = [x / tot for x in q]
-        r = [mp.mpf(float(x)) for x in reward]
-        b = mp.mpf(float(beta))
-        sup = [ri for qi, ri in zip(q, r) if qi > 0]
-        lo, hi = min(sup) - 100 * b - 10, max(sup) + 100 * b + 10
-
-        def total(lam):
-            return mp.fsum(
-                qi * _mp_ratio(name, (ri - lam) / b, a) for qi, ri in zip(q, r) if qi > 0
-            )
-
-        for _ in range(320):
-            mid = (lo + hi) / 2
-            if total(mid) > 1:
-                lo = mid
-            else:
-                hi = mid
-        lam = (lo + hi) / 2
-        pi = [
-            qi * _mp_ratio(name, (ri - lam) / b, a) if qi > 0 else mp.mpf(0) for qi, ri in zip(q, r)
-        ]
-        s = mp.fsum(pi)
-        pi = [x / s for x in pi]
-    return pi
 
 
 def _problem(rng):
@@ -100,12 +44,12 @@ def _against_mpmath(name, a, count, seed):
     rng = np.random.default_rng(seed + ROWS.index((name, a)))
     for _ in range(count):
         ref, reward, beta = _problem(rng)
-        want = _mp_optimum(ref, reward, beta, name, a)
+        want = R.f_optimum(ref, reward, beta, name, a)
         got = kp.f_optimal_policy(ref, reward, beta, divergence=name, alpha=a)
         for g, w in zip(got, want):
             err = abs(g - float(w))
             assert err <= 1e-12 * float(w) + 1e-300, (ref.tolist(), reward.tolist(), beta, g, w)
-        d_mp = _mp_divergence([float(w) for w in want], ref, name, a)
+        d_mp = R.f_divergence([float(w) for w in want], ref, name, a)
         d = kp.f_divergence(got, ref, name, alpha=a)
         assert abs(float(d) - float(d_mp)) <= 1e-12 * float(d_mp) + 1e-300
         with mp.workdps(80):

@@ -8,7 +8,7 @@ at ``dps = 50 + k * (the decimal exponent span of ref, reward and beta)`` digits
 of the best outcome on the support, ``t* = pi*(best) / ref(best)``, lies in
 ``[1, 1 / ref(best outcomes)]`` (at 1 every ratio is <= 1, at ``1/ref(best)`` the best
 outcomes alone sum to one); with ``s* = f'(t*)`` every outcome has
-``t_y = (f')^{-1}(s* - (r_best - r_y)/beta)``, clipped at 0 (``_mp_ratio``, typed from the
+``t_y = (f')^{-1}(s* - (r_best - r_y)/beta)``, clipped at 0 (``R.f_ratio``, typed from the
 issue's table), and ``sum_y ref_y t_y`` increases with ``t*``. ``log t*`` is found by
 400 bisections (``t*`` to ~1e-118 relative); then ``pi = ref t / sum``.
 This is the normalisation ``sum ref (f')^{-1}((r - lambda)/beta)_+ = 1`` solved for
@@ -35,8 +35,7 @@ import pytest
 import klpolicy as kp
 from klpolicy.core.fdivergences import DIVERGENCES
 
-from .test_f_optima import _mp_ratio
-from .test_fdivergences import _mp_divergence, _mp_f
+from .. import _mpref as R
 
 ROWS = [(n, None) for n in DIVERGENCES if n not in ("alpha", "tv")]
 ROWS += [
@@ -45,27 +44,6 @@ ROWS += [
 ]
 IDS = [f"{n}" if a is None else f"alpha={a}" for n, a in ROWS]
 EPS = np.finfo(np.float64).eps
-
-
-def _mp_fprime(name, t, a):
-    if name == "reverse_kl":
-        return mp.log(t) + 1
-    if name == "forward_kl":
-        return -1 / t
-    if name == "chi2":
-        return 2 * (t - 1)
-    if name == "hellinger":
-        return 1 - 1 / mp.sqrt(t)
-    if name == "js":
-        return (mp.log(t) - mp.log((1 + t) / 2)) / 2
-    if name == "alpha":
-        a = mp.mpf(a)
-        return mp.log(t) if a == 1 else (t ** (a - 1) - 1) / (a - 1)
-    if name == "chi2_kl":
-        return (t - 1) + mp.log(t) + 1
-    if name == "reverse_chi2":
-        return 1 - 1 / t**2
-    raise AssertionError(name)
 
 
 def _span(*arrays):
@@ -99,8 +77,8 @@ def _mp_solve(ref, reward, beta, name, a):
         q_best = mp.fsum(qi for qi, ri in zip(q, r) if qi > 0 and ri == top)
 
         def ratios(log_t):
-            s = _mp_fprime(name, mp.exp(log_t), a)
-            return s, [_mp_ratio(name, s - di, a) if qi > 0 else mp.mpf(0) for qi, di in zip(q, d)]
+            s = R.fprime(name, mp.exp(log_t), a)
+            return s, [R.f_ratio(name, s - di, a) if qi > 0 else mp.mpf(0) for qi, di in zip(q, d)]
 
         lo, hi = mp.mpf(0), -mp.log(q_best)
         if all(di == 0 for qi, di in zip(q, d) if qi > 0):  # equal rewards: pi = ref
@@ -126,8 +104,8 @@ def _mp_solve(ref, reward, beta, name, a):
                 continue
             s = s_best - di
             up, dn = (
-                _mp_ratio(name, s + h * (abs(s) + 1), a),
-                _mp_ratio(name, s - h * (abs(s) + 1), a),
+                R.f_ratio(name, s + h * (abs(s) + 1), a),
+                R.f_ratio(name, s - h * (abs(s) + 1), a),
             )
             dt.append(abs(up - dn) / (2 * h * (abs(s) + 1)) if mp.isfinite(up) else mp.inf)
         s_y = [s_best - di for di in d]
@@ -202,12 +180,12 @@ def _check_one(name, a, ref, reward, beta, dtype=np.float64):
         return
     # the divergence of the exact optimum, as float64, against the definition
     pf = np.array([float(x) for x in pi_mp])
-    d_mp = float(_mp_divergence(pf, ref, name, a))
+    d_mp = float(R.f_divergence(pf, ref, name, a))
     d = float(kp.f_divergence(pf, ref, name, alpha=a))
     assert d == d_mp or abs(d - d_mp) <= 1e-12 * abs(d_mp) + 1e-300, ("divergence", *ctx, d, d_mp)
     # the optimal value: E_pi r - beta D at the exact optimum
     with mp.workdps(_dps(ref, reward, beta, name, a)):
-        d_ex = _mp_divergence(pi_mp, ref, name, a)
+        d_ex = R.f_divergence(pi_mp, ref, name, a)
         er = mp.fsum(w * mp.mpf(float(x)) for w, x in zip(pi_mp, reward))
         v_mp = er - mp.mpf(beta) * d_ex
     v = float(kp.f_soft_value(ref, reward, beta, divergence=name, alpha=a))
@@ -340,7 +318,7 @@ def test_extreme_regressions_against_mpmath(name, a, ref, reward, beta, want):
 
 
 def test_divergence_regressions_against_mpmath():
-    # values from tests/core/test_fdivergences.py::_mp_divergence (400 digits)
+    # values from tests/core/test_fdivergences.py::R.f_divergence (400 digits)
     # a subnormal q: p/q overflowed and the alpha generator gave inf - inf = NaN
     got = kp.f_divergence([1.0, 0.0], [1e-320, 1.0], "alpha", alpha=0.995)
     assert abs(got - 195.95600745389543757) <= 1e-12 * 195.956
@@ -663,11 +641,9 @@ HUGE_GAPS = [
 _HUGE_IDS = [f"{c[0]}{'' if c[1] is None else c[1]}-beta{c[4]:g}-{len(c[2])}" for c in HUGE_GAPS]
 
 
-def _close(got, want, rtol=1e-10):
-    """Within rtol relative, or one subnormal step (float64's resolution there)."""
-    if want == math.inf:
-        return got == math.inf
-    return abs(got - want) <= rtol * abs(want) + 5e-324
+def _close(got, want, ctx):
+    """Within 1e-10 relative, or one subnormal step (float64's resolution there)."""
+    R.assert_mp_close(got, want, rtol=1e-10, atol=5e-324, what=f"{ctx}: ")
 
 
 @pytest.mark.parametrize(
@@ -689,13 +665,13 @@ def test_huge_reward_gaps_against_mpmath(name, a, ref, reward, beta, pi, v, d):
             else:
                 fr = kp.f_frontier(q, r, [beta], divergence=name, alpha=a)
         ctx = (name, a, perm, got.tolist())
-        assert all(_close(g, w) for g, w in zip(got, want[perm])), ctx
+        _close(got, want[perm], ctx)
         assert np.all(got[q == 0] == 0), ctx
         if k == 0:
-            assert _close(val, float(mp.mpf(v))), (*ctx, val, v)
+            _close(val, mp.mpf(v), ctx)
         else:
-            assert _close(float(fr.value[0]), float(mp.mpf(v))), ctx
-            assert _close(float(fr.divergence[0]), float(mp.mpf(d))), (*ctx, fr.divergence, d)
+            _close(fr.value[0], mp.mpf(v), ctx)
+            _close(fr.divergence[0], mp.mpf(d), ctx)
 
 
 @pytest.mark.parametrize(
@@ -759,15 +735,15 @@ def test_huge_reward_gap_sweep_against_mpmath(name, a):
                 pi_mp = _mp_solve(q, r, beta, name, a)[0]
                 with mp.workdps(_dps(q, r, beta, name, a)):
                     qs = [mp.mpf(x) for x in ref]
-                    d_mp = mp.fsum(y * _mp_f(name, x / y, a) for x, y in zip(pi_mp, qs))
+                    d_mp = mp.fsum(y * R.f(name, x / y, a) for x, y in zip(pi_mp, qs))
                     v_mp = mp.fsum(x * mp.mpf(y) for x, y in zip(pi_mp, reward)) - beta * d_mp
                 for perm in ([0, 1], [1, 0]):
                     fr = kp.f_frontier(q[perm], r[perm], [beta], divergence=name, alpha=a)
                     got = kp.f_optimal_policy(q[perm], r[perm], beta, divergence=name, alpha=a)
                     ctx = (name, a, beta, ref, reward, perm, got.tolist())
-                    assert all(_close(g, float(pi_mp[i])) for g, i in zip(got, perm)), ctx
-                    assert _close(float(fr.value[0]), float(v_mp)), (*ctx, fr.value)
-                    assert _close(float(fr.divergence[0]), float(d_mp)), (*ctx, fr.divergence)
+                    _close(got, [pi_mp[i] for i in perm], ctx)
+                    _close(fr.value[0], v_mp, ctx)
+                    _close(fr.divergence[0], d_mp, ctx)
 
 
 # f'(0) finite (chi2, alpha > 1) with the best outcome's reference entry near 1e-300 or
@@ -803,7 +779,7 @@ def test_huge_heights_against_mpmath_kkt(name, a, ref, reward, beta):
     # have f(0) finite: the summands of float64's pi are exact to rounding)
     with mp.workdps(60):
         pm = _mp_kkt(ref, reward, beta, name, a)
-        d_ex = _mp_divergence(pm, ref, name, a)
+        d_ex = R.f_divergence(pm, ref, name, a)
         er = mp.fsum(w * mp.mpf(x) for w, x in zip(pm, reward))
         v_mp = float(er - mp.mpf(beta) * d_ex)
     v = float(kp.f_soft_value(ref, reward, beta, divergence=name, alpha=a))

@@ -2,7 +2,7 @@
 
 Rows are routed per row (klpolicy.core._tilt._fast_ok): these tests build rows on
 both sides of every condition, check which path each row takes, and compare
-both paths with the 400-digit mpmath references of tests/_mpref.py (recipe
+both paths with the 400-digit mpmath references of tests/_mpref/closed_form.py (recipe
 there). Small block sizes (monkeypatched) make every row its own block, so that
 the block-wise validation and routing are exercised on small arrays.
 """

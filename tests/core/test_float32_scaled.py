@@ -3,7 +3,7 @@ range while their exponentials do not: the fast path scales the exponentials by 
 power of two (klpolicy.core._tilt._pow2) and keeps them in float32, where they were
 computed in float64 and rounded once.
 
-The exact answers are the 400-digit mpmath references of tests/_mpref.py (recipe there),
+The exact answers are the 400-digit mpmath references of tests/_mpref/closed_form.py (recipe there),
 at the float32 inputs and at the float32 ``beta`` the kernel uses. The float32 one-exp
 result carries three roundings of its exponent ``z = (r - max r) / beta`` (the
 difference, the product with ``1 / beta`` and that reciprocal), ``|z|`` half-ulps each,

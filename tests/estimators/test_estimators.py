@@ -1,8 +1,9 @@
 """Tests for klpolicy.estimators: values, exact moments, Schulman's table, gradients, fixed points.
 
-Reference values come from mpmath at 50 digits (mp.mp.dps = 50): the per-sample
-formulas are evaluated directly on the exact log-ratio, and moments are brute-force
-sums over the outcomes; the recipe sits next to each test.
+Reference values come from mpmath (tests/_mpref: 50 digits, set by the conftest fixture,
+rows normalised in mpmath): the per-sample formulas are evaluated directly on the exact
+log-ratio, and moments are brute-force sums over the outcomes; the recipe sits next to
+each test.
 """
 
 import math
@@ -18,52 +19,9 @@ from hypothesis import strategies as st
 import klpolicy
 from klpolicy import estimators as E
 
-mp.mp.dps = 50
+from .. import _mpref as R
+
 NAMES = ("k1", "k2", "k3", "abs")
-
-
-def _mp_k(name, ell):
-    """The estimator at an mpmath log-ratio ell = log p - log q."""
-    if name == "k1":
-        return ell
-    if name == "k2":
-        return ell**2 / 2
-    if name == "k3":
-        return mp.exp(-ell) - 1 + ell
-    return abs(ell)
-
-
-def _mp_moments(p, q, name, weights=None, sampler=None):
-    """Brute force: mean and variance of w(x) k(x) under x ~ sampler (default p)."""
-    # inputs are normalised in mpmath first, as klpolicy treats rows summing to 1 +- ulps
-    p, q = _mp_normalise(p), _mp_normalise(q)
-    sampler = p if sampler is None else _mp_normalise(sampler)
-    vals = []
-    for i in range(len(p)):
-        if sampler[i] == 0:
-            continue
-        ell = mp.log(p[i]) - mp.log(q[i])
-        w = 1 if weights is None else p[i] / sampler[i]
-        vals.append((sampler[i], w * _mp_k(name, ell)))
-    mean = sum(a * b for a, b in vals)
-    var = sum(a * (b - mean) ** 2 for a, b in vals)
-    return mean, var
-
-
-def _mp_normalise(x):
-    x = [mp.mpf(float(v)) for v in x]
-    total = sum(x)
-    return [v / total for v in x]
-
-
-def _mp_kl(p, q):
-    p, q = _mp_normalise(p), _mp_normalise(q)
-    return sum(a * (mp.log(a) - mp.log(b)) for a, b in zip(p, q, strict=True) if a > 0)
-
-
-def _close(x, ref, rtol=1e-12, atol=0.0):
-    ref = float(ref)
-    assert abs(float(x) - ref) <= rtol * abs(ref) + atol, (float(x), ref)
 
 
 # ---------------------------------------------------------------------------
@@ -81,7 +39,7 @@ def test_per_sample_against_mpmath(name, p, q):
     # mpmath: ell = log(p) - log(q) at 50 digits, then the defining formula
     ell = mp.log(mp.mpf(p)) - mp.log(mp.mpf(q))
     got = FUNCS[name](math.log(p), math.log(q))
-    _close(got, _mp_k(name, ell), rtol=1e-13, atol=1e-300)
+    R.assert_mp_close(got, R.k(name, ell), rtol=1e-13, atol=1e-300)
 
 
 def test_hand_values():
@@ -101,12 +59,12 @@ def test_k3_exact_and_never_negative(logp, logq):
     x = mp.mpf(logq) - mp.mpf(logp)
     ref = sum(x**k / mp.factorial(k) for k in range(2, 40)) if abs(x) < 0.1 else mp.exp(x) - 1 - x
     assert got >= 0
-    _close(got, ref, rtol=1e-13, atol=1e-300)
+    R.assert_mp_close(got, ref, rtol=1e-13, atol=1e-300)
 
 
 def test_k3_near_zero_keeps_relative_precision():
     # exp(x) - 1 - x at x = 1e-9 is 5.0000000016666667e-19; the naive form gives 8.3e-17
-    _close(E.k3(-1e-9, 0.0), mp.mpf("5.000000001666666670833333e-19"), rtol=1e-15)
+    R.assert_mp_close(E.k3(-1e-9, 0.0), mp.mpf("5.000000001666666670833333e-19"), rtol=1e-15)
     assert E.k3(np.float32(-1e-4), np.float32(0.0)) > 0
     assert math.exp(1e-9) - 1 - 1e-9 > 100 * float(E.k3(-1e-9, 0.0))  # what we avoid
 
@@ -122,7 +80,7 @@ def test_dtypes_shapes_and_infinities():
         assert FUNCS[name](-1.0, -np.inf) == np.inf
     # k3 overflows to inf only where the true value exceeds the float range
     assert E.k3(-800.0, 0.0) == np.inf
-    _close(E.k3(-700.0, 0.0), mp.exp(700) - 1 - 700, rtol=1e-13)
+    R.assert_mp_close(E.k3(-700.0, 0.0), mp.exp(700) - 1 - 700, rtol=1e-13)
 
 
 def test_clipping_mirrors_verl_and_has_the_documented_effect():
@@ -131,7 +89,7 @@ def test_clipping_mirrors_verl_and_has_the_documented_effect():
     clipped = E.k3(lp, lq, clip=10.0, log_ratio_clip=20.0)
     assert clipped[0] == 10.0  # exp(20) - 1 - 20 is then clamped at 10
     assert clipped[1] == raw[1]
-    _close(E.k3(lp, lq, log_ratio_clip=20.0)[0], mp.exp(20) - 21, rtol=1e-15)
+    R.assert_mp_close(E.k3(lp, lq, log_ratio_clip=20.0)[0], mp.exp(20) - 21, rtol=1e-15)
     np.testing.assert_array_equal(E.k1([-5.0, 0.0], [0.0, -5.0], clip=2.0), [-2.0, 2.0])
 
 
@@ -146,7 +104,9 @@ def test_full_kl_matches_kl_divergence_and_mpmath(rng):
     got = E.full_kl(np.log(p), np.log(q))
     assert got.shape == (3, 2)
     np.testing.assert_allclose(got, klpolicy.kl_divergence(p, q), rtol=1e-13)
-    _close(E.full_kl(np.log(p[0, 0]), np.log(q[0, 0])), _mp_kl(p[0, 0], q[0, 0]), rtol=1e-13)
+    R.assert_mp_close(
+        E.full_kl(np.log(p[0, 0]), np.log(q[0, 0])), R.kl(p[0, 0], q[0, 0]), rtol=1e-13
+    )
     # axis, zeros and support
     np.testing.assert_allclose(E.full_kl(np.log(p[0]).T, np.log(q[0]).T, axis=0), got[0])
     with np.errstate(divide="ignore"):
@@ -172,19 +132,19 @@ PROBLEMS = [
 def test_moments_against_brute_force(name, p, q):
     # mpmath: sum_x p(x) k(x) and sum_x p(x) (k(x) - mean)^2 over the outcomes
     mean, var = E.moments(p, q, name)
-    ref_mean, ref_var = _mp_moments(p, q, name)
-    _close(mean, ref_mean, rtol=1e-12)
-    _close(var, ref_var, rtol=1e-9)
+    ref_mean, ref_var = R.estimator_moments(p, q, name)
+    R.assert_mp_close(mean, ref_mean, rtol=1e-12)
+    R.assert_mp_close(var, ref_var, rtol=1e-9)
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize(("p", "q"), PROBLEMS)
 def test_bias_against_brute_force(name, p, q):
     # mpmath: bias = sum p k - sum p log(p/q); at 50 digits the difference is exact
-    ref_mean, _ = _mp_moments(p, q, name)
-    ref = ref_mean - _mp_kl(p, q)
+    ref_mean, _ = R.estimator_moments(p, q, name)
+    ref = ref_mean - R.kl(p, q)
     got = E.bias(p, q, name)
-    _close(got, ref, rtol=1e-8, atol=1e-20)
+    R.assert_mp_close(got, ref, rtol=1e-8, atol=1e-20)
 
 
 def test_unbiasedness_of_k1_and_k3(rng):
@@ -197,7 +157,7 @@ def test_unbiasedness_of_k1_and_k3(rng):
             np.testing.assert_allclose(E.moments(p, q, name)[0], kl, rtol=1e-12)
         assert np.all(E.bias(p, q, "abs") >= 0)
     # k3 is biased by -q(p = 0) when q has mass outside p's support
-    _close(E.bias([0.7, 0.3, 0.0], [0.2, 0.3, 0.5], "k3"), -0.5, rtol=1e-15)
+    R.assert_mp_close(E.bias([0.7, 0.3, 0.0], [0.2, 0.3, 0.5], "k3"), -0.5, rtol=1e-15)
 
 
 def test_moments_batch_axis_and_infinite_kl():
@@ -219,8 +179,8 @@ def test_clipped_moments_and_bias():
     lr = [mp.log(mp.mpf(a) / b) for a, b in zip(p, q, strict=True)]
     ks = [min(mp.exp(-x) - 1 + x, 2) for x in lr]
     mean = p[0] * ks[0] + p[1] * ks[1]
-    _close(E.moments(p, q, "k3", clip=2.0)[0], mean)
-    _close(E.bias(p, q, "k3", clip=2.0), mean - _mp_kl(p, q), rtol=1e-12)
+    R.assert_mp_close(E.moments(p, q, "k3", clip=2.0)[0], mean, rtol=1e-12)
+    R.assert_mp_close(E.bias(p, q, "k3", clip=2.0), mean - R.kl(p, q), rtol=1e-12)
     assert E.bias(p, q, "k3", clip=2.0) < 0
 
 
@@ -251,22 +211,26 @@ def test_off_policy_against_brute_force(name, weighted):
     # mpmath: E_mu[w k] and Var_mu[w k], w = p/mu (or 1), summed over the outcomes
     p, q, mu = [0.5, 0.3, 0.2], [0.2, 0.2, 0.6], [0.3, 0.3, 0.4]
     mean, var = E.off_policy_moments(p, q, mu, name, weighted=weighted)
-    ref_mean, ref_var = _mp_moments(p, q, name, weights=weighted or None, sampler=mu)
-    _close(mean, ref_mean)
-    _close(var, ref_var, rtol=1e-11)
-    bias_ref = ref_mean - _mp_kl(p, q)
-    _close(E.off_policy_bias(p, q, mu, name, weighted=weighted), bias_ref, 1e-11, atol=1e-30)
+    ref_mean, ref_var = R.estimator_moments(p, q, name, weighted=bool(weighted), sampler=mu)
+    R.assert_mp_close(mean, ref_mean, rtol=1e-12)
+    R.assert_mp_close(var, ref_var, rtol=1e-11)
+    bias_ref = ref_mean - R.kl(p, q)
+    R.assert_mp_close(
+        E.off_policy_bias(p, q, mu, name, weighted=weighted), bias_ref, rtol=1e-11, atol=1e-30
+    )
 
 
 def test_off_policy_identities(rng):
     for _ in range(20):
         p, q, mu = rng.dirichlet(np.ones(5), size=3)
         for name in ("k1", "k3"):
-            _close(E.off_policy_bias(p, q, mu, name), 0.0, atol=1e-15)
+            R.assert_mp_close(E.off_policy_bias(p, q, mu, name), 0.0, rtol=1e-12, atol=1e-15)
         # unweighted k1: KL(mu||q) - KL(mu||p) - KL(p||q)
         kl = klpolicy.kl_divergence
         ident = kl(mu, q) - kl(mu, p) - kl(p, q)
-        _close(E.off_policy_bias(p, q, mu, "k1", weighted=False), ident, atol=1e-13)
+        R.assert_mp_close(
+            E.off_policy_bias(p, q, mu, "k1", weighted=False), ident, rtol=1e-12, atol=1e-13
+        )
     # mu == p: the on-policy moments
     p, q = [0.6, 0.4], [0.5, 0.5]
     for name in NAMES:
@@ -297,8 +261,8 @@ def test_gaussian_closed_forms_match_fine_discretisation(mu, name):
     mean, var = E.moments(p, q, name)
     cmean, cvar = E.gaussian_moments(mu, name)
     rtol = 1e-4 if name == "abs" else 1e-9
-    _close(mean, cmean, rtol=rtol)
-    _close(var, cvar, rtol=10 * rtol)
+    R.assert_mp_close(mean, cmean, rtol=rtol)
+    R.assert_mp_close(var, cvar, rtol=10 * rtol)
 
 
 @pytest.mark.slow
@@ -307,13 +271,13 @@ def test_gaussian_closed_forms_against_mpmath_quadrature():
     mu = mp.mpf(1)
     dens = lambda x: mp.exp(-((x - mu) ** 2) / 2) / mp.sqrt(2 * mp.pi)  # noqa: E731
     for name in NAMES:
-        f = lambda x, name=name: _mp_k(name, mu * x - mu**2 / 2)  # noqa: E731
+        f = lambda x, name=name: R.k(name, mu * x - mu**2 / 2)  # noqa: E731
         pts = [-mp.inf, mu / 2, mp.inf]  # split at the kink of |ell| (ell = 0 at x = mu/2)
         m = mp.quad(lambda x, f=f: dens(x) * f(x), pts)
         v = mp.quad(lambda x, f=f, m=m: dens(x) * (f(x) - m) ** 2, pts)
         cm, cv = E.gaussian_moments(1.0, name)
-        _close(cm, m, rtol=1e-13)
-        _close(cv, v, rtol=1e-13)
+        R.assert_mp_close(cm, m, rtol=1e-13)
+        R.assert_mp_close(cv, v, rtol=1e-13)
 
 
 def test_schulman_table_reproduced():
@@ -484,8 +448,8 @@ def test_k3_in_loss_fixed_point_against_mpmath():
     # 1/(2u) + 1/(2(u + 2)) = 1  <=>  u^2 + u - 1 = 0  <=>  u = (sqrt 5 - 1)/2
     u = (mp.sqrt(5) - 1) / 2
     pi = E.fixed_point([0.5, 0.5], [1.0, 0.0], 0.5, estimator="k3", placement="loss")
-    _close(pi[0], 1 / (2 * u), rtol=1e-15)
-    _close(pi[1], 1 / (2 * (u + 2)), rtol=1e-14)
+    R.assert_mp_close(pi[0], 1 / (2 * u), rtol=1e-15)
+    R.assert_mp_close(pi[1], 1 / (2 * (u + 2)), rtol=1e-14)
     # stationarity in closed form: pi_j (r_j - m) = beta (pi_j - ref_j)
     m = pi @ [1.0, 0.0]
     np.testing.assert_allclose(pi * ([1.0, 0.0] - m), 0.5 * (pi - 0.5), atol=1e-16)

@@ -54,7 +54,7 @@ def test_gaussian_moments_against_mpmath(name):
 def _mp_moments_pq(p, q, name):
     """E_p[k] and Var_p[k] of k(l), l = log(p_n / q_n) per outcome, normalised rows, 400 digits."""
     with mp.workdps(R.DPS):
-        pn, qn = R._norm(p), R._norm(q)
+        pn, qn = R.normalise(p), R.normalise(q)
         ks, ws = [], []
         for a, b in zip(pn, qn):
             if a == 0:
@@ -106,7 +106,7 @@ def test_off_policy_moments_against_mpmath(name, weighted):
             p = p / p.sum()
         mean, var = off_policy_moments(p, q, mu, name, weighted=weighted)
         with mp.workdps(R.DPS):
-            pn, qn, mn = R._norm(p), R._norm(q), R._norm(mu)
+            pn, qn, mn = R.normalise(p), R.normalise(q), R.normalise(mu)
             vals = []
             for a, b, m in zip(pn, qn, mn):
                 ell = mp.log(a / b)

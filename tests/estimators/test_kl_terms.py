@@ -19,7 +19,7 @@ import pytest
 import klpolicy.estimators as E
 from klpolicy import optimal_policy
 
-mp.mp.dps = 40
+pytestmark = pytest.mark.mp_dps(40)  # mpmath's working precision here (tests/conftest.py)
 
 # per-sample values k(l) of the estimators, in mpmath (l = log pi - log ref)
 _K = {

@@ -28,10 +28,9 @@ def test_registry_rows_agree_with_the_formulas():
     k = {n: E.ESTIMATORS[n].value(ell) for n in NAMES}
     np.testing.assert_allclose(k["k1"], ell, rtol=0)
     np.testing.assert_allclose(k["k2"], ell**2 / 2, rtol=1e-15)
-    # mpmath: exp(-l) - 1 + l at 50 digits
+    # mpmath: exp(-l) - 1 + l at 50 digits (the conftest fixture)
     import mpmath as mp
 
-    mp.mp.dps = 50
     ref = [float(mp.exp(-mp.mpf(x)) - 1 + mp.mpf(x)) for x in ell]
     np.testing.assert_allclose(k["k3"], ref, rtol=1e-14)
     np.testing.assert_allclose(k["abs"], np.abs(ell), rtol=0)

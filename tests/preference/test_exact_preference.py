@@ -1,6 +1,6 @@
 """Population preference optima against mpmath, at the extremes.
 
-Recipes (tests/_mpref.py, 400 digits, the reference normalised there):
+Recipes (tests/_mpref/closed_form.py, 400 digits, the reference normalised there):
 * DPO with Bradley-Terry preferences P = expit(r_i - r_j): every pair's loss is minimised
   at beta (g_i - g_j) = r_i - r_j, so the optimum is pi*_beta = ref e^{r/beta} / Z
   (R.optimal_policy);
@@ -28,11 +28,6 @@ def _ref(rng, n):
     return ref / ref.sum()
 
 
-def _close(got, want, rtol):
-    want = R.to_float(want) if not isinstance(want, np.ndarray) else want
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=0)
-
-
 @pytest.mark.parametrize(
     "ref, r, beta",
     [
@@ -43,7 +38,7 @@ def _close(got, want, rtol):
 )
 def test_dpo_optimum_issue_16_cases(ref, r, beta):
     got = dpo_optimum(ref, bradley_terry(r), beta)
-    _close(got, R.optimal_policy(ref, r, beta), rtol=1e-12)
+    R.assert_mp_close(got, R.optimal_policy(ref, r, beta), rtol=1e-12)
 
 
 def test_dpo_optimum_at_a_subnormal_beta():
@@ -51,10 +46,10 @@ def test_dpo_optimum_at_a_subnormal_beta():
     got = dpo_optimum([0.5, 0.5], [[0.5, 0.7], [0.3, 0.5]], 1e-310)
     assert got.tolist() == [1.0, 0.0]
     r = [float(np.log(0.7) - np.log(0.3)), 0.0]
-    _close(
+    R.assert_mp_close(
         dpo_optimum([0.5, 0.5], [[0.5, 0.7], [0.3, 0.5]], 0.5),
         R.optimal_policy([0.5, 0.5], r, 0.5),
-        1e-14,
+        rtol=1e-14,
     )
 
 
@@ -68,7 +63,7 @@ def test_dpo_optimum_bradley_terry_at_the_extremes():
         beta = float(10.0 ** rng.uniform(-3, 3))
         got = dpo_optimum(ref, bradley_terry(r), beta)
         rtol = 1e-13 + 1e-14 * float(np.max(np.abs(r))) / beta
-        _close(got, R.optimal_policy(ref, r, beta), rtol)
+        R.assert_mp_close(got, R.optimal_policy(ref, r, beta), rtol=rtol)
 
 
 def test_dpo_optimum_with_label_smoothing_is_stationary():
@@ -108,18 +103,18 @@ def test_ipo_optimum_at_the_extremes():
         p = bradley_terry(rng.uniform(-5, 5, n))
         tau = float(10.0 ** rng.uniform(-3, 3))
         with mp.workdps(R.DPS):
-            q = R._norm(ref)
+            q = R.normalise(ref)
             pref = [mp.fsum(q[j] * mp.mpf(float(p[i, j])) for j in range(n)) for i in range(n)]
         want = R.optimal_policy(ref, [float(x) for x in pref], tau)
         # p(y > mu) rounded to a float: eps / tau relative
-        _close(ipo_optimum(ref, p, tau), want, 1e-13 + 1e-15 / tau)
+        R.assert_mp_close(ipo_optimum(ref, p, tau), want, rtol=1e-13 + 1e-15 / tau)
 
 
 def _mp_weights(ref, p, joint=None):
     """W_ij = (mu_ij + mu_ji) P_ij with mu = ref x ref (or the given joint), in mpmath."""
     n = len(ref)
     if joint is None:
-        q = R._norm(ref)
+        q = R.normalise(ref)
         mu = [[q[i] * q[j] for j in range(n)] for i in range(n)]
     else:
         mu = [[mp.mpf(float(joint[i][j])) for j in range(n)] for i in range(n)]
@@ -137,7 +132,7 @@ def test_population_dpo_loss_against_mpmath():
         beta = float(10.0 ** rng.uniform(-2, 2))
         with mp.workdps(R.DPS):
             w = _mp_weights(ref, p)
-            g = [mp.log(mp.mpf(float(a))) - mp.log(b) for a, b in zip(pi, R._norm(ref))]
+            g = [mp.log(mp.mpf(float(a))) - mp.log(b) for a, b in zip(pi, R.normalise(ref))]
             want = mp.fsum(
                 w[i][j] * mp.log1p(mp.exp(-beta * (g[i] - g[j])))
                 for i in range(n)

@@ -160,13 +160,13 @@ def test_missing_lengths_are_refused():
         LOSSES["sigmoid_norm"].value(-1.0, -2.0, -1.0, -2.0, 1.0, lengths=[1.0, 2.0, 3.0])
 
 
+@pytest.mark.mp_dps(40)
 def test_population_optimum_against_mpmath_stationarity(rng):
     # reference: mpmath (40 digits) solves the stationarity of the population loss in the
     # free logits z_1..z_{n-1} (z_0 = 0), sum_ij W_ij sp(-beta (g_i/L_i - g_j/L_j)),
     # g = z - logsumexp(z) - log ref, by Newton (mp.findroot) from the BFGS minimiser
     import mpmath as mp
 
-    mp.mp.dps = 40
     ref = np.array([0.125, 0.25, 0.0625, 0.5625])
     r = np.array([0.5, -1.25, 2.0, 0.0])
     lengths = np.array([3.0, 11.0, 5.0, 2.0])

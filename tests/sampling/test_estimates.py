@@ -19,10 +19,7 @@ from klpolicy.sampling import (
 )
 from klpolicy.sequences import per_token_kl, sequence_kl_moments
 
-
-def _mp_k(name, lp, lq):
-    d = lp - lq
-    return {"k1": d, "k2": d * d / 2, "k3": mp.exp(-d) - 1 + d, "abs": abs(d)}[name]
+from .. import _mpref as R
 
 
 def _mp_corrected(pi, ref, s, name, correction, C):
@@ -46,7 +43,7 @@ def _mp_corrected(pi, ref, s, name, correction, C):
             if c == 0:
                 v = mp.mpf(0)
             else:
-                v = c * _mp_k(name, mp.log(p), mp.log(q))
+                v = c * R.k(name, mp.log(p) - mp.log(q))
             vals.append(v)
             ws.append(w)
         mean = mp.fsum(w * v for w, v in zip(ws, vals))
@@ -183,10 +180,10 @@ def test_logged_kl_moments_by_enumeration(name):
             for t in range(3):
                 pre = y[:t]
                 w *= mp.mpf(float(s[t][pre][y[t]]))
-                tot += _mp_k(
+                tot += R.k(
                     name,
-                    mp.log(mp.mpf(float(pi[t][pre][y[t]]))),
-                    mp.log(mp.mpf(float(ref[t][pre][y[t]]))),
+                    mp.log(mp.mpf(float(pi[t][pre][y[t]])))
+                    - mp.log(mp.mpf(float(ref[t][pre][y[t]]))),
                 )
             if w > 0:
                 vals.append(tot)

@@ -157,8 +157,8 @@ def _mp_sequence_moments(pol, ref, estimator):
         for y in itertools.product(range(V), repeat=T):
             pr, tot = mp.mpf(1), mp.mpf(0)
             for t in range(T):
-                a = R._norm(pol[t][y[:t]])[y[t]]
-                b = R._norm(ref[t][y[:t]])[y[t]]
+                a = R.normalise(pol[t][y[:t]])[y[t]]
+                b = R.normalise(ref[t][y[:t]])[y[t]]
                 pr *= a
                 if a == 0:
                     break

@@ -104,8 +104,7 @@ def test_soft_value_against_mpmath_with_large_rewards_and_small_beta():
     # Recipe: mp.mp.dps = 50; V0 = beta * log(sum_y ref(y) exp(R(y)/beta)) over the 9 leaves.
     ref = [np.array([0.3, 0.5, 0.2]), np.array([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0], [1 / 3] * 3])]
     reward = np.array([[800.0, 799.5, -3.0], [801.0, 100.0, 900.0], [0.0, 1.0, 2.0]])
-    beta = 0.05
-    mp.mp.dps = 50
+    beta = 0.05  # mpmath at 50 digits: the conftest fixture
     j = joint(ref)
     total = mp.fsum(
         mp.mpf(float(j[i, k])) * mp.exp(mp.mpf(float(reward[i, k])) / mp.mpf(beta))
@@ -195,8 +194,7 @@ def test_per_token_kl_of_a_tiny_but_positive_policy_entry():
     # p = 1e-200 against q = 0.5: the term is 1e-200 log(2e-200) - the exact KL by mpmath
     # Recipe: mp.dps = 50; sum p_i log(p_i / q_i) with p = (1e-200, 1 - 1e-200), q = (0.5, 0.5)
     pol = [np.array([1e-200, 1.0])]
-    ref = [np.array([0.5, 0.5])]
-    mp.mp.dps = 50
+    ref = [np.array([0.5, 0.5])]  # mpmath at 50 digits: the conftest fixture
     p0 = mp.mpf("1e-200")
     exact = p0 * mp.log(p0 / mp.mpf("0.5")) + (1 - p0) * mp.log((1 - p0) / mp.mpf("0.5"))
     assert per_token_kl(pol, ref)[0] == pytest.approx(float(exact), rel=1e-14)

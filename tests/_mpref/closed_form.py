@@ -42,7 +42,7 @@ def _norm(x):
 def optimal_policy(ref, reward, beta):
     ref_n = _norm(ref)
     r = [mp.mpf(float(v)) for v in reward]
-    b = mp.mpf(float(beta))
+    b = beta if isinstance(beta, mp.mpf) else mp.mpf(float(beta))  # an mpf: for mp.diff
     logits = [mp.log(q) + ri / b for q, ri in zip(ref_n, r) if q > 0]
     m = max(logits)
     z = mp.fsum(mp.exp(v - m) for v in logits)

@@ -1,7 +1,0 @@
-"""The module path ``klpolicy.token_kl_diagnostics`` of the layout before the re-layout: it is
-``klpolicy.sequences.diagnostics`` itself (the same module object), so every name stays where it was."""
-
-import importlib as _importlib
-import sys as _sys
-
-_sys.modules[__name__] = _importlib.import_module("klpolicy.sequences.diagnostics")
