@@ -10,7 +10,7 @@ from ..core.internal import validation as V
 from . import _inputs
 from .landing import landing_point
 from .results import Trajectory
-from .solvers import beta_fit
+from .solvers import _beta_fit
 from .update import expected_update
 
 __all__ = ["trajectory"]
@@ -132,7 +132,7 @@ def trajectory(
         entropy=np.array([float(entropy(p)) for p in P]),
         kl_to_ref=np.array([float(kl_divergence(p, q)) for p in P]),
         kl_to_landing=to_land,
-        beta_fit=np.array([beta_fit(p, q, r) for p in P]),
+        beta_fit=np.array([_beta_fit(p, q, r) for p in P]),
         ref=np.array(refs),
         landing=land,
     )

@@ -191,11 +191,12 @@ def _numeric(rule, o, ref, r, beta, update, scale, reason) -> Landing:
             points=tuple(points),
         )
     pi = stable[0].policy
+    b_eff = _beta_if_pistar(pi, ref, r)
     return Landing(
         rule=rule,
         options=o,
         policy=pi,
-        beta_eff=None,
+        beta_eff=b_eff,
         interior=bool(np.all(pi > 0)),
         stable=True,
         kl=float(kl_divergence(pi, ref)),
@@ -203,6 +204,24 @@ def _numeric(rule, o, ref, r, beta, update, scale, reason) -> Landing:
         reason=reason + _several(len(stable)),
         points=tuple(points),
     )
+
+
+def _beta_if_pistar(pi, ref, r) -> float | None:
+    """1/s when log(pi/ref) = s r + c on the support (pi is pi* at beta 1/s), else None.
+
+    Fitted by least squares and accepted when the residual is below 1e-9 of the log-ratios'
+    range; with two outcomes (or two reward levels) every policy is in the family.
+    """
+    ell = np.log(pi) - np.log(ref)
+    if np.ptp(r) == 0:
+        return None
+    A = np.column_stack([r, np.ones_like(r)])
+    coef = np.linalg.lstsq(A, ell, rcond=None)[0]
+    slope = float(coef[0])
+    resid = np.max(np.abs(A @ coef - ell))
+    if slope <= 0 or resid > 1e-9 * max(1.0, float(np.ptp(ell))):
+        return None
+    return float(1.0 / slope)
 
 
 def _several(n: int) -> str:

@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from ..core import expected_reward, optimal_policy
 from ..core.internal import ascent_growth_rate
+from ..core.internal import validation as V
 from .results import FixedPoint
 
 __all__ = ["beta_fit", "family_roots", "fixed_points"]
@@ -131,12 +132,56 @@ def fixed_points(
     return found
 
 
-def beta_fit(policy: NDArray, ref: NDArray, reward: NDArray) -> float:
+def beta_fit(policy, ref, reward) -> float:
     r"""The beta of the pi* nearest ``policy``: :math:`\mathbb{E}_{\pi^*_\beta} r = \mathbb{E}_\pi r`.
 
-    ``inf`` when the policy's expected reward is at most the reference's; ``0.0`` when it is
-    the best reward on the support (or more).
+    .. math::
+
+        \beta_{fit} = \arg\min_\beta \mathrm{KL}(\pi\,\|\,\pi^*_\beta)
+
+    since :math:`\mathrm{KL}(\pi\|\pi^*_\beta)` is convex in :math:`1/\beta` with derivative
+    :math:`\mathbb{E}_{\pi^*_\beta} r - \mathbb{E}_\pi r` (Brent's method in
+    :math:`\log\beta`).
+
+    Parameters
+    ----------
+    policy, ref : array_like, shape (n,)
+        The policy and the reference of the pi* family.
+    reward : array_like, shape (n,)
+        The rewards.
+
+    Returns
+    -------
+    float
+        ``inf`` when the policy's expected reward is at most the reference's; ``0.0`` when it
+        is the best reward on the reference's support (or more).
+
+    Raises
+    ------
+    ValueError
+        For invalid ``policy``, ``ref`` or ``reward`` (or of different sizes).
+
+    Examples
+    --------
+    >>> from klpolicy import optimal_policy
+    >>> from klpolicy.dynamics import beta_fit
+    >>> ref, r = [0.5, 0.3, 0.2], [1.0, 0.0, 2.0]
+    >>> round(beta_fit(optimal_policy(ref, r, 0.7), ref, r), 12)
+    0.7
     """
+    V.one_problem(("policy", policy), ("ref", ref), ("reward", reward))
+    p = V.as_probabilities("policy", policy).astype(np.float64)
+    q = V.as_probabilities("ref", ref).astype(np.float64)
+    r = V.as_rewards("reward", reward).astype(np.float64)
+    p, q = V.broadcast_pair("policy", p, "ref", q)
+    q, r = V.broadcast_pair("ref", q, "reward", r)
+    if q.ndim != 1 or p.shape != q.shape:
+        raise ValueError(f"`ref` must be one-dimensional; got shape {q.shape}")
+    return _beta_fit(p, q, r)
+
+
+def _beta_fit(policy: NDArray, ref: NDArray, reward: NDArray) -> float:
+    """:func:`beta_fit` on validated 1-D float64 rows."""
     from scipy.optimize import brentq
 
     sup = ref > 0

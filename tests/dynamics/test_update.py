@@ -47,8 +47,9 @@ def _mp_advantages(v, baseline, scale, eps):
     return out
 
 
-def _mp_update(th, ref, r, beta, G, baseline, scale, kl, eps=mp.mpf("1e-4"), shaped=False):
+def _mp_update(th, ref, r, beta, G, baseline, scale, kl, eps="1e-4", shaped=False):
     """kl in {"none", "k3", "k3_corrected"}; shaped: beta k1 folded into the reward instead."""
+    eps = mp.mpf(eps)
     pi = _mp_softmax(th)
     q = R.normalise(ref)
     rr = [mp.mpf(float(x)) for x in r]
