@@ -38,6 +38,7 @@ MODULES = [
     "klpolicy.retention",
     "klpolicy.trust_region",
     "klpolicy.sampling",
+    "klpolicy.dynamics",
 ]
 try:
     import matplotlib
@@ -1125,7 +1126,53 @@ ROWS += [
 
 #: Public callables that take no user input to check: result containers (named tuples
 #: and dataclasses that klpolicy builds and returns) and the like. Each says why.
+# --- klpolicy.dynamics ---------------------------------------------------------------------
+_DYN = dict(
+    num_generations=(_opt(COUNT), 3),
+    scale_rewards=(CHOICE, "group"),
+    loss_type=(CHOICE, "dapo"),
+    use_bias_correction_kl=(FLAG, True),
+)
+ROWS += [
+    row(
+        "klpolicy.dynamics.expected_update",
+        rule=(CHOICE, "grpo"),
+        logits=(LOGITS, [0.1, 0.0, -0.1]),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(NONNEG, 0.5),
+        **_DYN,
+    ),
+    row(
+        "klpolicy.dynamics.landing_point",
+        rule=(CHOICE, "grpo"),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(NONNEG, 0.5),
+        **_DYN,
+    ),
+    row(
+        "klpolicy.dynamics.trajectory",
+        rule=(CHOICE, "rloo"),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(NONNEG, 0.5),
+        steps=(COUNT, 3),
+        lr=(POS, 0.5),
+        optimizer=(CHOICE, "natural"),
+        sync_ref_model=(FLAG, True),
+        ref_model_sync_steps=(COUNT, 2),
+    ),
+    row("klpolicy.dynamics.beta_fit", policy=(PROB, P), ref=(PROB, Q), reward=(REWARD, R)),
+    row("klpolicy.dynamics.rule_names"),
+]
+
+
 RESULTS = {
+    "klpolicy.dynamics.FixedPoint",
+    "klpolicy.dynamics.Landing",
+    "klpolicy.dynamics.Rule",
+    "klpolicy.dynamics.Trajectory",
     "klpolicy.Frontier",
     "klpolicy.sequences.Ceiling",
     "klpolicy.sequences.SoftBellman",
