@@ -43,7 +43,10 @@ def main() -> None:
         expected_update("grpo", th, ref, reward, 0.1, num_generations=64)
         first = time.perf_counter() - t0
         t = best_time(
-            lambda: expected_update("grpo", th, ref, reward, 0.1, num_generations=64), args.repeat
+            lambda th=th, reward=reward: expected_update(
+                "grpo", th, ref, reward, 0.1, num_generations=64
+            ),
+            args.repeat,
         )
         print(
             f"expected_update grpo G=64, 8 outcomes, {levels} reward levels: "
@@ -51,7 +54,9 @@ def main() -> None:
         )
     for levels in (2, 3):
         reward = np.arange(8) % levels / (levels - 1)
-        t = best_time(lambda: landing_point("grpo", ref, reward, 0.1, num_generations=64), 1)
+        t = best_time(
+            lambda reward=reward: landing_point("grpo", ref, reward, 0.1, num_generations=64), 1
+        )
         print(f"landing_point grpo G=64, {levels} levels: {t:.2f} s ({t / base:.0f}x baseline)")
     t = best_time(
         lambda: landing_point("grpo", ref, np.linspace(0, 1, 8), 0.1, num_generations=None),
