@@ -222,6 +222,26 @@ def _plot_fixed_points(a: argparse.Namespace, ax):
     return plotting.fixed_points(a.ref, a.reward, betas=_beta_grid(a, 40), ax=ax)
 
 
+def _plot_landing_points(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    rules = [
+        (f"GRPO, G={g}, no std", "grpo", {"num_generations": g, "scale_rewards": "none"})
+        for g in a.num_generations
+    ] + [("RLOO", "rloo", {})]
+    return plotting.landing_points(a.ref, a.reward, betas=a.betas, rules=rules, ax=ax)
+
+
+def _plot_training_path(a: argparse.Namespace, ax):
+    from .. import dynamics, plotting
+
+    options = {"num_generations": a.num_generations} if a.rule in ("grpo", "rloo") else {}
+    path = dynamics.trajectory(
+        a.rule, a.ref, a.reward, a.beta, steps=a.steps, lr=a.lr, optimizer=a.optimizer, **options
+    )
+    return plotting.training_path(path, ax=ax)
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     _need_matplotlib("klpolicy plot")
     import matplotlib.pyplot as plt
@@ -384,6 +404,8 @@ _PLOT_EXAMPLES = {
     "kl-budget": "--d 0 0.5 1 1.5 --gold 0 0.3 0.2 -0.1 --proxy 0 0.5 1 1.5 -o budget.png",
     "estimator-histograms": "--p 0.5 0.3 0.2 --q 0.2 0.3 0.5 --n 20000 --seed 0 -o hist.png",
     "fixed-points": "--ref 0.5 0.3 0.2 --reward 1 0 -1 -o fixed_points.png",
+    "landing-points": "--ref 0.5 0.3 0.2 --reward 1 0 0.5 -o landing_points.png",
+    "training-path": "--ref 0.5 0.5 --reward 1 0 --rule grpo --beta 0.5 -o path.png",
 }
 
 
@@ -523,6 +545,32 @@ def _add_plot_parser(sub) -> None:
     )
     problem(f)
     beta_range(f, 0.05, 20.0)
+    _add_dynamics_plots(fig, problem)
+
+
+def _add_dynamics_plots(fig, problem) -> None:
+    """The figures of klpolicy.dynamics: where rules land, and a mean-field path."""
+    f = fig(
+        "landing-points",
+        _plot_landing_points,
+        "where GRPO (no std) and RLOO land, beside pi*'s frontier",
+        ("dynamics",),
+    )
+    problem(f)
+    f.add_argument(
+        "--betas", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0], help="configured betas"
+    )
+    f.add_argument(
+        "--num-generations", type=int, nargs="+", default=[2, 8], help="GRPO group sizes"
+    )
+    f = fig("training-path", _plot_training_path, "a trainer rule's mean-field path", ("dynamics",))
+    problem(f)
+    f.add_argument("--rule", default="grpo", help="a rule of klpolicy.dynamics.RULES")
+    f.add_argument("--beta", type=float, default=0.5, help="the KL coefficient (default 0.5)")
+    f.add_argument("--num-generations", type=int, default=2, help="group size (default 2)")
+    f.add_argument("--steps", type=int, default=200, help="steps (default 200)")
+    f.add_argument("--lr", type=float, default=1.0, help="step size (default 1)")
+    f.add_argument("--optimizer", choices=("sgd", "natural"), default="sgd")
 
 
 def _one_line(exc: BaseException) -> str:

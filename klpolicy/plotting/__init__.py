@@ -2,6 +2,8 @@
 
 * :mod:`~klpolicy.plotting.figures`: one function per figure, each drawing on ``ax``
   when given, in the lecture style otherwise.
+* :mod:`~klpolicy.plotting.dynamics`: :func:`landing_points` and :func:`training_path`,
+  where trainer rules land (:mod:`klpolicy.dynamics`) and the path they take.
 * :mod:`~klpolicy.plotting.save`: :func:`save_figure`, draw one figure and write it.
 * :mod:`~klpolicy.plotting.lecture`: :func:`animate_beta_sweep` (a GIF of
   :math:`\\pi^*_\\beta` as beta sweeps) and :func:`explore` (a notebook beta slider).
@@ -9,6 +11,7 @@
 A leaf: it uses the library's public API and nothing in the library imports it.
 """
 
+from .dynamics import landing_points, training_path
 from .figures import (
     MAX_SERIES,
     OKABE_ITO,
@@ -37,7 +40,9 @@ __all__ = [
     "frontier",
     "highlighted_actions",
     "kl_budget",
+    "landing_points",
     "lecture_style",
     "save_figure",
     "token_kl",
+    "training_path",
 ]

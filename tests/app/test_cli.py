@@ -535,6 +535,8 @@ VALID = {
     "plot kl-budget": ["--d", "0", "1", "--gold", "0", "1", "-o", "OUT"],
     "plot estimator-histograms": ["--p", "0.5", "0.5", "--q", "0.4", "0.6", "--n", "50", "-o", "OUT"],
     "plot fixed-points": ["--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "OUT"],
+    "plot landing-points": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--betas", "0.5", "-o", "OUT"],
+    "plot training-path": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--steps", "5", "-o", "OUT"],
 }  # fmt: skip
 BAD_NUMBERS = ["x", "nan", "inf", "-inf", "-1", "1e309", "0", "2**63", "9223372036854775808"]
 
