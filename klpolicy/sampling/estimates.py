@@ -216,7 +216,7 @@ def _trace_variance(sn: NDArray, cr: NDArray, pn: NDArray, sq: NDArray) -> NDArr
     """
     big = np.max(np.abs(cr), axis=-1, keepdims=True)
     _, expo = np.frexp(np.where(np.isfinite(big) & (big > 0), big, 1.0))
-    scale = np.ldexp(1.0, expo)
+    scale = np.ldexp(1.0, expo - 1)  # <= big: finite; |c r| / scale < 2
     u = cr / scale
     a = sn * u
     mean = a - pn * a.sum(-1, keepdims=True)
