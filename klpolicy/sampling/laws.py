@@ -132,11 +132,17 @@ def settings(
 
 def as_logits(name: str, logits: ArrayLike, axis: Any = -1) -> tuple[NDArray, int]:
     """Logits (finite or ``-inf``), probability axis moved last; every row keeps a token."""
-    arr = V.as_log_probs(name, logits, allow_neg_inf=True)
+    arr = V.as_float_array(name, logits)
     if arr.ndim == 0:
+        arr = V.as_log_probs(name, arr, allow_neg_inf=True)  # NaN, +inf: their messages first
         raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
     ax = V.normalise_axis(axis, arr.ndim, name)
-    arr = np.moveaxis(arr, ax, -1)
+    given, arr = arr, np.moveaxis(arr, ax, -1)
+    # one reduction clears the common case: a finite maximum in every row means no NaN,
+    # no +inf and no row of only -inf; only a bad array pays for the checks that word it
+    if np.all(np.isfinite(np.max(arr, axis=-1))):
+        return arr, ax
+    V.as_log_probs(name, given, allow_neg_inf=True)  # indices as the caller laid them out
     dead = np.all(arr == -np.inf, axis=-1)
     if np.any(dead):
         idx = tuple(int(i) for i in np.argwhere(dead)[0]) if dead.ndim else ()
@@ -313,8 +319,20 @@ def _first_filter_mask(rows: NDArray, s: Settings, first: str) -> NDArray:
     size = rows.shape[-1]
     if first == "top_k":
         k = min(max(s.top_k, s.min_tokens_to_keep), size)
-        kth = np.partition(rows, size - k, axis=-1)[:, size - k]
-        return rows >= kth[:, None]  # exactly top-k's kept set (ties included)
+        # a guess from every `step`-th logit: a value with some 4k logits above it; where
+        # fewer than k lie above (or far more), the k-th largest itself (a partition)
+        step = max(size // 2048, 1)
+        sample = rows[:, ::step]
+        j = min(sample.shape[1], 4 * (-(-k // step)) + 8)
+        lo = np.partition(sample, sample.shape[1] - j, axis=-1)[:, sample.shape[1] - j]
+        mask = rows >= lo[:, None]
+        count = np.count_nonzero(mask, axis=-1)
+        bad = (count < k) | (count > max(size // 8, 64 * k))
+        if np.any(bad):
+            sub = rows[bad]
+            kth = np.partition(sub, size - k, axis=-1)[:, size - k]
+            mask[bad] = sub >= kth[:, None]  # exactly top-k's kept set (ties included)
+        return mask  # holds every logit >= the k-th largest: top-k is decided on it
     # min-p keeps exp((x - top)/T) >= min_p, i.e. x >= top + T log(min_p) up to the rounding
     # of the subtraction, division and exp: widen by far more than that, decide exactly later
     top = np.max(rows, axis=-1)
@@ -331,9 +349,15 @@ def _law_top_p_first(rows: NDArray, s: Settings, start: int) -> NDArray[np.float
     if m >= size:
         return law_sorted(rows, s)[0]
     part = np.partition(rows, size - m, axis=-1)
-    kth = part[:, size - m]
+    kth = part[:, size - m].copy()  # part is overwritten below
     top = np.max(part[:, size - m :], axis=-1, keepdims=True)
-    total = np.sum(_weights(part, top, s.temperature), axis=-1)
+    # the row's mass (only to decide which tokens need looking at: the cut itself is
+    # decided by the candidates' cumulative sums, or by the full sort within rounding)
+    np.subtract(part, top, out=part)
+    if s.temperature != 1.0:
+        part /= s.temperature
+    with np.errstate(invalid="ignore"):
+        total = np.sum(np.exp(part, out=part), axis=-1)
     del part
     sub, where, idx = _candidates(rows, rows >= kth[:, None])
     inside = np.sum(_weights(sub, top, s.temperature), axis=-1)
