@@ -26,11 +26,12 @@ from .estimates import (
     corrected_kl_moments,
     logged_kl_moments,
 )
-from .laws import ORDERS, VLLM_GREEDY_BELOW, sampler_law
+from .laws import ENGINE_DEFAULTS, ORDERS, VLLM_GREEDY_BELOW, sampler_law
 from .trees import SamplerTree, sampler_tree
 
 __all__ = [
     "CORRECTIONS",
+    "ENGINE_DEFAULTS",
     "ORDERS",
     "VLLM_GREEDY_BELOW",
     "CorrectedGradient",

@@ -65,6 +65,8 @@ All of it is re-exported by :mod:`klpolicy.sampling`.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -72,7 +74,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import validation as V
 
-__all__ = ["ORDERS", "VLLM_GREEDY_BELOW", "sampler_law"]
+__all__ = ["ENGINE_DEFAULTS", "ORDERS", "VLLM_GREEDY_BELOW", "sampler_law"]
 
 #: The processing orders :func:`sampler_law` knows.
 ORDERS = ("transformers", "vllm")
@@ -107,20 +109,80 @@ class Settings(NamedTuple):
         return t == 0.0 or (self.order == "vllm" and t < VLLM_GREEDY_BELOW)
 
 
+#: The engines' own defaults for the settings :func:`sampler_law` takes, by the name
+#: ``defaults=`` gives them. transformers 5.25.0 fills every sampling setting left
+#: unset (by the call and by the model's ``generation_config``) from
+#: ``GenerationConfig._get_default_generation_params``
+#: (``transformers/generation/configuration_utils.py`` lines 606-651; ``"top_k": 50`` at
+#: line 623), applied in ``GenerationMixin._prepare_generation_config``
+#: (``generation/utils.py`` lines 2111-2113): ``generate(do_sample=True)`` keeps the 50
+#: most probable tokens unless ``top_k`` is passed (``top_k=0`` or ``None`` turns it off).
+ENGINE_DEFAULTS = MappingProxyType(
+    {
+        "transformers": MappingProxyType(
+            {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None}
+        ),
+    }
+)
+#: the settings ``defaults=`` may give (a GenerationConfig's attributes of these names)
+_DEFAULTED = ("temperature", "top_k", "top_p", "min_p")
+
+
+def engine_defaults(defaults: Any) -> dict[str, Any]:
+    """The settings ``defaults=`` stands for: a name of :data:`ENGINE_DEFAULTS`, a mapping
+    (a ``generation_config.json``) or a GenerationConfig-like object, read by attribute
+    (``temperature``, ``top_k``, ``top_p``, ``min_p``), without importing transformers.
+    Entries that are ``None`` or missing take transformers' global defaults, as
+    ``generate`` fills them."""
+    if defaults is None:
+        return {}
+    if isinstance(defaults, str):
+        return dict(ENGINE_DEFAULTS[V.as_choice("defaults", defaults, tuple(ENGINE_DEFAULTS))])
+    base = ENGINE_DEFAULTS["transformers"]
+    if isinstance(defaults, Mapping):
+        read = {k: defaults.get(k) for k in _DEFAULTED}
+    elif all(hasattr(defaults, k) for k in _DEFAULTED):
+        read = {k: getattr(defaults, k) for k in _DEFAULTED}
+    else:
+        names = ", ".join(repr(n) for n in ENGINE_DEFAULTS)
+        raise ValueError(
+            f"`defaults` must be None, one of {names}, a mapping or a GenerationConfig-like "
+            f"object with attributes {', '.join(_DEFAULTED)}; got {V.describe(defaults)}"
+        )
+    return {k: base[k] if v is None else v for k, v in read.items()}
+
+
 def settings(
-    temperature: Any = 1.0,
+    temperature: Any = None,
     top_k: Any = None,
     top_p: Any = None,
     min_p: Any = None,
     order: Any = "transformers",
     min_tokens_to_keep: Any = 1,
+    defaults: Any = None,
 ) -> Settings:
-    """Validate the sampling settings once (shared by every function of the part)."""
+    """Validate the sampling settings once (shared by every function of the part).
+
+    An argument left ``None`` takes its value from ``defaults`` (:func:`engine_defaults`);
+    an explicit one overrides it. ``top_k=0`` is off, as in transformers and vLLM.
+    """
+    given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
+    fill = engine_defaults(defaults)
+    names = {k: k if given[k] is not None or k not in fill else f"defaults.{k}" for k in given}
+    value = {k: fill.get(k) if given[k] is None else given[k] for k in given}
     order = V.as_choice("order", order, ORDERS)
-    t = V.as_scalar("temperature", temperature, "[0, inf]", what="0 is greedy decoding")
-    k = None if top_k is None else V.as_count("top_k", top_k, lo=1, hi=_MAX_TOP_K)
-    p = None if top_p is None else V.as_scalar("top_p", top_p, "(0, 1]")
-    mp = None if min_p is None else V.as_scalar("min_p", min_p, "[0, 1]")
+    t = value["temperature"]
+    t = (
+        1.0
+        if t is None
+        else V.as_scalar(names["temperature"], t, "[0, inf]", what="0 is greedy decoding")
+    )
+    k = value["top_k"]
+    k = None if k is None else V.as_count(names["top_k"], k, lo=0, hi=_MAX_TOP_K) or None
+    p = value["top_p"]
+    p = None if p is None else V.as_scalar(names["top_p"], p, "(0, 1]")
+    mp = value["min_p"]
+    mp = None if mp is None else V.as_scalar(names["min_p"], mp, "[0, 1]")
     keep = V.as_count("min_tokens_to_keep", min_tokens_to_keep, lo=1, hi=_MAX_TOP_K)
     if order == "vllm" and keep != 1:
         raise ValueError(
@@ -412,12 +474,13 @@ def law_last(arr: NDArray, s: Settings) -> NDArray[np.float64]:
 def sampler_law(
     logits: ArrayLike,
     *,
-    temperature: float = 1.0,
+    temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     min_p: float | None = None,
     order: str = "transformers",
     min_tokens_to_keep: int = 1,
+    defaults: Any = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
     r"""The exact distribution an inference engine samples the next token from.
@@ -433,20 +496,32 @@ def sampler_law(
     least the ``k``-th largest; top-p the smallest top set of mass ``>= top_p``;
     min-p the tokens with :math:`p_x \ge \text{min\_p} \cdot \max_y p_y`.
 
+    .. warning::
+
+       The settings left unset are *off* here, but not in ``generate``: transformers
+       5.25.0 fills them from its global defaults, among them ``top_k=50``
+       (``transformers/generation/configuration_utils.py`` line 623), so
+       ``sampler_law(logits, temperature=0.7)`` is **not** the law of
+       ``model.generate(do_sample=True, temperature=0.7)``; that law is
+       ``sampler_law(logits, temperature=0.7, defaults="transformers")`` (or
+       ``defaults=model.generation_config``, which may set more).
+
     Parameters
     ----------
     logits : array_like
         Logits along ``axis`` (any shift; ``-inf`` marks a token that cannot be
         drawn, e.g. ``log`` of a zero probability). Other axes are batch rows.
     temperature : float, optional
-        ``T >= 0``; ``0`` is greedy decoding (all mass on the first maximal logit,
+        ``T >= 0`` (``None``: 1, or the one ``defaults`` gives); ``0`` is greedy decoding (all mass on the first maximal logit,
         as ``argmax`` picks it; filters are then ignored, as the engines do).
         With ``order="vllm"`` every ``T < 1e-5`` is greedy. ``inf`` is the limit
         ``T -> inf``: uniform over the kept set, which is chosen by the order of
         the logits as at any finite ``T``.
     top_k : int, optional
         Keep the ``top_k`` largest logits (ties with the ``top_k``-th all kept).
-        ``None`` (default) keeps all.
+        ``None`` (default) keeps all (or takes ``defaults``' value); ``0`` is off, as
+        in transformers (``generation/utils.py`` line 1626 appends no
+        ``TopKLogitsWarper`` for ``top_k == 0``) and vLLM.
     top_p : float, optional
         Nucleus mass in ``(0, 1]``; ``None`` or ``1`` keeps all.
     min_p : float, optional
@@ -456,6 +531,16 @@ def sampler_law(
     min_tokens_to_keep : int, optional
         transformers' ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
         sampling). Must be 1 with ``order="vllm"``.
+    defaults : str, mapping or GenerationConfig-like, optional
+        Where the settings left ``None`` come from: ``None`` (default: they are
+        off), ``"transformers"`` (transformers 5.25.0's global defaults,
+        :data:`ENGINE_DEFAULTS`: ``top_k=50``), or a ``transformers.GenerationConfig``
+        (any object with attributes ``temperature``, ``top_k``, ``top_p``,
+        ``min_p``; read by attribute, transformers is not imported) or a mapping
+        such as a ``generation_config.json``; its ``None`` or missing entries take
+        transformers' global defaults, as ``generate`` fills them. Explicit
+        arguments override it. ``do_sample`` and ``num_beams`` are not read (this is
+        the law of sampling; pass ``min_tokens_to_keep`` for beam sampling).
     axis : int, optional
         The vocabulary axis.
 
@@ -469,9 +554,10 @@ def sampler_law(
     ------
     ValueError
         For logits with NaN or ``+inf`` or a row of only ``-inf``; ``temperature``
-        negative or NaN; ``top_k < 1``; ``top_p`` outside ``(0, 1]``; ``min_p``
+        negative or NaN; ``top_k < 0``; ``top_p`` outside ``(0, 1]``; ``min_p``
         outside ``[0, 1]``; an unknown ``order``; ``min_tokens_to_keep < 1`` (or
-        not 1 with vLLM's order).
+        not 1 with vLLM's order); ``defaults`` of another kind, or a value it
+        gives that is out of range (named ``defaults.top_k`` etc.).
 
     Notes
     -----
@@ -507,6 +593,16 @@ def sampler_law(
     >>> sampler_law(logits, temperature=0)
     array([1., 0., 0., 0.])
 
+    ``generate(do_sample=True)`` keeps 50 tokens unless told otherwise:
+
+    >>> big = np.linspace(0.0, 6.0, 100)
+    >>> int(np.count_nonzero(sampler_law(big, temperature=0.7)))
+    100
+    >>> int(np.count_nonzero(sampler_law(big, temperature=0.7, defaults="transformers")))
+    50
+    >>> int(np.count_nonzero(sampler_law(big, top_k=0, defaults="transformers")))
+    100
+
     min-p after top-p (transformers) or before it (vLLM):
 
     >>> logits = np.log([0.48, 0.22, 0.2, 0.1])
@@ -515,7 +611,7 @@ def sampler_law(
     >>> sampler_law(logits, top_p=0.5, min_p=0.25, order="vllm")
     array([1., 0., 0., 0.])
     """
-    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep)
+    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep, defaults)
     arr, ax = as_logits("logits", logits, axis)
     out = law_last(arr.astype(np.float64, copy=False), s)
     return np.moveaxis(out.astype(arr.dtype, copy=False), -1, ax)
