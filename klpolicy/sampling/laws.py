@@ -166,23 +166,22 @@ def settings(
     An argument left ``None`` takes its value from ``defaults`` (:func:`engine_defaults`);
     an explicit one overrides it. ``top_k=0`` is off, as in transformers and vLLM.
     """
+    check = {
+        "temperature": lambda n, x: V.as_scalar(n, x, "[0, inf]", what="0 is greedy decoding"),
+        "top_k": lambda n, x: V.as_count(n, x, lo=0, hi=_MAX_TOP_K) or None,  # 0: off
+        "top_p": lambda n, x: V.as_scalar(n, x, "(0, 1]"),
+        "min_p": lambda n, x: V.as_scalar(n, x, "[0, 1]"),
+    }
+    # every value defaults gives is checked, also where an argument overrides it
+    filled = {
+        k: None if x is None else check[k](f"defaults['{k}']", x)
+        for k, x in engine_defaults(defaults).items()
+    }
     given = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p}
-    fill = engine_defaults(defaults)
-    names = {k: k if given[k] is not None or k not in fill else f"defaults.{k}" for k in given}
-    value = {k: fill.get(k) if given[k] is None else given[k] for k in given}
+    value = {k: filled.get(k) if x is None else check[k](k, x) for k, x in given.items()}
     order = V.as_choice("order", order, ORDERS)
-    t = value["temperature"]
-    t = (
-        1.0
-        if t is None
-        else V.as_scalar(names["temperature"], t, "[0, inf]", what="0 is greedy decoding")
-    )
-    k = value["top_k"]
-    k = None if k is None else V.as_count(names["top_k"], k, lo=0, hi=_MAX_TOP_K) or None
-    p = value["top_p"]
-    p = None if p is None else V.as_scalar(names["top_p"], p, "(0, 1]")
-    mp = value["min_p"]
-    mp = None if mp is None else V.as_scalar(names["min_p"], mp, "[0, 1]")
+    t = 1.0 if value["temperature"] is None else value["temperature"]
+    k, p, mp = value["top_k"], value["top_p"], value["min_p"]
     keep = V.as_count("min_tokens_to_keep", min_tokens_to_keep, lo=1, hi=_MAX_TOP_K)
     if order == "vllm" and keep != 1:
         raise ValueError(
@@ -557,7 +556,7 @@ def sampler_law(
         negative or NaN; ``top_k < 0``; ``top_p`` outside ``(0, 1]``; ``min_p``
         outside ``[0, 1]``; an unknown ``order``; ``min_tokens_to_keep < 1`` (or
         not 1 with vLLM's order); ``defaults`` of another kind, or a value it
-        gives that is out of range (named ``defaults.top_k`` etc.).
+        gives that is out of range (named ``defaults['top_k']`` etc.).
 
     Notes
     -----
