@@ -1074,8 +1074,10 @@ _S = "klpolicy.sampling."
 TOP_K = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
 ENGINE_DEFAULTS_KIND = Kind(
     "engine defaults",
-    lambda v: [(k, x) for k, x in TYPES if k != "None"]
-    + [("unknown-name", "vllm"), ("bad-entry", {"top_k": -1}), ("bad-value", {"top_p": 2.0})],
+    lambda v: (
+        [(k, x) for k, x in TYPES if k != "None"]
+        + [("unknown-name", "vllm"), ("bad-entry", {"top_k": -1}), ("bad-value", {"top_p": 2.0})]
+    ),
 )
 SAMPLER_SETTINGS = dict(
     temperature=(_opt(TEMPERATURE), 0.9),
@@ -1089,6 +1091,12 @@ SAMPLER_SETTINGS = dict(
 INDEX = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
 ROWS += [
     row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
+    row(
+        _S + "cut_sensitivity",
+        logits=(LONE_LOGITS, [0.0, 0.1, 0.2]),
+        tolerance=(_opt(UNIT), 1e-6),
+        **SAMPLER_SETTINGS,
+    ),
     row(
         _S + "sampler_tree",
         conditionals=(TREE, T2),
@@ -1142,6 +1150,7 @@ RESULTS = {
     "klpolicy.sampling.SamplerMismatch",
     "klpolicy.sampling.CorrectedMoments",
     "klpolicy.sampling.CorrectedGradient",
+    "klpolicy.sampling.CutSensitivity",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.Stability",
     "klpolicy.estimators.GaussianTable",

@@ -637,7 +637,10 @@ class CutSensitivity(NamedTuple):
 
 
 def _tv(a: NDArray, b: NDArray) -> NDArray:
-    return 0.5 * np.sum(np.abs(a - b), axis=-1)
+    """Total variation of two laws of the same logits: 0 when they keep the same tokens
+    (the same law; summed in another order it may differ in the last bit)."""
+    same = np.all((a > 0) == (b > 0), axis=-1)
+    return np.where(same, 0.0, 0.5 * np.sum(np.abs(a - b), axis=-1))
 
 
 def cut_sensitivity(

@@ -123,5 +123,7 @@ def test_defaults_in_the_tree_and_refusals():
     assert np.count_nonzero(res.conditionals[0]) == 50
     with pytest.raises(ValueError, match="`defaults` must be None, one of 'transformers'"):
         sampler_law([0.0, 1.0], defaults=object())
-    with pytest.raises(ValueError, match=r"`defaults\['temperature'\]` must be a non-negative number"):
+    with pytest.raises(
+        ValueError, match=r"`defaults\['temperature'\]` must be a non-negative number"
+    ):
         sampler_law([0.0, 1.0], defaults={"temperature": -1.0})
