@@ -411,28 +411,38 @@ def _first_filter_mask(rows: NDArray, s: Settings, first: str) -> NDArray:
 
 
 def _law_top_p_first(rows: NDArray, s: Settings, start: int) -> NDArray[np.float64]:
-    """Rows whose first filter is top-p: candidates by mass, the cut decided on them."""
-    size = rows.shape[-1]
+    """Rows whose first filter is top-p: candidates by mass, the cut decided on them.
+
+    The ``m`` largest logits (one ``argpartition``) are the candidates; the mass of the
+    rest is ``base``. Their cut is exact when the rest lies below it with room to spare
+    (else: more candidates), no cumulative sum lies within rounding of it and no
+    candidate tied with the ``m``-th largest is kept (a tie may continue outside the
+    candidates): else the full sort decides.
+    """
+    n, size = rows.shape
     m = min(size, max(start, s.min_tokens_to_keep))
     if m >= size:
         return law_sorted(rows, s)[0]
-    part = np.partition(rows, size - m, axis=-1)
-    kth = part[:, size - m].copy()  # part is overwritten below
-    top = np.max(part[:, size - m :], axis=-1, keepdims=True)
+    cols = np.sort(np.argpartition(rows, size - m, axis=-1)[:, size - m :], axis=-1)
+    sub = np.take_along_axis(rows, cols, axis=-1)  # the candidates, in index order
+    kth = np.min(sub, axis=-1)
+    top = np.max(sub, axis=-1, keepdims=True)
     # the row's mass (only to decide which tokens need looking at: the cut itself is
     # decided by the candidates' cumulative sums, or by the full sort within rounding)
-    np.subtract(part, top, out=part)
+    tmp = np.subtract(rows, top)
     if s.temperature != 1.0:
-        part /= s.temperature
+        tmp /= s.temperature
     with np.errstate(invalid="ignore"):
-        total = np.sum(np.exp(part, out=part), axis=-1)
-    del part
-    sub, where, idx = _candidates(rows, rows >= kth[:, None])
+        total = np.sum(np.exp(tmp, out=tmp), axis=-1)
+    del tmp
     inside = np.sum(_weights(sub, top, s.temperature), axis=-1)
     base = np.maximum(total - inside, 0.0)
     band = _TOP_P_BAND * (size + 16) * _ULP_SCALE
     sub_w, near = law_sorted(sub, s, base, total, band, normalise=False)
-    out = _scatter(sub_w, where, idx, rows.shape)
+    near |= np.any((sub == kth[:, None]) & (sub_w > 0), axis=-1)
+    r = np.repeat(np.arange(n), m)
+    where = (r, np.tile(np.arange(m), n))
+    out = _scatter(sub_w, where, r * size + cols.reshape(-1), rows.shape)
     short = base / total > (1.0 - s.top_p) - band
     retry = short & (m < size)
     if np.any(retry):  # the candidates hold too little mass: more of them
