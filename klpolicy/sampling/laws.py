@@ -374,10 +374,13 @@ def _candidates(rows: NDArray, mask: NDArray) -> tuple[NDArray, tuple[NDArray, N
 def _scatter(sub_w: NDArray, where: tuple[NDArray, NDArray], idx: NDArray, shape) -> NDArray:
     """The candidates' weights put back in their rows and normalised there (the sum over
     the whole row, zeros included, is the one the full sort forms: the same bits)."""
+    vals = sub_w[where]
+    nz = vals > 0  # the kept candidates only (a top-p cut keeps few of them)
+    idx, vals, r = idx[nz], vals[nz], where[0][nz]
     out = np.zeros(shape, dtype=np.float64)
     flat = out.reshape(-1)
-    flat[idx] = sub_w[where]
-    flat[idx] /= np.sum(out, axis=-1)[where[0]]
+    flat[idx] = vals
+    flat[idx] = vals / np.sum(out, axis=-1)[r]
     return out
 
 
@@ -410,6 +413,22 @@ def _first_filter_mask(rows: NDArray, s: Settings, first: str) -> NDArray:
     return rows >= lo[:, None]
 
 
+def _row_mass(rows: NDArray, top: NDArray, temperature: float) -> NDArray[np.float64]:
+    """``sum exp((x - top) / T)`` per row, a block of rows at a time in one reused buffer."""
+    n, size = rows.shape
+    step = max(1, (1 << 17) // size)
+    buf = np.empty((min(step, n), size))
+    total = np.empty(n)
+    with np.errstate(invalid="ignore"):
+        for i in range(0, n, step):
+            b = buf[: min(step, n - i)]
+            np.subtract(rows[i : i + step], top[i : i + step], out=b)
+            if temperature != 1.0:
+                b /= temperature
+            total[i : i + step] = np.sum(np.exp(b, out=b), axis=-1)
+    return total
+
+
 def _law_top_p_first(rows: NDArray, s: Settings, start: int) -> NDArray[np.float64]:
     """Rows whose first filter is top-p: candidates by mass, the cut decided on them.
 
@@ -429,12 +448,7 @@ def _law_top_p_first(rows: NDArray, s: Settings, start: int) -> NDArray[np.float
     top = np.max(sub, axis=-1, keepdims=True)
     # the row's mass (only to decide which tokens need looking at: the cut itself is
     # decided by the candidates' cumulative sums, or by the full sort within rounding)
-    tmp = np.subtract(rows, top)
-    if s.temperature != 1.0:
-        tmp /= s.temperature
-    with np.errstate(invalid="ignore"):
-        total = np.sum(np.exp(tmp, out=tmp), axis=-1)
-    del tmp
+    total = _row_mass(rows, top, s.temperature)
     inside = np.sum(_weights(sub, top, s.temperature), axis=-1)
     base = np.maximum(total - inside, 0.0)
     band = _TOP_P_BAND * (size + 16) * _ULP_SCALE
@@ -476,7 +490,7 @@ def law_last(arr: NDArray, s: Settings) -> NDArray[np.float64]:
     rows = arr.reshape(-1, size)
     first = names[0]
     if first == "top_p":
-        out = _law_top_p_first(rows, s, max(_TOP_P_START, size // 16))
+        out = _law_top_p_first(rows, s, max(_TOP_P_START, size // 20))
     else:
         sub, where, idx = _candidates(rows, _first_filter_mask(rows, s, first))
         out = _scatter(law_sorted(sub, s, normalise=False)[0], where, idx, rows.shape)
