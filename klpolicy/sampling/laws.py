@@ -57,7 +57,14 @@ Where they differ
   tie may differ; the law is exact for every token not tied at the boundary.
 * **Numerics.** Engines compute in float32 (vLLM casts the logits to float32);
   this module computes in float64, so a token within float32 rounding of a
-  boundary may fall on the other side.
+  boundary may fall on the other side. On exactly tied rows top-p's cumulative
+  sum can land on ``1 - top_p`` itself, and then this is not a small effect: the
+  engine may keep one tied token more (or another tied block), which moves
+  ``1/(m+1)`` of the mass for a kept block of ``m`` (0.15-0.21 at the median and
+  up to 0.5, measured against transformers 5.25.0's ``TopPLogitsWarper``).
+  :func:`cut_sensitivity` reports the law at both sides of the cut.
+* **Defaults.** Settings not passed are off here; transformers' ``generate``
+  applies ``top_k=50`` unless it is passed (:data:`ENGINE_DEFAULTS`, ``defaults=``).
 
 All of it is re-exported by :mod:`klpolicy.sampling`.
 """
@@ -591,10 +598,14 @@ def sampler_law(
 
     Notes
     -----
-    One sort per row: every filter removes a prefix of the ascending order of the
-    logits (temperature ``T > 0`` does not change that order), so the sorted
-    logits and one cumulative sum decide the kept set; the law is then read off
-    in the original order. Tokens tied at the top-p boundary are split by index
+    Every filter removes a prefix of the ascending order of the logits
+    (temperature ``T > 0`` does not change that order), so sorted logits and one
+    cumulative sum decide the kept set. Long rows (1024 tokens and more) are not
+    sorted whole: the first filter picks candidates (top-k: a sampled threshold or a
+    partition; min-p: one comparison; top-p: an ``argpartition`` and the row's
+    mass), only those are sorted, and the result is the one-sort law bit for bit
+    (top-p rows whose cut lies within float64 rounding of a cumulative sum are
+    sorted whole). The law is read off in the original order. Tokens tied at the top-p boundary are split by index
     (lower index removed first), as a stable sort orders them. Computed in
     float64 from the logits shifted by their row maximum.
 
