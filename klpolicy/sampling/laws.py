@@ -365,29 +365,33 @@ def law_sorted(
     return w / np.sum(w, axis=-1, keepdims=True), near
 
 
-def _candidates(rows: NDArray, mask: NDArray) -> tuple[NDArray, tuple[NDArray, NDArray], NDArray]:
-    """Each row's tokens under ``mask``, in index order, packed left (``-inf`` padding)."""
+def _candidates(rows: NDArray, mask: NDArray) -> tuple[NDArray, NDArray]:
+    """Each row's tokens under ``mask``, in index order, packed left (``-inf`` padding),
+    and their flat positions in ``rows`` (``-1`` at the padding)."""
     n, size = rows.shape
     idx = np.flatnonzero(mask)
     r = idx // size
     counts = np.bincount(r, minlength=n)
     starts = np.cumsum(counts) - counts
     pos = np.arange(idx.size) - np.repeat(starts, counts)
-    sub = np.full((n, max(int(counts.max(initial=0)), 1)), -np.inf)
+    width = max(int(counts.max(initial=0)), 1)
+    sub = np.full((n, width), -np.inf)
     sub[r, pos] = rows.reshape(-1)[idx]
-    return sub, (r, pos), idx
+    where = np.full((n, width), -1, dtype=np.int64)
+    where[r, pos] = idx
+    return sub, where
 
 
-def _scatter(sub_w: NDArray, where: tuple[NDArray, NDArray], idx: NDArray, shape) -> NDArray:
-    """The candidates' weights put back in their rows and normalised there (the sum over
-    the whole row, zeros included, is the one the full sort forms: the same bits)."""
-    vals = sub_w[where]
-    nz = vals > 0  # the kept candidates only (a top-p cut keeps few of them)
-    idx, vals, r = idx[nz], vals[nz], where[0][nz]
+def _scatter(sub_w: NDArray, where: NDArray, shape) -> NDArray:
+    """The candidates' weights put back at their flat positions ``where`` and normalised
+    in their rows (the sum over the whole row, zeros included, is the one the full sort
+    forms: the same bits)."""
+    k = np.flatnonzero(sub_w > 0)  # the kept candidates only (padding has weight 0)
+    idx, vals, rr = where.reshape(-1)[k], sub_w.reshape(-1)[k], k // sub_w.shape[-1]
     out = np.zeros(shape, dtype=np.float64)
     flat = out.reshape(-1)
     flat[idx] = vals
-    flat[idx] = vals / np.sum(out, axis=-1)[r]
+    flat[idx] = vals / np.sum(out, axis=-1)[rr]
     return out
 
 
@@ -461,9 +465,7 @@ def _law_top_p_first(rows: NDArray, s: Settings, start: int) -> NDArray[np.float
     band = _TOP_P_BAND * (size + 16) * _ULP_SCALE
     sub_w, near = law_sorted(sub, s, base, total, band, normalise=False)
     near |= np.any((sub == kth[:, None]) & (sub_w > 0), axis=-1)
-    r = np.repeat(np.arange(n), m)
-    where = (r, np.tile(np.arange(m), n))
-    out = _scatter(sub_w, where, r * size + cols.reshape(-1), rows.shape)
+    out = _scatter(sub_w, cols + (np.arange(n) * size)[:, None], rows.shape)
     short = base / total > (1.0 - s.top_p) - band
     retry = short & (m < size)
     if np.any(retry):  # the candidates hold too little mass: more of them
@@ -499,10 +501,10 @@ def law_last(arr: NDArray, s: Settings) -> NDArray[np.float64]:
     if first == "top_p":
         out = _law_top_p_first(rows, s, max(_TOP_P_START, size // 20))
     else:
-        sub, where, idx = _candidates(rows, _first_filter_mask(rows, s, first))
-        out = _scatter(law_sorted(sub, s, normalise=False)[0], where, idx, rows.shape)
+        sub, where = _candidates(rows, _first_filter_mask(rows, s, first))
+        out = _scatter(law_sorted(sub, s, normalise=False)[0], where, rows.shape)
         if first == "min_p":  # min_tokens_to_keep reaches below the candidates: sort all
-            few = np.bincount(idx // size, minlength=rows.shape[0]) < s.min_tokens_to_keep
+            few = np.count_nonzero(where >= 0, axis=-1) < s.min_tokens_to_keep
             if np.any(few):
                 out[few] = law_sorted(rows[few], s)[0]
     return out.reshape(arr.shape)
