@@ -1071,9 +1071,19 @@ ROWS += [
 TEMPERATURE = Kind("temperature >= 0", lambda v: [(k, x) for k, x in _nonneg_bad(v) if k != "inf"])
 LONE_LOGITS = LOGITS  # a lone array: "mismatched" is skipped by _cases
 _S = "klpolicy.sampling."
+# top_k=0 is off (issue 40, item 7); defaults: a name, a mapping or a GenerationConfig-like
+TOP_K = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
+ENGINE_DEFAULTS_KIND = Kind(
+    "engine defaults",
+    lambda v: (
+        [(k, x) for k, x in TYPES if k != "None"]
+        + [("unknown-name", "vllm"), ("bad-entry", {"top_k": -1}), ("bad-value", {"top_p": 2.0})]
+    ),
+)
 SAMPLER_SETTINGS = dict(
-    temperature=(TEMPERATURE, 0.9),
-    top_k=(_opt(COUNT), 2),
+    temperature=(_opt(TEMPERATURE), 0.9),
+    top_k=(_opt(TOP_K), 2),
+    defaults=(ENGINE_DEFAULTS_KIND, "transformers"),
     top_p=(_opt(UNIT), 0.9),
     min_p=(_opt(UNIT), 0.05),
     order=(CHOICE, "transformers"),
@@ -1082,6 +1092,12 @@ SAMPLER_SETTINGS = dict(
 INDEX = Kind("count >= 0", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
 ROWS += [
     row(_S + "sampler_law", logits=(LONE_LOGITS, [0.0, 0.1, 0.2]), **SAMPLER_SETTINGS),
+    row(
+        _S + "cut_sensitivity",
+        logits=(LONE_LOGITS, [0.0, 0.1, 0.2]),
+        tolerance=(_opt(UNIT), 1e-6),
+        **SAMPLER_SETTINGS,
+    ),
     row(
         _S + "sampler_tree",
         conditionals=(TREE, T2),
@@ -1181,6 +1197,7 @@ RESULTS = {
     "klpolicy.sampling.SamplerMismatch",
     "klpolicy.sampling.CorrectedMoments",
     "klpolicy.sampling.CorrectedGradient",
+    "klpolicy.sampling.CutSensitivity",
     "klpolicy.estimators.Flow",
     "klpolicy.estimators.Stability",
     "klpolicy.estimators.GaussianTable",

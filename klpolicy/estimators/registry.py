@@ -148,6 +148,11 @@ def _expm1mx2(x: NDArray) -> NDArray:
     return out
 
 
+def _k3_value(ell: NDArray) -> NDArray:
+    # e^{-l} - 1 + l; at l = -inf (p = 0 < q) it is +inf, not inf - inf = NaN
+    return np.where(ell == -np.inf, np.inf, expm1mx(np.where(ell == -np.inf, 0.0, ell) * -1))
+
+
 def _k3_weighted_value(pi: NDArray, ref: NDArray, ell: NDArray) -> NDArray:
     # pi (e^{-l} - 1 + l) = ref - pi + pi l: finite when ref/pi overflows
     with np.errstate(over="ignore", invalid="ignore"):
@@ -216,7 +221,7 @@ def _rows() -> dict[str, Estimator]:
         Estimator(
             name="k3",
             formula="exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))",
-            value=lambda ell: expm1mx(-ell),
+            value=_k3_value,
             derivative=lambda ell: -np.expm1(-ell),
             weighted_value=_k3_weighted_value,
             # pi (1 - ref/pi) = pi - ref: no overflow where pi is tiny

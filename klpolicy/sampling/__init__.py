@@ -26,19 +26,29 @@ from .estimates import (
     corrected_kl_moments,
     logged_kl_moments,
 )
-from .laws import ORDERS, VLLM_GREEDY_BELOW, sampler_law
+from .laws import (
+    ENGINE_DEFAULTS,
+    ORDERS,
+    VLLM_GREEDY_BELOW,
+    CutSensitivity,
+    cut_sensitivity,
+    sampler_law,
+)
 from .trees import SamplerTree, sampler_tree
 
 __all__ = [
     "CORRECTIONS",
+    "ENGINE_DEFAULTS",
     "ORDERS",
     "VLLM_GREEDY_BELOW",
     "CorrectedGradient",
     "CorrectedMoments",
+    "CutSensitivity",
     "SamplerMismatch",
     "SamplerTree",
     "corrected_gradient_moments",
     "corrected_kl_moments",
+    "cut_sensitivity",
     "logged_kl_moments",
     "sampler_law",
     "sampler_mismatch",

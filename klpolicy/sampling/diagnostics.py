@@ -69,12 +69,13 @@ def sampler_mismatch(
     ratio_threshold: float = 2.0,
     tokens: ArrayLike | None = None,
     logits: ArrayLike | None = None,
-    temperature: float = 1.0,
+    temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     min_p: float | None = None,
     order: str = "transformers",
     min_tokens_to_keep: int = 1,
+    defaults: Any = None,
     strict: bool = True,
 ) -> SamplerMismatch:
     r"""Estimate the sampler/trainer mismatch :math:`\mathrm{KL}(s\|\pi)` from logged log-probs.
@@ -115,7 +116,7 @@ def sampler_mismatch(
         Shape ``(batch, T, V)``: full-vocabulary logits of the trainer at every
         position. With the settings below, :func:`sampler_law` of them is the
         sampler's law as the trainer computes it.
-    temperature, top_k, top_p, min_p, order, min_tokens_to_keep
+    temperature, top_k, top_p, min_p, order, min_tokens_to_keep, defaults
         The sampling settings (as in :func:`sampler_law`), used with ``logits``.
     strict : bool, optional
         With ``logits``: raise for a drawn token of probability zero under the
@@ -199,7 +200,7 @@ def sampler_mismatch(
     estimator = get_estimator(estimator, kl_only=True).name
     C = V.as_scalar("ratio_threshold", ratio_threshold, "(1, inf)")
     strict = V.as_bool("strict", strict)
-    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep)
+    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep, defaults)
     with np.errstate(invalid="ignore", over="ignore"):
         ell = np.where(keep, lp.astype(np.float64) - ls, 0.0)  # log rho = log pi - log s
         # the registry's value takes log(p/q) of samples x ~ p: here p = s, q = pi

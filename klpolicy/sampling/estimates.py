@@ -207,6 +207,25 @@ def _triple(policy, ref, sampler, axis, *, with_ref=True):
     return dtype, [np.broadcast_to(a, shape).astype(np.float64) for a in arrays]
 
 
+def _trace_variance(sn: NDArray, cr: NDArray, pn: NDArray, sq: NDArray) -> NDArray:
+    """``E_s||c r (e_x - pi)||^2 - ||E_s[c r (e_x - pi)]||^2`` without overflow.
+
+    The sums are formed on ``c r`` divided by a power of two near its largest entry
+    (an exact scaling), and the result is multiplied back: the same value where the
+    variance is finite, ``inf`` (no NaN) where it overflows (rewards past ~1e154).
+    """
+    big = np.max(np.abs(cr), axis=-1, keepdims=True)
+    _, expo = np.frexp(np.where(np.isfinite(big) & (big > 0), big, 1.0))
+    scale = np.ldexp(1.0, expo - 1)  # <= big: finite; |c r| / scale < 2
+    u = cr / scale
+    a = sn * u
+    mean = a - pn * a.sum(-1, keepdims=True)
+    second = np.sum(sn * u * u * sq, axis=-1)
+    var = np.maximum(second - np.sum(mean * mean, axis=-1), 0.0)
+    with np.errstate(over="ignore"):
+        return (var * scale[..., 0]) * scale[..., 0]
+
+
 def _correction(correction: Any, threshold: Any) -> tuple[str, float | None]:
     correction = V.as_choice("correction", correction, CORRECTIONS)
     if correction in ("tis", "mis"):
@@ -316,7 +335,9 @@ def corrected_kl_moments(
         k = ESTIMATORS[name].value(ell)
         vals = k if correction == "none" else np.where(c > 0, c * k, 0.0)
     mean, var = _moments(sa / sa.sum(-1, keepdims=True), vals)
-    kl = np.asarray(kl_divergence(pa, qa), dtype=np.float64)
+    # the rows were validated in their own dtype (float32 rows at float32's tolerance);
+    # the KL of the same float64-normalised rows the estimate used
+    kl = np.asarray(kl_divergence(pn, qn), dtype=np.float64)
     with np.errstate(invalid="ignore"):
         bias = np.where(np.isinf(kl) & (mean == kl), 0.0, mean - kl)
     return CorrectedMoments(*(np.asarray(x).astype(dtype)[()] for x in (mean, bias, var)))
@@ -407,8 +428,7 @@ def corrected_gradient_moments(
     mean = a - pn * a.sum(-1, keepdims=True)
     true = pn * (ra - np.sum(pn * ra, axis=-1, keepdims=True))
     sq = 1.0 - 2.0 * pn + np.sum(pn * pn, axis=-1, keepdims=True)
-    second = np.sum(sn * (c * ra) ** 2 * sq, axis=-1)
-    var = np.maximum(second - np.sum(mean * mean, axis=-1), 0.0)
+    var = _trace_variance(sn, c * ra, pn, sq)
     return CorrectedGradient(
         mean.astype(dtype)[()], (mean - true).astype(dtype)[()], var.astype(dtype)[()]
     )

@@ -59,12 +59,13 @@ def transform_tree(levels: list[NDArray], s: Any, eos_token: int | None, min_len
 def sampler_tree(
     conditionals: Any,
     *,
-    temperature: float = 1.0,
+    temperature: float | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
     min_p: float | None = None,
     order: str = "transformers",
     min_tokens_to_keep: int = 1,
+    defaults: Any = None,
     eos_token: int | None = None,
     min_length: int = 0,
 ) -> SamplerTree:
@@ -79,13 +80,22 @@ def sampler_tree(
     where ``law`` is :func:`klpolicy.sampling.sampler_law` with the given settings,
     applied to every conditional row.
 
+    .. warning::
+
+       Unset settings are off here; ``generate`` (transformers 5.25.0) fills them
+       from its defaults, ``top_k=50`` among them
+       (``transformers/generation/configuration_utils.py`` line 623). For the tree
+       ``model.generate(do_sample=True, ...)`` samples, pass
+       ``defaults="transformers"`` or ``defaults=model.generation_config``.
+
     Parameters
     ----------
     conditionals : list of array_like
         The policy's token tree, as :mod:`klpolicy.sequences` takes it:
         ``conditionals[t]`` of shape ``(V,)*(t+1)``, rows summing to one.
-    temperature, top_k, top_p, min_p, order, min_tokens_to_keep
-        As in :func:`klpolicy.sampling.sampler_law`.
+    temperature, top_k, top_p, min_p, order, min_tokens_to_keep, defaults
+        As in :func:`klpolicy.sampling.sampler_law` (``top_k=0`` is off; ``defaults``
+        fills the settings left ``None``).
     eos_token : int, optional
         A token id in ``[0, V)`` that ends a response. With ``min_length``, the
         engine forbids it at positions ``t < min_length`` before any other
@@ -145,7 +155,7 @@ def sampler_tree(
     >>> round(res.policy_mass_outside, 4)  # 1 - (0.6 * 0.9 + 0.3 * 0.8)
     0.22
     """
-    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep)
+    s = settings(temperature, top_k, top_p, min_p, order, min_tokens_to_keep, defaults)
     levels = V.as_token_tree("conditionals", conditionals)
     size = levels[0].shape[0]
     if eos_token is not None:

@@ -267,3 +267,66 @@ def test_corrected_kl_moments_permutation_float32_and_batches():
     # along another axis
     got_ax = corrected_kl_moments(pi.T, ref.T, s.T, axis=0, **kw)
     np.testing.assert_allclose(got_ax.mean, got.mean, rtol=1e-15)
+
+
+# --- issue 40, item 17: infinite k3, overflowing gradient variance, float32 rows ----------
+
+
+def test_k3_value_at_minus_inf_is_inf_and_its_mean_too():
+    """k3 = e^{-l} - 1 + l -> +inf as l -> -inf (p = 0 < q), not inf - inf = NaN."""
+    from klpolicy.estimators import ESTIMATORS
+
+    k3 = ESTIMATORS["k3"].value
+    assert k3(np.array(-np.inf)) == np.inf
+    out = k3(np.array([-np.inf, 0.0, np.inf], dtype=np.float32))
+    assert out.dtype == np.float32 and out.tolist() == [np.inf, 0.0, np.inf]
+    # the sampler draws outcome 1, which the policy rules out and the reference allows:
+    # the uncorrected k3 estimate is +inf there, so its mean is inf (it was refused)
+    m = corrected_kl_moments([1.0, 0.0], [0.5, 0.5], [0.5, 0.5], estimator="k3", correction="none")
+    assert m.mean == np.inf and m.variance == np.inf
+    # with the full ratio the outcome has weight 0 and contributes nothing:
+    # E = 1 * k3(log 2) = 1/2 - 1 + log 2 (exact), bias = that - KL = 1/2 - 1 + log 2 - log 2
+    m = corrected_kl_moments([1.0, 0.0], [0.5, 0.5], [0.5, 0.5], estimator="k3")
+    assert m.mean == pytest.approx(math.log(2) - 0.5, rel=1e-15)
+    assert m.bias == pytest.approx(-0.5, rel=1e-15)
+
+
+def test_gradient_variance_is_inf_where_it_overflows_and_exact_below():
+    pi, s = [0.5, 0.5], [0.5, 0.5]
+    # mpmath recipe: c = 1, g_hat(x) = r(x)(e_x - pi); E||g||^2 = 0.5 * r^2 * 0.5,
+    # ||E g||^2 = 2 * (0.25 r)^2: variance = r^2 / 4 - r^2 / 8 = r^2 / 8
+    for r in [1.0, 1e150, 1e154, 3e154]:
+        with np.errstate(all="raise"):
+            var = corrected_gradient_moments(pi, [r, 0.0], s).variance
+        assert var == pytest.approx(r / 8 * r, rel=1e-15)
+    for r in [1e155, 1e200, 1.7e308]:
+        with np.errstate(all="raise"):
+            var = corrected_gradient_moments(pi, [r, 0.0], s).variance
+        assert var == np.inf
+    # the scaling is a power of two: same bits as the unscaled sums where those are finite
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(6), size=5), rng.dirichlet(np.ones(6), size=5)
+    r = rng.normal(size=(5, 6)) * 7
+    pn, sn = p / p.sum(-1, keepdims=True), q / q.sum(-1, keepdims=True)
+    c = pn / sn
+    mean = sn * c * r - pn * np.sum(sn * c * r, -1, keepdims=True)
+    sq = 1 - 2 * pn + np.sum(pn * pn, -1, keepdims=True)
+    want = np.sum(sn * (c * r) ** 2 * sq, -1) - np.sum(mean * mean, -1)
+    np.testing.assert_allclose(corrected_gradient_moments(p, r, q).variance, want, rtol=1e-14)
+
+
+def test_corrected_kl_moments_takes_float32_rows_normalised_in_float32():
+    rng = np.random.default_rng(4)
+    rows = [rng.random(1000).astype(np.float32) for _ in range(3)]
+    pi, ref, s = (r / r.sum() for r in rows)  # sums 1 - 7e-8: within float32's tolerance
+    assert abs(float(pi.sum(dtype=np.float64)) - 1) > 1.5e-8
+    m = corrected_kl_moments(pi, ref, s)
+    assert m.mean.dtype == np.float32
+    want = corrected_kl_moments(*(r.astype(np.float64) / r.sum(dtype=np.float64) for r in rows))
+    np.testing.assert_allclose(m.mean, want.mean, rtol=1e-5)
+    np.testing.assert_allclose(m.bias, want.bias, rtol=1e-4, atol=1e-6)
+    # a bad row is refused under its own name, never `p`
+    with pytest.raises(ValueError, match=r"^`policy` must sum to 1"):
+        corrected_kl_moments(pi * 1.1, ref, s)
+    with pytest.raises(ValueError, match=r"^`ref` must sum to 1"):
+        corrected_kl_moments(pi, ref * 1.1, s)
