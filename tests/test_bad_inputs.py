@@ -911,6 +911,12 @@ ROWS += [
 _PL = "klpolicy.plotting."
 
 
+def _path():
+    from klpolicy.dynamics import trajectory
+
+    return trajectory("rloo", [0.5, 0.5], [1.0, 0.0], 0.5, steps=3, lr=1.0)
+
+
 def _trace():
     from klpolicy.control import FixedKLController, simulate
 
@@ -929,6 +935,8 @@ ROWS += [
         bins=(COUNT, 5),
     ),
     row(_PL + "fixed_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5, 1.0])),
+    row(_PL + "landing_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5])),
+    row(_PL + "training_path", path=(Kind("a trajectory", lambda v: list(TYPES)), _path())),
     row(
         _PL + "frontier",
         ref=(PROB, P),

@@ -501,7 +501,9 @@ def test_landing_points_draws_each_rule_where_dynamics_says_it_lands():
     ax = plotting.landing_points(ref, r, betas=betas)
     lines = {line.get_label(): line for line in ax.get_lines()}
     grpo = lines["GRPO, G=2, no std"]
-    want = [landing_point("grpo", ref, r, b, num_generations=2, scale_rewards="none") for b in betas]
+    want = [
+        landing_point("grpo", ref, r, b, num_generations=2, scale_rewards="none") for b in betas
+    ]
     np.testing.assert_allclose(grpo.get_xdata(), [w.kl for w in want], rtol=1e-12)
     # GRPO with G = 2 and no std lands where pi* of twice the configured beta is
     star = klpolicy.frontier(ref, r, [2 * b for b in betas])
@@ -516,5 +518,5 @@ def test_training_path_draws_the_trajectory_and_refuses_other_objects():
     tr = trajectory("rloo", [0.5, 0.5], [1.0, 0.0], 0.5, steps=10, lr=1.0)
     ax = plotting.training_path(tr)
     np.testing.assert_array_equal(ax.get_lines()[0].get_ydata(), tr.kl_to_ref)
-    with pytest.raises(ValueError, match="`path` must be a klpolicy.dynamics.Trajectory"):
+    with pytest.raises(ValueError, match=r"`path` must be a klpolicy\.dynamics\.Trajectory"):
         plotting.training_path([1, 2, 3])
