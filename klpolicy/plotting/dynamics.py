@@ -67,7 +67,7 @@ def landing_points(
     >>> from klpolicy.plotting import landing_points
     >>> ax = landing_points([0.5, 0.3, 0.2], [1.0, 0.0, 0.5], betas=[0.5, 1.0])
     >>> ax.get_xlabel()
-    'KL(pi || ref) (nats)'
+    'KL($\\pi$ || ref) (nats)'
     """
     from .. import dynamics
 
@@ -92,7 +92,7 @@ def landing_points(
         marker="o",
         markersize=9,
         markerfacecolor="none",
-        color="black",
+        color="#555555",
         label=r"$\pi^*$ at the configured $\beta$",
     )
     for b, x, y in zip(grid, star.kl, star.expected_reward):
@@ -127,7 +127,7 @@ def landing_points(
             color=style["color"],
             label=label,
         )
-    ax.set_xlabel("KL(pi || ref) (nats)")
+    ax.set_xlabel(r"KL($\pi$ || ref) (nats)")
     ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ where training lands (reward units)")
     ax.set_title(r"Where each trainer lands, for $\beta$ = " + ", ".join(f"{b:g}" for b in grid))
     ax.legend(loc="lower right")
@@ -175,7 +175,7 @@ def training_path(path, *, ax=None):
         )
     steps = np.arange(path.kl_to_ref.size)
     ax = _axes(ax)
-    ax.plot(steps, path.kl_to_ref, label="KL(pi || ref)", **_style(0))
+    ax.plot(steps, path.kl_to_ref, label=r"KL($\pi$ || ref)", **_style(0))
     if path.landing.policy is not None:
         ax.axhline(
             path.landing.kl,
@@ -185,10 +185,10 @@ def training_path(path, *, ax=None):
             label="KL at the landing point",
         )
     ax.set_xlabel("step")
-    ax.set_ylabel("KL(pi || ref) (nats)")
+    ax.set_ylabel(r"KL($\pi$ || ref) (nats)")
     twin = ax.twinx()
     finite = np.isfinite(path.beta_fit) & (path.beta_fit > 0)
-    twin.plot(steps[finite], path.beta_fit[finite], label="beta_fit", **_style(1))
+    twin.plot(steps[finite], path.beta_fit[finite], label=r"$\beta_{fit}$", **_style(1))
     twin.set_yscale("log")
     twin.set_ylabel(r"$\beta_{fit}$ (log scale)")
     lines = ax.get_legend_handles_labels()
