@@ -219,3 +219,14 @@ def test_testing_without_hypothesis_names_the_extra():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("ImportError klpolicy.testing's suites"), out.stdout
     assert "pip install klpolicy[testing]" in out.stdout
+
+
+def test_every_core_module_is_named_in_the_architecture_page():
+    """docs/architecture.md names every module of klpolicy/core (a new module is documented)."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "architecture.md").read_text()
+    modules = sorted(
+        p.stem for p in (root / "klpolicy" / "core").glob("*.py") if p.stem != "__init__"
+    )
+    missing = [m for m in modules if f"`{m}`" not in page]
+    assert not missing, f"docs/architecture.md does not name core modules {missing}"

@@ -415,6 +415,7 @@ def _plot_epilog(*names: str) -> str:
 
 
 def _add_plot_parser(sub) -> None:
+    """Add ``klpolicy plot FIGURE``: one sub-parser per figure, built by its own step."""
     pl = sub.add_parser(
         "plot",
         help="draw one figure into a file (needs matplotlib)",
@@ -423,48 +424,74 @@ def _add_plot_parser(sub) -> None:
         epilog=_plot_epilog() + "\n" + _FILE_ARGS,
     )
     figs = pl.add_subparsers(dest="figure", required=True, metavar="FIGURE")
+    for add in (
+        _add_beta_sweep_plot,
+        _add_frontier_plot,
+        _add_token_kl_plot,
+        _add_controller_trace_plot,
+        _add_kl_budget_plot,
+        _add_estimator_histograms_plot,
+        _add_fixed_points_plot,
+        _add_landing_points_plot,
+        _add_training_path_plot,
+    ):
+        add(figs)
 
-    def fig(name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True):
-        f = figs.add_parser(
-            name, help=help, description=help, epilog=_plot_epilog(name) + "\n" + _FILE_ARGS
-        )
-        f.add_argument(
-            "-o",
-            "--output",
-            required=output_required,
-            metavar="FILE",
-            help="image file; its suffix (.png, .svg, .pdf) sets the format",
-        )
-        f.add_argument(
-            "--format",
-            choices=("png", "svg", "pdf"),
-            help="file format for slides, for a FILE without a suffix (default: from the "
-            "suffix of FILE; a suffix naming another format is refused)",
-        )
-        f.add_argument("--title", help="replace the figure's title")
-        f.add_argument(
-            "--dpi", type=float, default=150.0, help="resolution, 1 to 1200 (default 150)"
-        )
-        f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
-        return f
 
-    def problem(f, ref="--ref", reward="--reward") -> None:
-        f.add_argument(ref, type=float, nargs="+", required=True, help="reference probabilities")
-        f.add_argument(reward, type=float, nargs="+", required=True, help="rewards")
+def _figure_parser(
+    figs, name: str, draw, help: str, needs: tuple[str, ...] = (), output_required=True
+):
+    """One figure's parser with the options every figure shares (output, format, title, dpi)."""
+    f = figs.add_parser(
+        name, help=help, description=help, epilog=_plot_epilog(name) + "\n" + _FILE_ARGS
+    )
+    f.add_argument(
+        "-o",
+        "--output",
+        required=output_required,
+        metavar="FILE",
+        help="image file; its suffix (.png, .svg, .pdf) sets the format",
+    )
+    f.add_argument(
+        "--format",
+        choices=("png", "svg", "pdf"),
+        help="file format for slides, for a FILE without a suffix (default: from the "
+        "suffix of FILE; a suffix naming another format is refused)",
+    )
+    f.add_argument("--title", help="replace the figure's title")
+    f.add_argument("--dpi", type=float, default=150.0, help="resolution, 1 to 1200 (default 150)")
+    f.set_defaults(func=_cmd_plot, draw=draw, needs=needs)
+    return f
 
-    def beta_range(f, lo: float, hi: float) -> None:
-        f.add_argument(
-            "--beta-range",
-            type=float,
-            nargs=2,
-            default=(lo, hi),
-            metavar=("LO", "HI"),
-            help=f"beta grid, log-spaced (default {lo:g} {hi:g})",
-        )
 
-    f = fig("beta-sweep", _plot_beta_sweep, "pi*(y) against beta (log axis)", output_required=False)
-    problem(f)
-    beta_range(f, 1e-2, 1e2)
+def _problem_args(f, ref="--ref", reward="--reward") -> None:
+    """The analytic problem: reference probabilities and rewards."""
+    f.add_argument(ref, type=float, nargs="+", required=True, help="reference probabilities")
+    f.add_argument(reward, type=float, nargs="+", required=True, help="rewards")
+
+
+def _beta_range_arg(f, lo: float, hi: float) -> None:
+    """A log-spaced beta grid with the figure's default ends."""
+    f.add_argument(
+        "--beta-range",
+        type=float,
+        nargs=2,
+        default=(lo, hi),
+        metavar=("LO", "HI"),
+        help=f"beta grid, log-spaced (default {lo:g} {hi:g})",
+    )
+
+
+def _add_beta_sweep_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
+        "beta-sweep",
+        _plot_beta_sweep,
+        "pi*(y) against beta (log axis)",
+        output_required=False,
+    )
+    _problem_args(f)
+    _beta_range_arg(f, 1e-2, 1e2)
     f.add_argument(
         "--mark",
         type=float,
@@ -492,19 +519,29 @@ def _add_plot_parser(sub) -> None:
         "the reference's most likely, the next best; the rest as a total and a band)",
     )
 
-    f = fig("frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
-    problem(f)
-    beta_range(f, 1e-3, 1e3)
+
+def _add_frontier_plot(figs) -> None:
+    f = _figure_parser(figs, "frontier", _plot_frontier, "E[r] against KL, with best-of-n points")
+    _problem_args(f)
+    _beta_range_arg(f, 1e-3, 1e3)
     f.add_argument(
         "--best-of-n", type=int, nargs="*", default=None, metavar="N", help="best-of-n points"
     )
 
-    f = fig("token-kl", _plot_token_kl, "KL at each position (heatmap with --rows)")
+
+def _add_token_kl_plot(figs) -> None:
+    f = _figure_parser(
+        figs, "token-kl", _plot_token_kl, "KL at each position (heatmap with --rows)"
+    )
     f.add_argument("--kl", type=float, nargs="+", required=True, help="per-position KL (nats)")
     f.add_argument("--rows", type=int, help="reshape the values into ROWS sequences (heatmap)")
 
-    f = fig("controller-trace", _plot_controller_trace, "a KL controller's closed loop")
-    problem(f)
+
+def _add_controller_trace_plot(figs) -> None:
+    f = _figure_parser(
+        figs, "controller-trace", _plot_controller_trace, "a KL controller's closed loop"
+    )
+    _problem_args(f)
     f.add_argument(
         "--controller",
         choices=("adaptive", "dead-zone", "fixed", "lagrangian"),
@@ -521,12 +558,19 @@ def _add_plot_parser(sub) -> None:
     )
     f.add_argument("--lag", type=float, default=0.0, help="policy lag in [0, 1)")
 
-    f = fig("kl-budget", _plot_kl_budget, "gold (and proxy) reward against sqrt(KL)")
+
+def _add_kl_budget_plot(figs) -> None:
+    f = _figure_parser(
+        figs, "kl-budget", _plot_kl_budget, "gold (and proxy) reward against sqrt(KL)"
+    )
     f.add_argument("--d", type=float, nargs="+", required=True, help="sqrt(KL) of each point")
     f.add_argument("--gold", type=float, nargs="+", required=True, help="gold reward")
     f.add_argument("--proxy", type=float, nargs="+", help="proxy reward")
 
-    f = fig(
+
+def _add_estimator_histograms_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
         "estimator-histograms",
         _plot_estimator_histograms,
         "k1/k2/k3 per-sample spread",
@@ -537,34 +581,45 @@ def _add_plot_parser(sub) -> None:
     f.add_argument("--n", type=int, default=20000, help="samples drawn from p (default 20000)")
     f.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
 
-    f = fig(
+
+def _add_fixed_points_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
         "fixed-points",
         _plot_fixed_points,
         "E[r] where each estimator placement converges",
         ("estimators",),
     )
-    problem(f)
-    beta_range(f, 0.05, 20.0)
-    _add_dynamics_plots(fig, problem)
+    _problem_args(f)
+    _beta_range_arg(f, 0.05, 20.0)
 
 
-def _add_dynamics_plots(fig, problem) -> None:
-    """The figures of klpolicy.dynamics: where rules land, and a mean-field path."""
-    f = fig(
+def _add_landing_points_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
         "landing-points",
         _plot_landing_points,
         "where GRPO (no std) and RLOO land, beside pi*'s frontier",
         ("dynamics",),
     )
-    problem(f)
+    _problem_args(f)
     f.add_argument(
         "--betas", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0], help="configured betas"
     )
     f.add_argument(
         "--num-generations", type=int, nargs="+", default=[2, 8], help="GRPO group sizes"
     )
-    f = fig("training-path", _plot_training_path, "a trainer rule's mean-field path", ("dynamics",))
-    problem(f)
+
+
+def _add_training_path_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
+        "training-path",
+        _plot_training_path,
+        "a trainer rule's mean-field path",
+        ("dynamics",),
+    )
+    _problem_args(f)
     f.add_argument("--rule", default="grpo", help="a rule of klpolicy.dynamics.RULES")
     f.add_argument("--beta", type=float, default=0.5, help="the KL coefficient (default 0.5)")
     f.add_argument("--num-generations", type=int, default=2, help="group size (default 2)")

@@ -4,7 +4,8 @@
 :mod:`~klpolicy.core.closed_form` computes it and every quantity of it exactly
 (soft value, KL, expected reward, frontier, the inverse ``beta_for_kl``);
 :mod:`~klpolicy.core.divergences` computes KL, entropy, cross-entropy and total
-variation. The careful kernel lives in ``_tilt``, the precise numerics in
+variation. The numpy kernel (its blocked fast path) lives in ``_tilt``, the careful
+kernel every array library shares in ``_careful``, the precise numerics in
 ``_numerics`` and the generic input checks in ``_validation``; other subpackages
 reach those through :mod:`klpolicy.core.internal` only. Core imports nothing else
 from klpolicy. Everything here is re-exported by :mod:`klpolicy`.

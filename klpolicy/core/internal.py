@@ -22,7 +22,9 @@ setup(ref, reward, beta, axis) -> (ref, reward, beta, axis_neg)
 restore(x, axis_neg)
     Move the probability axis back where the caller had it.
 tilt(ref, reward, beta, want=TILT_ALL) -> Tilt
-    The careful closed-form kernel on validated inputs: ``pi``, ``u = log(pi/ref)``,
+    The closed-form kernel on validated numpy inputs (the blocked fast path of
+    ``_tilt``, which hands the rows it cannot prove to the careful kernel of
+    ``_careful``): ``pi``, ``u = log(pi/ref)``,
     ``value``, ``kl``, ``mean`` (those named in ``want``), with the greedy
     (``beta = 0``) and reference (``beta = inf``) limits.
 Tilt, TILT_ALL
