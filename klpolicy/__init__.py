@@ -52,6 +52,7 @@ from .core import (
     optimal_kl,
     optimal_policy,
     soft_value,
+    suboptimality,
     total_variation,
 )
 
@@ -100,6 +101,7 @@ __all__ = [
     "sampling",
     "sequences",
     "soft_value",
+    "suboptimality",
     "total_variation",
     "trust_region",
 ]

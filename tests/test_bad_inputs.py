@@ -444,6 +444,14 @@ ROWS: list[Row] = [
     row("klpolicy.frontier", ref=(PROB, P), reward=(REWARD, R), betas=(COEF, [0.5, 1.0])),
     row("klpolicy.max_kl", ref=(PROB, P), reward=(REWARD, R)),
     row("klpolicy.objective", pi=(PROB, Q), ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    # horizon: J(pi*) - J(pi) = beta KL(pi || pi*)
+    row(
+        "klpolicy.suboptimality",
+        policy=(PROB, Q),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+    ),
     _core3("klpolicy.optimal_kl"),
     _core3("klpolicy.optimal_policy"),
     _core3("klpolicy.soft_value"),
