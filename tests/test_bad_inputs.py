@@ -856,6 +856,14 @@ _RT = "klpolicy.retention."
 _TR = "klpolicy.trust_region."
 ROWS += [
     row(_D + "best_of_n_diversity", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
+    # horizon: one policy-gradient step's entropy change
+    row(
+        _D + "entropy_step",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        advantage=(REWARD, R),
+        eta=(FINITE, 0.1),
+        step=(CHOICE, "natural"),
+    ),
     row(_D + "diversity_curve", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, [0.5, 1.0])),
     row(_D + "entropy_slope", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_D + "expected_distinct", p=(PROB, P), k=(COUNTS, 3)),
