@@ -707,6 +707,11 @@ ROWS += [
     row(_B + "best_of_n_kl", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
     row(_B + "best_of_n_kl_bound", n=(COUNTS, [1, 2])),
     row(_B + "best_of_n_policy", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    # horizon: soft best-of-n
+    *[
+        row(_B + k, ref=(PROB, P), reward=(REWARD, R), n=(COUNT, 2), lam=(COEF, 0.5))
+        for k in ("soft_best_of_n_policy", "soft_best_of_n_kl")
+    ],
     row(_B + "best_of_n_vs_optimal", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
     row(_B + "best_of_n_win_rate", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
 ]
