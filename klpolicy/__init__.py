@@ -53,6 +53,7 @@ from .core import (
     optimal_kl,
     optimal_policy,
     soft_value,
+    suboptimality,
     total_variation,
 )
 
@@ -103,6 +104,7 @@ __all__ = [
     "sampling",
     "sequences",
     "soft_value",
+    "suboptimality",
     "total_variation",
     "trust_region",
 ]

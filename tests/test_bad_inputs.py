@@ -445,6 +445,14 @@ ROWS: list[Row] = [
     row("klpolicy.frontier", ref=(PROB, P), reward=(REWARD, R), betas=(COEF, [0.5, 1.0])),
     row("klpolicy.max_kl", ref=(PROB, P), reward=(REWARD, R)),
     row("klpolicy.objective", pi=(PROB, Q), ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
+    # horizon: J(pi*) - J(pi) = beta KL(pi || pi*)
+    row(
+        "klpolicy.suboptimality",
+        policy=(PROB, Q),
+        ref=(PROB, P),
+        reward=(REWARD, R),
+        beta=(COEF, 1.0),
+    ),
     _core3("klpolicy.optimal_kl"),
     _core3("klpolicy.optimal_policy"),
     _core3("klpolicy.soft_value"),
@@ -700,6 +708,11 @@ ROWS += [
     row(_B + "best_of_n_kl", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
     row(_B + "best_of_n_kl_bound", n=(COUNTS, [1, 2])),
     row(_B + "best_of_n_policy", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
+    # horizon: soft best-of-n
+    *[
+        row(_B + k, ref=(PROB, P), reward=(REWARD, R), n=(COUNT, 2), lam=(COEF, 0.5))
+        for k in ("soft_best_of_n_policy", "soft_best_of_n_kl")
+    ],
     row(_B + "best_of_n_vs_optimal", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
     row(_B + "best_of_n_win_rate", ref=(PROB, P), reward=(REWARD, R), n=(COUNTS, 2)),
 ]
@@ -849,6 +862,14 @@ _RT = "klpolicy.retention."
 _TR = "klpolicy.trust_region."
 ROWS += [
     row(_D + "best_of_n_diversity", ref=(PROB, P), reward=(REWARD, R), ns=(COUNTS, [1, 2])),
+    # horizon: one policy-gradient step's entropy change
+    row(
+        _D + "entropy_step",
+        logits=(LOGITS, [0.0, 0.1, 0.2]),
+        advantage=(REWARD, R),
+        eta=(FINITE, 0.1),
+        step=(CHOICE, "natural"),
+    ),
     row(_D + "diversity_curve", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, [0.5, 1.0])),
     row(_D + "entropy_slope", ref=(PROB, P), reward=(REWARD, R), beta=(COEF, 1.0)),
     row(_D + "expected_distinct", p=(PROB, P), k=(COUNTS, 3)),

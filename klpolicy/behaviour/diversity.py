@@ -37,12 +37,15 @@ from ..core.internal import validation as V
 from ..sequences import joint
 
 __all__ = [
+    "ENTROPY_STEPS",
     "BestOfNDiversity",
     "DiversityCurve",
+    "EntropyStep",
     "KLDecomposition",
     "best_of_n_diversity",
     "diversity_curve",
     "entropy_slope",
+    "entropy_step",
     "expected_distinct",
     "expected_distinct_sequences",
     "kl_decomposition",
@@ -687,3 +690,119 @@ def best_of_n_diversity(ref: ArrayLike, reward: ArrayLike, ns: ArrayLike) -> Bes
         best_of_n_effective_support=np.exp(h_bon).reshape(shape),
         optimal_effective_support=np.exp(h_opt).reshape(shape),
     )
+
+
+# --- one policy-gradient step and the entropy (Cui et al. 2025) ------------------------------
+
+
+def _natural_direction(pi: NDArray, advantage: NDArray) -> NDArray:
+    """Natural policy gradient of a tabular softmax: the logits move by the advantage."""
+    return advantage
+
+
+def _vanilla_direction(pi: NDArray, advantage: NDArray) -> NDArray:
+    """Vanilla policy gradient in the logits: d E_pi[A] / dz_a = pi_a (A_a - E_pi A)."""
+    return pi * (advantage - np.sum(pi * advantage, axis=-1, keepdims=True))
+
+
+#: The policy-gradient steps of :func:`entropy_step`: name -> the logit direction
+#: ``d(pi, advantage)`` (the logits move to ``z + eta d``).
+ENTROPY_STEPS = {"natural": _natural_direction, "vanilla": _vanilla_direction}
+
+
+class EntropyStep(NamedTuple):
+    """One softmax policy-gradient step and its entropy change; batch shape on each field."""
+
+    exact: NDArray
+    covariance: NDArray
+    entropy_before: NDArray
+    entropy_after: NDArray
+
+
+def entropy_step(
+    logits: ArrayLike,
+    advantage: ArrayLike,
+    eta: float,
+    *,
+    step: str = "natural",
+    axis: int = -1,
+) -> EntropyStep:
+    r"""The exact entropy change of a softmax policy under one policy-gradient step.
+
+    .. math::
+
+        z' = z + \eta\, d(\pi, A),\qquad
+        \Delta H = H(\mathrm{softmax}\, z') - H(\mathrm{softmax}\, z)
+        = -\eta\,\mathrm{Cov}_{a\sim\pi}\big(\log\pi(a),\, d_a\big) + O(\eta^2),
+
+    with :math:`d = A` for the natural gradient (so the law is
+    :math:`-\eta\,\mathrm{Cov}_\pi(\log\pi, A)`) and
+    :math:`d = \pi\,(A - \mathbb{E}_\pi A)` for the vanilla gradient.
+
+    Parameters
+    ----------
+    logits : array_like
+        Finite logits ``z`` (probability axis ``axis``).
+    advantage : array_like
+        Finite advantages ``A``, broadcast against ``logits``.
+    eta : float
+        The step size (finite; negative steps descend).
+    step : {"natural", "vanilla"}
+        A row of :data:`ENTROPY_STEPS`.
+    axis : int
+        The action axis.
+
+    Returns
+    -------
+    EntropyStep
+        ``exact`` (:math:`\Delta H`, computed from both entropies), ``covariance``
+        (:math:`-\eta\,\mathrm{Cov}_\pi(\log\pi, d)`), ``entropy_before`` and
+        ``entropy_after``, each with the batch shape.
+
+    Raises
+    ------
+    ValueError
+        For non-finite ``logits``/``advantage``/``eta``, mismatched shapes, or an
+        unknown ``step`` (each named).
+
+    Notes
+    -----
+    With :math:`\pi = \mathrm{softmax}\, z`, :math:`dH = -\sum_a d\pi_a \log\pi_a`
+    and :math:`d\pi_a = \pi_a (dz_a - \mathbb{E}_\pi dz)`, so
+    :math:`dH = -\mathrm{Cov}_\pi(\log\pi, dz)`: entropy falls when actions the
+    policy already favours get the larger logit increase. The law is first order in
+    ``eta``; ``exact - covariance`` is :math:`O(\eta^2)`.
+
+    References
+    ----------
+    .. [1] Cui et al., 2025, "The entropy mechanism of reinforcement learning for
+       reasoning language models", arXiv:2505.22617.
+
+    Examples
+    --------
+    >>> from klpolicy.diversity import entropy_step
+    >>> out = entropy_step([1.0, 0.0, -1.0], [1.0, 0.0, -1.0], 1e-4)
+    >>> bool(abs(out.exact - out.covariance) < 1e-8), bool(out.exact < 0)
+    (True, True)
+    """
+    step = V.as_choice("step", step, tuple(ENTROPY_STEPS))
+    z = V.as_rewards("logits", logits, axis)
+    a = V.as_rewards("advantage", advantage, axis)
+    z, a = V.broadcast_pair("logits", z, "advantage", a)
+    z = np.moveaxis(np.asarray(z, np.float64), axis, -1)
+    a = np.moveaxis(np.asarray(a, np.float64), axis, -1)
+    eta_f = V.as_scalar("eta", eta)
+
+    def log_softmax(x):
+        m = np.max(x, axis=-1, keepdims=True)
+        return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+    lp = log_softmax(z)
+    pi = np.exp(lp)
+    d = ENTROPY_STEPS[step](pi, a)
+    lp2 = log_softmax(z + eta_f * d)
+    h0 = -np.sum(pi * lp, axis=-1)
+    h1 = -np.sum(np.exp(lp2) * lp2, axis=-1)
+    mean_lp = np.sum(pi * lp, axis=-1, keepdims=True)
+    cov = np.sum(pi * (lp - mean_lp) * (d - np.sum(pi * d, axis=-1, keepdims=True)), axis=-1)
+    return EntropyStep((h1 - h0)[()], (-eta_f * cov)[()], h0[()], h1[()])

@@ -23,6 +23,7 @@ from .law import (
     best_of_n_policy,
     best_of_n_win_rate,
 )
+from .soft import soft_best_of_n_kl, soft_best_of_n_policy
 
 __all__ = [
     "BestOfNComparison",
@@ -35,4 +36,6 @@ __all__ = [
     "best_of_n_policy",
     "best_of_n_vs_optimal",
     "best_of_n_win_rate",
+    "soft_best_of_n_kl",
+    "soft_best_of_n_policy",
 ]

@@ -21,6 +21,7 @@ from .closed_form import (
     optimal_kl,
     optimal_policy,
     soft_value,
+    suboptimality,
 )
 from .divergences import (
     cross_entropy,
@@ -60,5 +61,6 @@ __all__ = [
     "optimal_kl",
     "optimal_policy",
     "soft_value",
+    "suboptimality",
     "total_variation",
 ]
