@@ -1214,6 +1214,7 @@ ROWS += [
 
 
 RESULTS = {
+    "klpolicy.diversity.EntropyStep",
     "klpolicy.dynamics.FixedPoint",
     "klpolicy.dynamics.Landing",
     "klpolicy.dynamics.Rule",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from klpolicy.diversity import ENTROPY_STEPS, entropy_step
 
-mp.mp.dps = 50
+pytestmark = pytest.mark.mp_dps(50)  # mpmath's working precision (tests/conftest.py)
 
 
 def _mp_step(z, a, eta, step):

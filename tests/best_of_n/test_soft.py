@@ -10,7 +10,7 @@ import pytest
 
 from klpolicy.best_of_n import best_of_n_policy, soft_best_of_n_kl, soft_best_of_n_policy
 
-mp.mp.dps = 40
+pytestmark = pytest.mark.mp_dps(40)  # mpmath's working precision (tests/conftest.py)
 
 
 def _mp_enumerate(q, r, n, lam):

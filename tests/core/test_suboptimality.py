@@ -8,7 +8,7 @@ import pytest
 
 from klpolicy import objective, soft_value, suboptimality
 
-mp.mp.dps = 50
+pytestmark = pytest.mark.mp_dps(50)  # mpmath's working precision (tests/conftest.py)
 
 
 def _mp_gap(pi, ref, r, beta):
