@@ -957,6 +957,7 @@ def beta_for_divergence(
     row, a = as_divergence(divergence, alpha)
     rtol = V.as_scalar("rtol", rtol, "(0, 1)")
     if _is_kl(row, a):
+        V.as_kl_budget("target", target)  # refused under this function's name for it
         return beta_for_kl(ref, reward, target, axis=axis, rtol=rtol)
     if row.name == "tv":
         raise ValueError(

@@ -200,3 +200,11 @@ def test_bad_input_names_the_argument(kwargs, message):
     call = {"p": [0.5, 0.5], "q": [0.3, 0.7], **kwargs}
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         kp.f_divergence(**call)
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), "x"])
+def test_beta_for_divergence_names_target_for_the_kl_row(bad):
+    # issue 40 item 19: the reverse_kl row passed `target` on to beta_for_kl, whose message
+    # named its own argument `kl`
+    with pytest.raises(ValueError, match=r"^`target` "):
+        kp.beta_for_divergence([0.5, 0.5], [1.0, 0.0], bad, divergence="reverse_kl")
