@@ -37,7 +37,7 @@ import numpy as np
 
 from ..core import f_optimal_policy, kl_divergence, optimal_policy
 from ..core.internal import validation as V
-from ..estimators import expected_gradient
+from ..estimators import estimator_names, expected_gradient
 from ..estimators import fixed_point as _estimator_fixed_point
 from .groups import group_advantage
 from .results import FixedPoint, Landing
@@ -549,7 +549,10 @@ RULES: dict[str, Rule] = {
         trainer="PPO with the KL in the reward (Ziegler et al. 2019; InstructGPT)",
         source="arXiv:1909.08593, arXiv:2203.02155; large batch, exact value baseline",
         options={
-            "kl_estimator": Option("k1", _choice(("k1", "k3")), "the per-sample KL in the reward")
+            # TRL's PPOTrainer offers k1 and k3; every KL estimator of the registry is a row here
+            "kl_estimator": Option(
+                "k1", _choice(estimator_names(kl_only=True)), "the per-sample KL in the reward"
+            )
         },
         kl_term="kl_estimator folded into the reward",
         baseline="the value function (exactly E_pi of the shaped reward)",

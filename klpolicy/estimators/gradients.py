@@ -62,20 +62,26 @@ def _as_ratio_clip(x) -> tuple[float, float] | None:
     return lo, hi
 
 
-def _sampler_logits(sampler, th: NDArray, axis: int) -> NDArray:
-    """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's."""
+def _sampler_logits(sampler, th: NDArray, axis: int, against: str = "logits") -> NDArray:
+    """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's.
+
+    ``against`` names the caller's argument that ``th`` comes from (``logits``, or ``ref``
+    and ``policy`` for the fixed-point functions, whose ``th`` is their log), so that the
+    messages name an argument the caller has.
+    """
+    zero = "are -inf" if against == "logits" else "is 0"
     ph = V.as_log_probs("sampler", sampler, allow_neg_inf=True)
     ph = np.moveaxis(ph, V.normalise_axis(axis, ph.ndim, "sampler"), -1)
     if ph.shape[-1:] != th.shape[-1:]:
         raise ValueError(
-            f"`sampler` must have {th.shape[-1]} entries along the axis, as `logits`; "
+            f"`sampler` must have {th.shape[-1]} entries along the axis, as `{against}`; "
             f"got shape {ph.shape}"
         )
     try:
         ph = np.broadcast_to(ph, th.shape)
     except ValueError:
         raise ValueError(
-            f"`sampler` of shape {ph.shape} does not broadcast with `logits` of shape {th.shape}"
+            f"`sampler` of shape {ph.shape} does not broadcast with `{against}` of shape {th.shape}"
         ) from None
     dead = np.all(ph == -np.inf, axis=-1)
     if dead.any():
@@ -85,7 +91,7 @@ def _sampler_logits(sampler, th: NDArray, axis: int) -> NDArray:
     if off.any():
         idx = tuple(int(i) for i in np.argwhere(off)[0])
         raise ValueError(
-            f"`sampler` draws index {idx} where `logits` are -inf: the policy's "
+            f"`sampler` draws index {idx} where `{against}` {zero}: the policy's "
             "log-probability, and every KL estimate, is infinite on that sample"
         )
     return ph.astype(th.dtype)
@@ -744,7 +750,7 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
     if sampler is not None:
         with np.errstate(divide="ignore"):
             th0 = np.broadcast_to(np.log(ref_a), shape)
-        ph2 = _sampler_logits(sampler, th0, axis).reshape(-1, shape[-1])
+        ph2 = _sampler_logits(sampler, th0, axis, "ref").reshape(-1, shape[-1])
     out = np.zeros_like(q2)
     for i in range(q2.shape[0]):
         sup = q2[i] > 0
@@ -903,7 +909,8 @@ def fixed_point_stability(
     b2 = np.broadcast_to(b, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
     ph2 = None
     if sampler is not None:
-        ph2 = _sampler_logits(sampler, th, axis).reshape(-1, shape[-1]).astype(np.float64)
+        ph2 = _sampler_logits(sampler, th, axis, "policy").reshape(-1, shape[-1])
+        ph2 = ph2.astype(np.float64)
     growth = np.empty(th2.shape[0])
     stable = np.empty(th2.shape[0], dtype=bool)
     for i in range(th2.shape[0]):

@@ -433,3 +433,25 @@ def test_fixed_point_stability_refusals():
     # a policy's zeros stay zero: the verdict is on its own support (here two outcomes)
     s = E.fixed_point_stability([0.5, 0.0, 0.5], [0.5, 0.0, 0.5], [1.0, 0.0, 0.0], 1.0, **kw)
     assert s.stable and s.growth_rate == pytest.approx(-0.5, abs=1e-8)
+
+
+def test_fixed_point_sampler_messages_name_its_own_arguments():
+    # issue 40 item 19: fixed_point's sampler messages spoke of `logits`, which it does not take
+    with pytest.raises(ValueError, match="as `ref`; got shape"):
+        E.fixed_point(
+            [0.5, 0.3, 0.2],
+            [1.0, 0.0, 0.5],
+            0.5,
+            estimator="k2",
+            placement="loss",
+            sampler=[0.0, 1.0],
+        )
+    with pytest.raises(ValueError, match="where `ref` is 0"):
+        E.fixed_point(
+            [0.5, 0.5, 0.0],
+            [1.0, 0.0, 0.5],
+            0.5,
+            estimator="k2",
+            placement="loss",
+            sampler=[0.0, 1.0, 0.0],
+        )
