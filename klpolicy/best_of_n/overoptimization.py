@@ -121,7 +121,7 @@ def make_problem(
     size = V.as_count("size", size, lo=2, hi=V.MAX_LOOP_COUNT)
     sigma = V.as_positive_scalar("error", error)
     if rng is None:
-        rng = np.random.default_rng(seed)
+        rng = V.as_rng("seed", seed)
     elif not isinstance(rng, np.random.Generator):
         raise ValueError(f"`rng` must be a numpy.random.Generator; got {type(rng).__name__}")
     logits = 1.5 * rng.standard_normal(size)

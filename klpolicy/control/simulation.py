@@ -183,7 +183,7 @@ def _run(
 ) -> dict[str, NDArray]:
     """Run B controllers (already copied) in lock-step; arrays of shape (B, steps)."""
     b = len(controllers)
-    gen = np.random.default_rng(rng) if kl_samples is not None else None
+    gen = V.as_rng("rng", rng) if kl_samples is not None else None
     per_token = np.array([getattr(c, "per", "sequence") == "token" for c in controllers])
     ref_b = np.broadcast_to(ref, (b, ref.size))
     rew_b = np.broadcast_to(reward, (b, reward.size))

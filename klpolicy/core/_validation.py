@@ -879,3 +879,23 @@ def as_pair_counts(name: str, x: ArrayLike, ref: NDArray) -> NDArray[np.float64]
             "log(pi/ref) is undefined there"
         )
     return arr
+
+
+def as_rng(name: str, x: Any) -> np.random.Generator:
+    """A numpy Generator from ``None``, a non-negative integer seed, a SeedSequence or a Generator.
+
+    The library's one check of ``rng=`` / ``seed=`` arguments: anything else (a negative or
+    fractional seed, a bool, a string, a seed of 2**128 or more) is refused naming ``name``,
+    where numpy's own message ("expected non-negative integer") names nothing.
+    """
+    if x is None or isinstance(x, (np.random.Generator, np.random.SeedSequence)):
+        return np.random.default_rng(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
+        if 0 <= int(x) < 2**128:
+            return np.random.default_rng(int(x))
+    raise ValueError(
+        f"`{name}` must be None, an integer seed in [0, 2**128) or a numpy.random.Generator; "
+        f"got {describe(x)}"
+    )

@@ -547,10 +547,9 @@ def sample_estimates(
     """
     name, pa, qa, c, lc = _setup(p, q, estimator, axis, clip, log_ratio_clip)
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        rng = np.random.default_rng(int(rng))
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"`rng` must be a numpy.random.Generator or an int seed; got {rng!r}")
+    if rng is None:  # no default: draws of the estimates are reproducible only by a seed
+        raise ValueError("`rng` must be a numpy.random.Generator or an int seed; got None")
+    rng = V.as_rng("rng", rng)
     _, _, ell = _normalised(pa, qa)
     k = _values(name, ell, c, lc)
     batch = pa.shape[:-1]

@@ -914,7 +914,7 @@ def estimator_histograms(
 
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
     bins = V.as_positive_int("bins", bins, hi=10**6)
-    gen = np.random.default_rng(rng)
+    gen = V.as_rng("rng", rng)
     _one_d("p", p)
     _one_d("q", q)
     p_a = V.as_probabilities("p", p)

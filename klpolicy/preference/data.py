@@ -79,7 +79,7 @@ def sample_preference_counts(
     ref_like = np.ones(n) / n
     p = V.as_preference_matrix("preferences", preferences, n, against="mu")
     w = _win_weights(ref_like, p, m)
-    gen = np.random.default_rng(rng)
+    gen = V.as_rng("rng", rng)
     return gen.multinomial(n_draws, (w / w.sum()).ravel()).reshape(n, n).astype(np.int64)
 
 
@@ -280,7 +280,7 @@ def fit_dpo_online(
     n_pairs = V.as_positive_int("pairs_per_round", pairs_per_round, hi=V.MAX_LOOP_COUNT)
     n_steps = V.as_positive_int("steps_per_round", steps_per_round, hi=V.MAX_LOOP_COUNT)
     eta = V.as_positive_scalar("lr", lr)
-    gen = np.random.default_rng(rng)
+    gen = V.as_rng("rng", rng)
     w_pop = _win_weights(ref_a, p, None)
     pi = ref_a.copy()
     path, losses = [pi], []

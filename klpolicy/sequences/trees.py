@@ -238,7 +238,7 @@ def sample(conditionals: Any, n: int, rng: Any = None) -> NDArray[np.int64]:
     """
     levels = _tree("conditionals", conditionals)
     n = V.as_positive_int("n", n, hi=V.MAX_LOOP_COUNT)
-    gen = np.random.default_rng(rng)
+    gen = V.as_rng("rng", rng)
     seqs = np.zeros((n, len(levels)), dtype=np.int64)
     for t, c in enumerate(levels):
         rows = c[tuple(seqs[:, :t].T)] if t else np.broadcast_to(c, (n, c.shape[0]))
