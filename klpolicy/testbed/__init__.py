@@ -5,5 +5,17 @@ only when a function needs them (extra ``klpolicy[trl]``).
 """
 
 from klpolicy.testbed.law import SequenceLaw, sequence_law
+from klpolicy.testbed.runner import ADAPTERS, TRL_RANGE, Adapter, TestbedResult, run
+from klpolicy.testbed.tasks import Task, bandit_task
 
-__all__ = ["SequenceLaw", "sequence_law"]
+__all__ = [
+    "ADAPTERS",
+    "TRL_RANGE",
+    "Adapter",
+    "SequenceLaw",
+    "Task",
+    "TestbedResult",
+    "bandit_task",
+    "run",
+    "sequence_law",
+]
