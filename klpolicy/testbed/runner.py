@@ -305,6 +305,8 @@ def run(
         processing_class=tok,
         callbacks=[_LawCallback()],
     )
+    tr.remove_callback(transformers.PrinterCallback)  # keeps stdout for `--json`
+    tr.remove_callback(transformers.ProgressCallback)
     t0 = time.perf_counter()
     tr.train()
     wall = time.perf_counter() - t0
