@@ -19,7 +19,7 @@ import pytest
 import klpolicy
 
 PACKAGE = Path(klpolicy.__file__).resolve().parent
-LEAVES = {"app", "plotting", "testing", "torch"}
+LEAVES = {"app", "plotting", "testing", "testbed", "torch"}
 
 
 def _module_name(path: Path) -> str:
@@ -190,7 +190,7 @@ def test_import_klpolicy_loads_no_leaf_and_no_scipy_optimize(code):
         f"import sys; {code}; "
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'matplotlib', 'hypothesis', 'jax') or m.startswith('scipy.optimize') "
-        "or m.split('.')[:2] in (['klpolicy', l] for l in ('app', 'plotting', 'testing', 'torch'))); "
+        "or m.split('.')[:2] in (['klpolicy', l] for l in ('app', 'plotting', 'testing', 'testbed', 'torch'))); "
         "print(bad)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)

@@ -386,6 +386,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out", metavar="DIR", help="write the headline figures as PNG into DIR")
     d.set_defaults(func=_cmd_demo)
     _add_plot_parser(sub)
+    _add_testbed_parser(sub)
     sub.add_parser(
         "check",
         help="run a klpolicy.testing suite on module:function (needs hypothesis); "
@@ -626,6 +627,43 @@ def _add_training_path_plot(figs) -> None:
     f.add_argument("--steps", type=int, default=200, help="steps (default 200)")
     f.add_argument("--lr", type=float, default=1.0, help="step size (default 1)")
     f.add_argument("--optimizer", choices=("sgd", "natural"), default="sgd")
+
+
+def _add_testbed_parser(sub) -> None:
+    """``klpolicy testbed run TRAINER ...``: a real TRL trainer against its landing point."""
+    tb = sub.add_parser(
+        "testbed", help="train a tiny transformers model with a real trainer (needs klpolicy[trl])"
+    )
+    tsub = tb.add_subparsers(dest="testbed_command", required=True, metavar="COMMAND")
+    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo) on the bandit task")
+    r.add_argument("trainer", metavar="TRAINER", help="trl-grpo or trl-rloo")
+    r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
+    r.add_argument("--num-generations", type=int, help="group size G (default 2)")
+    r.add_argument("--scale-rewards", help='GRPO: "group", "batch" or "none" (default "none")')
+    r.add_argument("--loss-type", help="GRPO's loss_type (TRL's default dapo)")
+    r.add_argument("--learning-rate", type=float, help="the optimiser's lr (default 0.01)")
+    r.add_argument("--steps", type=int, default=300, help="optimiser steps (default 300)")
+    r.add_argument("--seed", type=int, default=0, help="the trainer's seed (default 0)")
+    r.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    r.set_defaults(func=_cmd_testbed_run)
+
+
+def _cmd_testbed_run(args: argparse.Namespace) -> int:
+    from ..testbed import ADAPTERS, run
+
+    if args.trainer not in ADAPTERS:
+        raise ValueError(f"`TRAINER` must be one of {sorted(ADAPTERS)}; found {args.trainer!r}")
+    names = ("beta", "num_generations", "scale_rewards", "loss_type", "learning_rate")
+    options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    res = run(args.trainer, steps=args.steps, seed=args.seed, **options)
+    if args.json:
+        print(res.to_json())
+        return 0
+    print(f"{args.trainer} {res.config} steps={res.steps} seed={res.seed}")
+    print(f"landing: {res.landing}")
+    for key in ("kl_to_predicted", "kl_to_pistar", "kl_ref_to_predicted", "beta_fit", "wall_time"):
+        print(f"{key:>20}  {getattr(res, key)}")
+    return 0
 
 
 def _one_line(exc: BaseException) -> str:

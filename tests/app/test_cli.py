@@ -536,6 +536,8 @@ VALID = {
     "plot estimator-histograms": ["--p", "0.5", "0.5", "--q", "0.4", "0.6", "--n", "50", "-o", "OUT"],
     "plot fixed-points": ["--ref", "0.5", "0.5", "--reward", "1", "0", "-o", "OUT"],
     "plot landing-points": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--betas", "0.5", "-o", "OUT"],
+    # one optimiser step of TRL's RLOO on the bandit task (a few seconds; needs the trl extra)
+    "testbed run": ["trl-rloo", "--steps", "1"],
     "plot training-path": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--steps", "5", "-o", "OUT"],
 }  # fmt: skip
 BAD_NUMBERS = ["x", "nan", "inf", "-inf", "-1", "1e309", "0", "2**63", "9223372036854775808"]
@@ -589,6 +591,8 @@ def test_every_subcommand_refuses_bad_arguments_in_one_line(capsys, tmp_path, na
     (for a value that is valid there, such as `--beta 0`) success; never a traceback."""
     if name.startswith("plot") or (name == "demo" and option == "--out"):
         pytest.importorskip("matplotlib")
+    if name == "testbed run":
+        pytest.importorskip("trl")
     argv = [str(tmp_path / "x.png") if a == "OUT" else a for a in VALID[name]]
     try:
         i = argv.index(option)
@@ -601,7 +605,9 @@ def test_every_subcommand_refuses_bad_arguments_in_one_line(capsys, tmp_path, na
     code, out, err = run(capsys, *name.split(), *argv, option, bad)
     assert "Traceback" not in err
     if code == 0:
-        assert err == ""
+        # a valid testbed run trains a model: transformers 5.25.0 writes its own deprecation
+        # warnings and progress bars on stderr (not klpolicy's; left to silence)
+        assert err == "" or name == "testbed run"
         return
     assert code == 2, f"exit {code}: {err}"
     prefix = "klpolicy check: error: " if name == "check" else "klpolicy: error: "

@@ -1,0 +1,91 @@
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+
+from klpolicy import kl_divergence, optimal_policy
+from klpolicy.app.cli import main
+from klpolicy.dynamics import beta_fit, landing_point
+from klpolicy.testbed import ADAPTERS, bandit_task, run, sequence_law
+
+
+def test_bandit_reference_is_the_initial_models_law():
+    t = bandit_task()
+    law = sequence_law(t.model(), t.prompt_ids(), max_new_tokens=1, eos_token_id=t.eos_token_id)
+    assert law.completions == tuple((v,) for v in range(7))
+    assert law.probs.sum() == pytest.approx(1.0, rel=1e-6)
+    assert [t.reward(c) for c in law.completions] == [0, 0, 0, 1.0, 0.5, 0.25, 0]
+
+
+@pytest.mark.parametrize("trainer", sorted(ADAPTERS))
+def test_short_run_reports_consistent_numbers(trainer):
+    r = run(trainer, steps=2, seed=0)
+    assert r.laws.shape == (2, 7) and list(r.law_steps) == [1, 2]
+    np.testing.assert_array_equal(r.laws[-1], r.final_law)
+    land = landing_point(
+        ADAPTERS[trainer].rule,
+        r.ref_law,
+        r.reward,
+        0.5,
+        **{k: r.config[k] for k in ADAPTERS[trainer].rule_options},
+    )
+    np.testing.assert_allclose(r.predicted, land.policy, rtol=1e-12)
+    np.testing.assert_allclose(r.pistar, optimal_policy(r.ref_law, r.reward, 0.5), rtol=1e-12)
+    assert r.kl_to_pistar == pytest.approx(float(kl_divergence(r.final_law, r.pistar)), rel=1e-12)
+    assert r.beta_fit == pytest.approx(beta_fit(r.final_law, r.ref_law, r.reward), rel=1e-12)
+    assert r.predicted_beta_eff == pytest.approx(1.0 if trainer == "trl-grpo" else 0.5, rel=1e-9)
+    # the policy moved from the reference, toward the reward
+    assert r.final_law @ r.reward > r.ref_law @ r.reward
+    d = json.loads(r.to_json())
+    assert d["versions"]["trl"].startswith("1.16")
+
+
+def test_bad_trainer_and_option():
+    with pytest.raises(ValueError, match="`trainer`"):
+        run("trl-ppo", steps=1, seed=0)
+    with pytest.raises(ValueError, match="`no_such_field`"):
+        run("trl-grpo", steps=1, seed=0, no_such_field=1)
+    with pytest.raises(ValueError, match="`steps`"):
+        run("trl-grpo", steps=0, seed=0)
+
+
+def test_cli_bad_trainer_exits_2(capsys):
+    assert main(["testbed", "run", "trl-ppo"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "`TRAINER`" in err
+
+
+def test_cli_json(capsys):
+    assert main(["testbed", "run", "trl-rloo", "--steps", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in (
+        "ref_law",
+        "final_law",
+        "reward",
+        "predicted",
+        "pistar",
+        "kl_to_predicted",
+        "kl_to_pistar",
+        "beta_fit",
+        "completions",
+    ):
+        assert key in d
+    assert d["config"]["beta"] == 0.5
+
+
+@pytest.mark.slow
+def test_grpo_no_scale_lands_at_twice_beta():
+    # measured: KL to predicted 2.7e-4, to pi*(beta) 0.088, ref to predicted 0.070
+    r = run("trl-grpo", steps=300, seed=0, beta=0.5, num_generations=2, scale_rewards="none")
+    assert r.kl_to_predicted < r.kl_to_pistar / 10
+    assert r.kl_to_predicted < r.kl_ref_to_predicted / 2
+    assert r.beta_fit == pytest.approx(1.0, rel=0.1)
+
+
+@pytest.mark.slow
+def test_rloo_lands_at_pistar():
+    r = run("trl-rloo", steps=300, seed=0, beta=0.5, num_generations=2)
+    assert r.kl_to_pistar < 1e-6
+    assert r.beta_fit == pytest.approx(0.5, rel=1e-3)
