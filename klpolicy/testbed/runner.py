@@ -11,7 +11,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from klpolicy import kl_divergence, optimal_policy
-from klpolicy.dynamics import beta_fit, landing_point
+from klpolicy.core.internal import validation as V
+from klpolicy.dynamics import RULES, beta_fit, landing_point
 from klpolicy.testbed.law import sequence_law
 from klpolicy.testbed.tasks import Task, bandit_task
 
@@ -160,6 +161,41 @@ def _check_trl():
     return trl
 
 
+#: The largest group the testbed builds: TRL holds ``8 * num_generations`` completions a step.
+MAX_GENERATIONS = 4096
+#: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
+MAX_SEED = 2**32 - 1
+
+
+def _checked(adapter: Adapter, steps, seed, law_every, options: dict):
+    """The run's numbers checked before anything is built (a bad one would train, then fail).
+
+    ``steps`` and ``law_every`` are counts, ``seed`` in ``[0, 2**32 - 1]``, ``beta`` finite
+    and ``>= 0``, ``learning_rate`` finite and ``> 0``, ``num_generations`` in
+    ``[2, MAX_GENERATIONS]``; the dynamics rule's own options by the rule's checks.
+    """
+    steps = V.as_count("steps", steps, lo=1)
+    law_every = V.as_count("law_every", law_every, lo=1)
+    seed = V.as_count("seed", seed, lo=0, hi=V.MAX_EXACT_COUNT)
+    if seed > MAX_SEED:
+        raise ValueError(
+            f"`seed` must be at most 2**32 - 1 = {MAX_SEED} (transformers.set_seed seeds "
+            f"numpy's legacy generator); got {seed}"
+        )
+    out = dict(options)
+    if "beta" in out:
+        out["beta"] = V.as_scalar("beta", out["beta"], "[0, inf)")
+    if "learning_rate" in out:
+        out["learning_rate"] = V.as_scalar("learning_rate", out["learning_rate"], "(0, inf)")
+    if "num_generations" in out:
+        out["num_generations"] = V.as_count(
+            "num_generations", out["num_generations"], lo=2, hi=MAX_GENERATIONS
+        )
+    given = {k: out[k] for k in adapter.rule_options if k in out}
+    RULES[adapter.rule].resolve(given)  # a bad scale_rewards or loss_type, by the rule's words
+    return steps, seed, law_every, out
+
+
 def run(
     trainer: str,
     task: Task | None = None,
@@ -206,7 +242,12 @@ def run(
     Raises
     ------
     ValueError
-        For an unknown ``trainer``, ``steps`` or ``law_every`` below 1, or an unknown option.
+        Before anything is built: an unknown ``trainer`` or option, ``steps`` or
+        ``law_every`` below 1, a ``seed`` outside ``[0, 2**32 - 1]``, a negative or
+        non-finite ``beta``, a ``learning_rate`` that is not finite and positive,
+        ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
+        the dynamics rule does not know. After training: a law that is not finite (the run
+        diverged).
     RuntimeError
         For a TRL outside ``>=1.16.0,<1.17``.
 
@@ -225,10 +266,10 @@ def run(
     """
     if trainer not in ADAPTERS:
         raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
-    for name, val in (("steps", steps), ("law_every", law_every)):
-        if isinstance(val, bool) or int(val) != val or val < 1:
-            raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
     adapter = ADAPTERS[trainer]
+    steps, seed, law_every, trainer_options = _checked(
+        adapter, steps, seed, law_every, trainer_options
+    )
     task = bandit_task() if task is None else task
     trl = _check_trl()
     import dataclasses as dc
@@ -311,6 +352,11 @@ def run(
     tr.train()
     wall = time.perf_counter() - t0
     final = law_of(tr.model).probs
+    if not np.isfinite(final).all():
+        raise ValueError(
+            f"the run diverged: the policy's law is not finite after {steps} steps; "
+            f"lower `learning_rate` (got {config.learning_rate!r})"
+        )
     if not law_steps or law_steps[-1] != steps:
         laws.append(final)
         law_steps.append(steps)

@@ -51,6 +51,31 @@ def test_bad_trainer_and_option():
         run("trl-grpo", steps=0, seed=0)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"steps": 2**63}, "`steps` must be at most 100,000,000"),
+        ({"steps": 1.5}, "`steps`"),
+        ({"seed": -1}, "`seed` must be an integer >= 0"),
+        ({"seed": 2**32}, r"`seed` must be at most 2\*\*32 - 1 = 4294967295"),
+        ({"law_every": 0}, "`law_every`"),
+        ({"beta": -1.0}, "`beta` must be a non-negative finite number"),
+        ({"beta": float("nan")}, "`beta`"),
+        ({"beta": float("inf")}, "`beta`"),
+        ({"learning_rate": 0.0}, "`learning_rate` must be a positive finite number"),
+        ({"num_generations": 1}, "`num_generations`"),
+        ({"num_generations": 2**63}, "`num_generations` must be at most 4,096"),
+        ({"scale_rewards": "sometimes"}, "`scale_rewards` must be one of"),
+        ({"loss_type": "mean"}, "`loss_type` must be one of"),
+    ],
+)
+def test_bad_numbers_are_refused_before_training(kwargs, match):
+    # each is refused before a model or a trainer is built (fast: no training step)
+    kwargs = {"steps": 1, "seed": 0} | kwargs
+    with pytest.raises(ValueError, match=match):
+        run("trl-grpo", **kwargs)
+
+
 def test_cli_bad_trainer_exits_2(capsys):
     assert main(["testbed", "run", "trl-ppo"]) == 2
     err = capsys.readouterr().err
