@@ -644,7 +644,11 @@ def _add_testbed_parser(sub) -> None:
     r.add_argument("--learning-rate", type=float, help="the optimiser's lr (default 0.01)")
     r.add_argument("--steps", type=int, default=300, help="optimiser steps (default 300)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (default 0)")
+    r.add_argument(
+        "--device", help='where to train: "cpu" (default) or an accelerator such as "cuda"'
+    )
     r.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    r.add_argument("--out", metavar="DIR", help="also write the result as DIR/testbed-TRAINER.json")
     r.set_defaults(func=_cmd_testbed_run)
 
 
@@ -655,7 +659,24 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
         raise ValueError(f"`TRAINER` must be one of {sorted(ADAPTERS)}; found {args.trainer!r}")
     names = ("beta", "num_generations", "scale_rewards", "loss_type", "learning_rate")
     options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    res = run(args.trainer, steps=args.steps, seed=args.seed, **options)
+    out = None
+    if args.out is not None:
+        out = Path(args.out)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"`--out` must be a folder; {str(out)!r} is a file")
+    # TRL's progress bar on stderr when a person watches (never into a pipe or a log)
+    progress = sys.stderr.isatty() and not args.json
+    res = run(
+        args.trainer,
+        steps=args.steps,
+        seed=args.seed,
+        device=args.device,
+        progress=progress,
+        **options,
+    )
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"testbed-{args.trainer}.json").write_text(res.to_json() + "\n")
     if args.json:
         print(res.to_json())
         return 0

@@ -167,7 +167,7 @@ MAX_GENERATIONS = 4096
 MAX_SEED = 2**32 - 1
 
 
-def _checked(adapter: Adapter, steps, seed, law_every, options: dict):
+def _checked(adapter: Adapter, steps, seed, law_every, device, options: dict):
     """The run's numbers checked before anything is built (a bad one would train, then fail).
 
     ``steps`` and ``law_every`` are counts, ``seed`` in ``[0, 2**32 - 1]``, ``beta`` finite
@@ -191,6 +191,8 @@ def _checked(adapter: Adapter, steps, seed, law_every, options: dict):
         out["num_generations"] = V.as_count(
             "num_generations", out["num_generations"], lo=2, hi=MAX_GENERATIONS
         )
+    if device not in (None, "cpu", "cuda"):
+        raise ValueError(f'`device` must be None, "cpu" or "cuda"; got {device!r}')
     given = {k: out[k] for k in adapter.rule_options if k in out}
     RULES[adapter.rule].resolve(given)  # a bad scale_rewards or loss_type, by the rule's words
     return steps, seed, law_every, out
@@ -205,6 +207,7 @@ def run(
     device=None,
     law_every: int = 1,
     num_threads: int | None = 1,
+    progress: bool = False,
     **trainer_options,
 ) -> TestbedResult:
     r"""Train ``task``'s model with a real trainer and compare its law with the prediction.
@@ -225,12 +228,16 @@ def run(
         Optimiser steps (TRL's ``max_steps``).
     seed : int
         The trainer's seed (the initial weights come from ``task.model_seed``).
-    device : str, optional
-        ``None`` or ``"cpu"`` trains on the CPU (``use_cpu``); otherwise the accelerator's.
+    device : {None, "cpu", "cuda"}
+        ``None`` or ``"cpu"`` trains on the CPU (TRL's ``use_cpu``); ``"cuda"`` on the GPU
+        that accelerate picks (refused when torch sees none).
     law_every : int
         Enumerate the policy's law every ``law_every`` steps (and after the last).
     num_threads : int or None
         ``torch.set_num_threads`` for the run (``None`` leaves it).
+    progress : bool
+        Show TRL's progress bar (on stderr); off by default, so that a script's output is
+        only what it prints.
     **trainer_options
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
         ``loss_type``, ``learning_rate``, ...), over the adapter's defaults.
@@ -268,7 +275,7 @@ def run(
         raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
     adapter = ADAPTERS[trainer]
     steps, seed, law_every, trainer_options = _checked(
-        adapter, steps, seed, law_every, trainer_options
+        adapter, steps, seed, law_every, device, trainer_options
     )
     task = bandit_task() if task is None else task
     trl = _check_trl()
@@ -280,6 +287,10 @@ def run(
 
     import klpolicy
 
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f'`device` is "cuda" but torch {torch.__version__} sees no CUDA device; use "cpu"'
+        )
     if num_threads is not None:
         torch.set_num_threads(int(num_threads))
     config_cls = getattr(trl, adapter.config)
@@ -303,7 +314,7 @@ def run(
         seed=int(seed),
         save_strategy="no",
         logging_steps=max(int(steps), 1),
-        disable_tqdm=True,
+        disable_tqdm=not progress,
         **options,
     )
     tok = task.tokenizer()
@@ -347,7 +358,8 @@ def run(
         callbacks=[_LawCallback()],
     )
     tr.remove_callback(transformers.PrinterCallback)  # keeps stdout for `--json`
-    tr.remove_callback(transformers.ProgressCallback)
+    if not progress:
+        tr.remove_callback(transformers.ProgressCallback)
     t0 = time.perf_counter()
     tr.train()
     wall = time.perf_counter() - t0

@@ -114,3 +114,37 @@ def test_rloo_lands_at_pistar():
     r = run("trl-rloo", steps=300, seed=0, beta=0.5, num_generations=2)
     assert r.kl_to_pistar < 1e-6
     assert r.beta_fit == pytest.approx(0.5, rel=1e-3)
+
+
+def test_device_is_checked_before_training():
+    with pytest.raises(ValueError, match='`device` must be None, "cpu" or "cuda"'):
+        run("trl-rloo", steps=1, seed=0, device="tpu")
+
+
+def test_cuda_without_a_gpu_is_refused_by_name():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(ValueError, match="`device` is \"cuda\" but torch .* sees no CUDA"):
+        run("trl-rloo", steps=1, seed=0, device="cuda")
+
+
+def test_cli_out_writes_the_json(capsys, tmp_path):
+    assert main(["testbed", "run", "trl-rloo", "--steps", "1", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "testbed-trl-rloo.json").read_text()
+    assert json.loads(text)["steps"] == 1
+    assert "kl_to_pistar" in capsys.readouterr().out  # the table on stdout as well
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    assert main(["testbed", "run", "trl-rloo", "--steps", "1", "--out", str(a_file)]) == 2
+    assert "`--out` must be a folder" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_runs_on_cuda():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    r = run("trl-grpo", steps=2, seed=0, device="cuda")
+    assert r.final_law.sum() == pytest.approx(1.0, rel=1e-6)
+    assert r.final_law @ r.reward > r.ref_law @ r.reward
