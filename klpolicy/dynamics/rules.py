@@ -30,6 +30,7 @@ lines 1669-1673; the leave-one-out baseline, lines 1682-1690; ``normalize_advant
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ from ..core import f_optimal_policy, kl_divergence, optimal_policy
 from ..core.internal import validation as V
 from ..estimators import estimator_names, expected_gradient
 from ..estimators import fixed_point as _estimator_fixed_point
+from .covariance import clip_cov_weights
 from .groups import group_advantage
 from .results import FixedPoint, Landing
 from .solvers import family_roots, fixed_points
@@ -489,6 +491,89 @@ def _gspo_land(ref, r, beta, o) -> Landing:
     return _grpo_land(ref, r, beta, o, rule="gspo")
 
 
+# ----------------------------------------------------------------------------- Clip-Cov, KL-Cov
+
+#: verl 0.9.1 adds this to the group's std (core_algos.py, compute_grpo_outcome_advantage).
+VERL_STD_EPS = 1e-6
+
+
+def _verl_advantage(pi, r, o):
+    """verl's GRPO outcome advantage, infinite group: (r - E r)/(sd + 1e-6), or r - E r."""
+    scaled = o["norm_adv_by_std_in_grpo"]
+    return group_advantage(
+        pi, r, None, baseline="mean", scale="std" if scaled else "none", eps=VERL_STD_EPS
+    )
+
+
+def _clip_cov_update(th, pi, ref, r, beta, o):
+    a = _verl_advantage(pi, r, o)
+    w = clip_cov_weights(
+        pi, a, ratio=o["clip_cov_ratio"], lower=o["clip_cov_lb"], upper=o["clip_cov_ub"]
+    )
+    return _score(pi, w * a) + _kl_loss_update(th, ref, beta, False)
+
+
+def _kl_cov_update(th, pi, ref, r, beta, o):
+    # on-policy |log pi - log pi_old| is |0|, whose gradient torch takes as sign(0) = 0: the
+    # selected tokens' penalty adds nothing to the expected step
+    return _score(pi, _verl_advantage(pi, r, o)) + _kl_loss_update(th, ref, beta, False)
+
+
+def _covariance_land(rule, update_fn, why):
+    def land(ref, r, beta, o) -> Landing:
+        if beta == 0:
+            return _greedy(
+                rule, o, ref, r, f"{why}; beta = 0 (no KL loss): nothing holds the policy"
+            )
+        if rule == "clip_cov" and not o["clip_cov_lb"] < o["clip_cov_ub"]:
+            clip_cov_weights(ref, r, ratio=1.0, lower=o["clip_cov_lb"], upper=o["clip_cov_ub"])
+        got = _numeric(
+            rule,
+            o,
+            ref,
+            r,
+            beta,
+            lambda th, pi: update_fn(th, pi, ref, r, beta, o),
+            _residual_scale(2, beta),
+            f"{why}; the KL loss is plain k3 (verl's low_var_kl): a fixed point of the "
+            "mean-field step",
+        )
+        if got.policy is not None:
+            x = np.log(ref) - np.log(got.policy)
+            k3 = float(np.max(np.expm1(x) - x))
+            if k3 >= 10.0:
+                got = dataclasses.replace(
+                    got,
+                    reason=got.reason + f"; here k3 reaches {k3:.4g}, beyond the +-10 at which "
+                    "verl clamps it (a clamped term has no gradient there): verl lands elsewhere",
+                )
+        return got
+
+    return land
+
+
+_VERL_ADV = {
+    "norm_adv_by_std_in_grpo": Option(
+        True, V.as_bool, "divide by the group's std + 1e-6 (the infinite group here)"
+    ),
+}
+
+CLIP_COV_OPTIONS = _VERL_ADV | {
+    "clip_cov_ratio": Option(
+        2e-4, lambda n, x: V.as_scalar(n, x, "(0, 1]"), "fraction of the batch's tokens detached"
+    ),
+    "clip_cov_lb": Option(1.0, lambda n, x: V.as_scalar(n, x), "the band's lower end"),
+    "clip_cov_ub": Option(5.0, lambda n, x: V.as_scalar(n, x), "the band's upper end"),
+}
+
+KL_COV_OPTIONS = _VERL_ADV | {
+    "kl_cov_ratio": Option(
+        2e-4, lambda n, x: V.as_scalar(n, x, "(0, 1]"), "fraction of tokens penalised"
+    ),
+    "ppo_kl_coef": Option(0.1, _nonnegative, "the |log ratio| penalty's coefficient"),
+}
+
+
 RULES: dict[str, Rule] = {
     "grpo": Rule(
         name="grpo",
@@ -572,6 +657,49 @@ RULES: dict[str, Rule] = {
         aggregation="per token (discount 0) or return-to-go (discount 1); the same for one token",
         update=_distill_update,
         land=_distill_land,
+    ),
+    "clip_cov": Rule(
+        name="clip_cov",
+        trainer="verl 0.9.1 policy_loss.loss_mode='clip_cov' (Cui et al. 2025, Clip-Cov)",
+        source="arXiv:2505.22617; verl/trainer/ppo/core_algos.py lines 1744-1846 "
+        "(compute_policy_loss_clip_cov); verl/workers/config/actor.py lines 95-97 (defaults)",
+        options=CLIP_COV_OPTIONS,
+        kl_term="beta times plain k3 in the loss (use_kl_loss, low_var_kl); beta = 0 is off",
+        baseline="the group mean (verl's GRPO advantage), the infinite group",
+        scale="the std + 1e-6 (norm_adv_by_std_in_grpo), or none",
+        aggregation="token mean over the batch; a random clip_cov_ratio of the batch's tokens "
+        "whose covariance c lies in (clip_cov_lb, clip_cov_ub) is detached: in the mean-field "
+        "limit outcome y of the band S keeps 1 - min(1, clip_cov_ratio / pi(S)) of its gradient",
+        update=_clip_cov_update,
+        land=_covariance_land(
+            "clip_cov",
+            _clip_cov_update,
+            "the band's outcomes lose min(1, clip_cov_ratio / pi(band)) of their policy gradient",
+        ),
+        notes="mean-field: an infinite batch and group (verl's int() rounding and its floor of "
+        "one detached token vanish); on-policy the PPO clip is inactive",
+    ),
+    "kl_cov": Rule(
+        name="kl_cov",
+        trainer="verl 0.9.1 policy_loss.loss_mode='kl_cov' (Cui et al. 2025, KL-Cov)",
+        source="arXiv:2505.22617; verl/trainer/ppo/core_algos.py lines 1849-1920 "
+        "(compute_policy_loss_kl_cov); verl/workers/config/actor.py lines 98-99 (defaults)",
+        options=KL_COV_OPTIONS,
+        kl_term="beta times plain k3 in the loss (use_kl_loss); plus ppo_kl_coef |log pi - "
+        "log pi_old| on the top kl_cov_ratio of tokens by covariance",
+        baseline="the group mean (verl's GRPO advantage), the infinite group",
+        scale="the std + 1e-6 (norm_adv_by_std_in_grpo), or none",
+        aggregation="token mean over the batch",
+        update=_kl_cov_update,
+        land=_covariance_land(
+            "kl_cov",
+            _kl_cov_update,
+            "on-policy the |log ratio| penalty is |0| with gradient sign(0) = 0: KL-Cov's step is "
+            "the plain policy gradient's, and it lands where that does (its penalty acts only "
+            "off-policy, within a batch's later mini-batches)",
+        ),
+        notes="mean-field, on-policy: the penalty changes the path of later mini-batch steps, "
+        "not the expected on-policy step or the landing point",
     ),
 }
 

@@ -125,7 +125,7 @@ def test_cuda_without_a_gpu_is_refused_by_name():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    with pytest.raises(ValueError, match="`device` is \"cuda\" but torch .* sees no CUDA"):
+    with pytest.raises(ValueError, match=r"`device` is \"cuda\" but torch .* sees no CUDA"):
         run("trl-rloo", steps=1, seed=0, device="cuda")
 
 
