@@ -133,65 +133,120 @@ def _policy(th: NDArray) -> tuple[NDArray, NDArray]:
     return special.softmax(th, axis=-1), special.log_softmax(th, axis=-1)
 
 
-def _centre(pi: NDArray, x: NDArray) -> NDArray:
-    """pi * (x - E_pi x), with entries where pi = 0 contributing 0 (never sampled)."""
-    x = np.where(pi > 0, x, 0)
-    return pi * (x - np.sum(pi * x, axis=-1, keepdims=True))
+def _project(ma: NDArray, pi: NDArray) -> NDArray:
+    r"""``ma - pi * sum(ma)`` along the last axis, every entry without cancellation.
+
+    Every expected gradient here is :math:`\sum_y a_y (e_y - \pi)` with ``ma = a``
+    (a weighted term per outcome). For the most likely outcome :math:`*` the plain form
+    :math:`a_* - \pi_* \sum_y a_y` subtracts two numbers of the size of :math:`a_*` when
+    :math:`\pi_* \approx 1`; the equal form
+    :math:`a_* \sum_{z\ne *}\pi_z - \pi_* \sum_{y\ne *} a_y` has no such cancellation
+    (its sums are of the small entries, formed directly). ``pi * S`` is 0 where ``pi`` is
+    0 (an underflowed probability), so that an overflowed term stays in its own entry.
+    """
+    n = ma.shape[-1]
+    star = np.argmax(pi, axis=-1)[..., None]
+    is_star = np.arange(n) == star
+    with np.errstate(invalid="ignore"):
+        total = np.sum(ma, axis=-1, keepdims=True)
+        g = ma - np.where(pi == 0, 0, pi * total)
+        rest = np.sum(np.where(is_star, 0, pi), axis=-1, keepdims=True)
+        others = np.sum(np.where(is_star, 0, ma), axis=-1, keepdims=True)
+        ma_star = np.take_along_axis(ma, star, axis=-1)
+        pi_star = np.take_along_axis(pi, star, axis=-1)
+        g_star = np.where(rest == 0, 0, ma_star * rest) - pi_star * others
+    # an infinite term (an estimate beyond the float range) dominates its own entry
+    g = np.where(np.isinf(ma), ma, g)
+    return np.where(is_star, g_star, g)
+
+
+def _weighted_derivative(row, pi: NDArray, ref: NDArray, ell: NDArray) -> NDArray:
+    r"""``pi * k'(l)``, the registry's form, also where ``pi`` underflowed to 0 (``l`` finite).
+
+    k3's :math:`\pi k' = \pi - \pi_{ref}` tends to :math:`-\pi_{ref}`, not 0, as
+    :math:`\pi \to 0`; the registry's row reads ``pi = 0`` as off the support (0).
+    """
+    out = row.weighted_derivative(pi, ref, ell)
+    if row.weighted_derivative is ESTIMATORS["k3"].weighted_derivative:
+        out = np.where(pi == 0, -ref, out)
+    return out
 
 
 def _grad(th, ref, rew, b, name, placement):
     row = ESTIMATORS[name]
     pi, logpi = _policy(th)
+    alive = logpi > -np.inf  # the support; pi may underflow to 0 on it, logpi does not
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ell = np.where(pi > 0, logpi - np.log(ref), 0)
+        ell = np.where(alive, logpi - np.log(ref), 0)
         if placement == "reward":
             # pi * R, with pi * k in the registry's form that stays finite for rare actions
-            pr = np.where(pi > 0, pi * rew - b * row.weighted_value(pi, ref, ell), 0)
-            return pr - pi * np.sum(pr, axis=-1, keepdims=True)
-        g = _centre(pi, rew)
-        pk = row.weighted_derivative(pi, ref, ell)  # pi * k'(l)
-        return g - b * (pk - pi * np.sum(pk, axis=-1, keepdims=True))
+            pr = np.where(alive, pi * rew - b * row.weighted_value(pi, ref, ell), 0)
+            return _project(pr, pi)
+        pk = np.where(alive, pi * rew - b * _weighted_derivative(row, pi, ref, ell), 0)
+        return _project(pk, pi)
+
+
+def _times(p: NDArray, x: NDArray) -> NDArray:
+    """``p * x``, 0 where the probability ``p`` underflowed to 0 (``x`` may be infinite)."""
+    return np.where(p == 0, 0, p * x)
 
 
 def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
     """:func:`_grad` with samples from softmax(ph) (None: the policy) and a ratio weight.
 
-    Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, centred.
+    Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, projected by
+    :func:`_project`. The log-ratio and the weight come from the log-probabilities, so an
+    outcome whose policy probability underflows (logits -800 against a sampler that draws
+    it) keeps its terms; ``pi * k`` and ``pi * k'`` are the registry's forms that stay
+    finite there.
     """
     row = ESTIMATORS[name]
     pi, logpi = _policy(th)
+    alive = logpi > -np.inf  # the policy's support (pi itself may underflow to 0 on it)
     mu, logmu = (pi, logpi) if ph is None else _policy(ph)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ell = np.where(pi > 0, logpi - np.log(ref), 0)
-        w = (
-            np.where(mu > 0, np.exp(np.where(mu > 0, logpi - logmu, 0)), 0)
-            if ph is not None
-            else 1.0
-        )
-        w = np.broadcast_to(w, pi.shape)
+    drawn = logmu > -np.inf  # inside `alive` (checked by _sampler_logits)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        ell = np.where(alive, logpi - np.log(ref), 0)
+        if ph is None:
+            w = np.ones_like(pi)
+        else:  # w = pi / mu from the logs: neither underflow nor overflow of pi or mu
+            w = np.where(drawn, np.exp(np.where(drawn, logpi - logmu, 0)), 0)
         lo, hi = clip if clip is not None else (0.0, np.inf)
         inside = (w >= lo) & (w <= hi)  # torch.clamp passes the gradient on [lo, hi]
         wc = np.clip(w, lo, hi)
-        mu_wc = np.where(inside, pi, mu * wc)  # mu * clip(w): exactly pi where unclipped
-        pk = row.weighted_value(pi, ref, ell)  # pi * k, finite for rare actions
+        mu_wc = np.where(inside, pi, _times(mu, wc))  # mu * clip(w): exactly pi where unclipped
+        pk = np.where(alive, row.weighted_value(pi, ref, ell), 0)  # pi * k, finite when rare
         if placement == "reward":
-            k = np.where(pi > 0, row.value(ell), 0)
+            k = np.where(alive, row.value(ell), 0)
             big_r = rew - b * k
-            m = np.sum(np.where(mu > 0, mu * big_r, 0), axis=-1, keepdims=True)
-            scale = {"none": mu, "detached": mu_wc, "differentiable": np.where(inside, pi, 0)}
-            ma = np.where(mu > 0, scale[ratio] * (big_r - m), 0)
-            return ma - pi * np.sum(ma, axis=-1, keepdims=True)
+            mr = mu * rew - b * (pk if ph is None else _times(mu, k))  # mu * R
+            m = np.sum(np.where(drawn, mr, 0), axis=-1, keepdims=True)
+            # a = c (R - m) with c = mu, mu clip(w) or pi 1[inside]; _project drops any
+            # multiple of pi, so a = c R - m (c - pi): where c = pi the baseline m (large
+            # when a rare outcome carries a large R) cancels exactly, not in rounding
+            pr = pi * rew - b * pk  # pi * R
+            if ratio == "none":
+                ma = mr - _times(mu - pi, m)
+            elif ratio == "detached":
+                ma = np.where(inside, pr, _times(mu_wc, big_r) - _times(mu_wc - pi, m))
+            else:
+                ma = np.where(inside, pr, _times(pi, m))
+            return _project(np.where(drawn, ma, 0), pi)
+        wd = np.where(alive, _weighted_derivative(row, pi, ref, ell), 0)  # pi * k'
         if ratio == "none":
-            ma = row.weighted_derivative(pi, ref, ell) if ph is None else mu * row.derivative(ell)
+            ma = wd if ph is None else _times(mu, row.derivative(ell))
         else:  # mu * clip(w) * k'
-            ma = np.where(
-                inside, row.weighted_derivative(pi, ref, ell), mu_wc * row.derivative(ell)
-            )
             if ratio == "differentiable":  # + k * d clip(w): mu * w * k = pi * k inside
-                ma = ma + np.where(inside, pk, 0)
-        ma = np.where(mu > 0, ma, 0)
-        g = _centre(pi, rew)
-        return g - b * (ma - pi * np.sum(ma, axis=-1, keepdims=True))
+                k3 = ESTIMATORS["k3"]
+                if row.weighted_derivative is k3.weighted_derivative and (
+                    row.weighted_value is k3.weighted_value
+                ):  # pi (k3' + k3) = pi l: pi - ref and ref - pi + pi l cancel when pi << ref
+                    wd = np.where(alive, pi * ell, 0)
+                else:
+                    wd = wd + pk
+            ma = np.where(inside, wd, _times(mu_wc, row.derivative(ell)))
+        ma = np.where(drawn, ma, 0)
+        return _project(np.where(alive, pi * rew, 0) - b * ma, pi)
 
 
 def expected_gradient(
@@ -292,7 +347,13 @@ def expected_gradient(
 
     Notes
     -----
-    Off the sampler's support an outcome is never drawn and contributes nothing. With
+    Off the sampler's support an outcome is never drawn and contributes nothing. The
+    log-ratio and the weight :math:`w` are formed from log-probabilities, so an outcome the
+    sampler draws keeps its terms where :math:`\pi(y)` underflows (logits -800:
+    :math:`\pi\,k_3 \to \pi_{ref}` and :math:`\ell` stays finite), and the entry of
+    the most likely outcome is formed as
+    :math:`a_*\sum_{z\ne *}\pi_z - \pi_*\sum_{y\ne *}a_y`, without the cancellation of
+    :math:`a_* - \pi_*\sum_y a_y` when :math:`\pi_* \approx 1`. With
     ``ratio="detached"`` or ``"differentiable"`` and no clipping, :math:`\mu w = \pi`
     and the gradient is the on-policy one of the same ratio mode whatever the sampler.
     ``"differentiable"`` adds the score-function term :math:`\pi(k - \mathbb{E}_\pi k)`
