@@ -216,3 +216,71 @@ def test_tutorial_12_the_error_a_per_token_kl_makes_against_a_sequence_target():
     assert ctrl.value == pytest.approx(0.2 * (1 - 0.2 * 256 / 10000), rel=1e-12)
     assert round(0.25 / 6 - 1, 3) == -0.958
     assert "$0.25/6 - 1 = -0.958$" in _text("12")
+
+
+# ------------------------------------------------------------------------ tutorial 15
+T15_REF = np.array([0.35, 0.25, 0.2, 0.12, 0.08])
+T15_R = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+T15_BETA = 0.5
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def _t15_landing(estimator, temperature, both):
+    """Where GRPO-style training lands when the engine samples s = softmax(theta / T).
+
+    The field written out (no klpolicy): a_y = s_y (r_y - E_s r) for the reward's part when
+    ``both`` (else the exact pi_y r_y), minus beta s_y k'(l_y) for the KL term in the loss
+    (k2' = l, k3' = 1 - ref/pi); g = a - pi sum(a); its zero by scipy's root.
+    """
+    from scipy.optimize import root
+
+    def field(z):
+        th = np.append(0.0, z)
+        pi, s = _softmax(th), _softmax(th / temperature)
+        ell = np.log(pi / T15_REF)
+        dk = ell if estimator == "k2" else 1 - T15_REF / pi
+        a = (s * (T15_R - s @ T15_R) if both else pi * T15_R) - T15_BETA * s * dk
+        return (a - pi * a.sum())[1:]
+
+    start = np.log(T15_REF[1:] / T15_REF[0]) + T15_R[1:] / T15_BETA  # pi*'s logits
+    sol = root(field, start, tol=1e-13)
+    assert np.abs(field(sol.x)).max() < 1e-12
+    return _softmax(np.append(0.0, sol.x))
+
+
+def test_tutorial_15_which_way_the_fixed_points_move_with_a_hot_sampler():
+    w = T15_REF * np.exp(T15_R / T15_BETA)
+    star = w / w.sum()
+
+    def kl(p):
+        return float(np.sum(p * np.log(p / star)))
+
+    temps = (1.0, 1.25, 1.5)
+    pts = {(e, b): [_t15_landing(e, t, b) for t in temps] for e in ("k2", "k3") for b in (0, 1)}
+    kls = {key: [kl(p) for p in v] for key, v in pts.items()}
+    ers = {key: [float(p @ T15_R) for p in v] for key, v in pts.items()}
+    f4 = lambda xs: ", ".join(f"{x:.4f}" for x in xs)  # noqa: E731
+    f3 = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    text = _text("15")
+    assert f"{star @ T15_R:.3f}" == "1.526" and f"{ers['k3', 1][0]:.3f}" == "1.563"
+    assert "at $\\mathbb{E}[r] = 1.563$ against $\\pi^*$'s 1.526" in text
+    # both terms from s: k3 moves toward pi* as T grows, k2 away and greedier
+    assert kls["k3", 1][0] > kls["k3", 1][1] > kls["k3", 1][2]
+    assert f"({f4(kls['k3', 1])} nats at $T = 1, 1.25, 1.5$)" in text
+    assert f"lowers its reward toward $\\pi^*$'s ({f3(ers['k3', 1][1:])})" in text
+    assert min(ers["k2", 1][1:]) > star @ T15_R
+    assert f"greedier than $\\pi^*_\\beta$ ({f3(ers['k2', 1][1:]).replace(', ', ' and ')})" in text
+    # the exact reward gradient: k3 further away, k2 two to three times as far and less greedy
+    assert kls["k3", 0][0] < kls["k3", 0][1] < kls["k3", 0][2]
+    assert f"further from $\\pi^*_\\beta$ ({f4(kls['k3', 0][1:])})" in text
+    ratio = np.array(kls["k2", 0][1:]) / np.array(kls["k2", 1][1:])
+    assert np.all((2 < ratio) & (ratio < 3))
+    a, b = f4(kls["k2", 0][1:]).split(", "), f4(kls["k2", 1][1:]).split(", ")
+    assert f"two to three times as far ({a[0]} and {a[1]} against {b[0]} and {b[1]})" in text
+    assert ers["k2", 0][1] < star @ T15_R
+    assert f"less greedy than $\\pi^*$ ({ers['k2', 0][1]:.3f} at $T = 1.25$)" in text
+    assert "sampling hot moves it further" not in text

@@ -62,6 +62,14 @@ def _as_ratio_clip(x) -> tuple[float, float] | None:
     return lo, hi
 
 
+#: Where the reward's part of the gradient comes from when a ``sampler`` draws the samples.
+REWARD_SOURCES = ("policy", "sampler")
+
+
+def _as_reward_source(x) -> str | None:
+    return None if x is None else V.as_choice("sample_reward", x, REWARD_SOURCES)
+
+
 def _sampler_logits(sampler, th: NDArray, axis: int, against: str = "logits") -> NDArray:
     """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's.
 
@@ -191,14 +199,15 @@ def _times(p: NDArray, x: NDArray) -> NDArray:
     return np.where(p == 0, 0, p * x)
 
 
-def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
+def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip, reward_from=None):
     """:func:`_grad` with samples from softmax(ph) (None: the policy) and a ratio weight.
 
     Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, projected by
     :func:`_project`. The log-ratio and the weight come from the log-probabilities, so an
     outcome whose policy probability underflows (logits -800 against a sampler that draws
     it) keeps its terms; ``pi * k`` and ``pi * k'`` are the registry's forms that stay
-    finite there.
+    finite there. ``reward_from`` (``"policy"``, ``"sampler"``; None: ``"sampler"`` in the
+    reward placement, ``"policy"`` in the loss) is where the reward's part comes from.
     """
     row = ESTIMATORS[name]
     pi, logpi = _policy(th)
@@ -216,22 +225,31 @@ def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
         wc = np.clip(w, lo, hi)
         mu_wc = np.where(inside, pi, _times(mu, wc))  # mu * clip(w): exactly pi where unclipped
         pk = np.where(alive, row.weighted_value(pi, ref, ell), 0)  # pi * k, finite when rare
+
+        def sampled(pix, mux, x):
+            # the score-function term of x drawn from mu, weighted by c = mu, mu clip(w) or
+            # pi 1[inside] and centred on m = E_mu x: a = c (x - m). _project drops any
+            # multiple of pi, so a = c x - m (c - pi): where c = pi the baseline m (large
+            # when a rare outcome carries a large x) cancels exactly, not in rounding
+            m = np.sum(np.where(drawn, mux, 0), axis=-1, keepdims=True)
+            if ratio == "none":
+                out = mux - _times(mu - pi, m)
+            elif ratio == "detached":
+                out = np.where(inside, pix, _times(mu_wc, x) - _times(mu_wc - pi, m))
+            else:
+                out = np.where(inside, pix, _times(pi, m))
+            return np.where(drawn, out, 0)
+
+        if reward_from is None:
+            reward_from = "sampler" if placement == "reward" else "policy"
+        if reward_from == "sampler":
+            a_r = sampled(pi * rew, mu * rew, rew)
+        else:  # the exact policy gradient of E_pi[r]
+            a_r = np.where(alive, pi * rew, 0)
         if placement == "reward":
             k = np.where(alive, row.value(ell), 0)
-            big_r = rew - b * k
-            mr = mu * rew - b * (pk if ph is None else _times(mu, k))  # mu * R
-            m = np.sum(np.where(drawn, mr, 0), axis=-1, keepdims=True)
-            # a = c (R - m) with c = mu, mu clip(w) or pi 1[inside]; _project drops any
-            # multiple of pi, so a = c R - m (c - pi): where c = pi the baseline m (large
-            # when a rare outcome carries a large R) cancels exactly, not in rounding
-            pr = pi * rew - b * pk  # pi * R
-            if ratio == "none":
-                ma = mr - _times(mu - pi, m)
-            elif ratio == "detached":
-                ma = np.where(inside, pr, _times(mu_wc, big_r) - _times(mu_wc - pi, m))
-            else:
-                ma = np.where(inside, pr, _times(pi, m))
-            return _project(np.where(drawn, ma, 0), pi)
+            a_k = sampled(pk, pk if ph is None else _times(mu, k), k)
+            return _project(a_r - b * a_k, pi)
         wd = np.where(alive, _weighted_derivative(row, pi, ref, ell), 0)  # pi * k'
         if ratio == "none":
             ma = wd if ph is None else _times(mu, row.derivative(ell))
@@ -246,7 +264,7 @@ def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
                     wd = wd + pk
             ma = np.where(inside, wd, _times(mu_wc, row.derivative(ell)))
         ma = np.where(drawn, ma, 0)
-        return _project(np.where(alive, pi * rew, 0) - b * ma, pi)
+        return _project(a_r - b * ma, pi)
 
 
 def expected_gradient(
@@ -260,6 +278,7 @@ def expected_gradient(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
     r"""Exact expected gradient when the KL term is a per-sample estimator, on- or off-policy.
@@ -325,6 +344,17 @@ def expected_gradient(
     ratio_clip : (float, float), optional
         ``(low, high)``: the weight is :math:`\mathrm{clip}(w, low, high)` (truncated
         importance sampling, TIS, with ``low = 0``; PPO-style clipping otherwise).
+    sample_reward : {"policy", "sampler"}, optional
+        Where the reward's own part of the gradient comes from when ``sampler`` is given.
+        ``"sampler"``: from the sampler's samples, as the KL term,
+        :math:`\mathbb{E}_{y\sim\mu}[s(y)(r_y - \mathbb{E}_\mu r)\nabla_\theta\log\pi(y)]`
+        with the reward placement's weight :math:`s` (so ``ratio`` weights it too): a
+        trainer that scores the engine's samples for both terms, as GRPO and PPO do.
+        ``"policy"``: the exact :math:`\pi(r - \mathbb{E}_\pi r)`, as if the reward
+        term were drawn from :math:`\pi` or fully importance-corrected. Default: the
+        placement's own, ``"sampler"`` in the reward placement (the estimate is part of
+        the advantage) and ``"policy"`` in the loss (the formula above: only the KL
+        term sees the sampler). Without ``sampler`` the two are the same.
     axis : int, optional
         The probability axis.
 
@@ -339,7 +369,7 @@ def expected_gradient(
     Raises
     ------
     ValueError
-        For an unknown ``estimator``, ``placement`` or ``ratio``; a ``ratio_clip``
+        For an unknown ``estimator``, ``placement``, ``ratio`` or ``sample_reward``; a ``ratio_clip``
         that is not ``(low, high)`` with ``0 <= low <= high``; ``logits`` that give
         probability where ``ref`` is zero, or a row of all ``-inf``; a ``sampler``
         that draws where ``logits`` are ``-inf``; invalid ``ref``, ``reward`` or
@@ -401,11 +431,12 @@ def expected_gradient(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
     ph = None if sampler is None else _sampler_logits(sampler, th, axis)
     if ph is None and how == "none":
         return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
-    return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip), ax)
+    return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip, source), ax)
 
 
 def objective_gradient(
@@ -602,6 +633,7 @@ def fixed_point(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
     r"""The policy that gradient training converges to for an estimator, placement and ratio.
@@ -640,6 +672,10 @@ def fixed_point(
         fixed point the old policy equals the current one).
     ratio, ratio_clip
         As in :func:`expected_gradient`.
+    sample_reward : {"policy", "sampler"}, optional
+        As in :func:`expected_gradient`: with a fixed ``sampler``, ``"sampler"`` draws the
+        reward's part of the gradient from it too (the loss placement's default is the
+        exact reward gradient). The fixed point is then the zero of that field.
     axis : int, optional
         The probability axis.
 
@@ -729,9 +765,12 @@ def fixed_point(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     kind, scale = _kind(name, place, how, clip, sampler is not None)
     if kind == "numeric":
-        return _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis)
+        return _numeric_fixed_point(
+            ref, reward, beta, name, place, sampler, how, clip, axis, source
+        )
     if kind == "flat":
         raise ValueError(
             f"`ratio_clip` {clip!r} excludes 1: on-policy the differentiable ratio's "
@@ -796,7 +835,7 @@ def _kind(name: str, place: str, how: str, clip, fixed_sampler: bool) -> tuple[s
     return "numeric", 1.0
 
 
-def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis):
+def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis, source=None):
     """The zero of :func:`expected_gradient`, row by row, by Powell's hybrid method."""
     from scipy import optimize  # lazy: `import klpolicy` must not load scipy.optimize
 
@@ -821,7 +860,9 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
 
         def field(head, q=q, r=r, bb=bb, phs=phs):
             th = np.append(head, 0.0)[None, :]
-            return _grad_ratio(th, q[None], r[None], bb, name, place, phs, how, clip)[0, :-1]
+            return _grad_ratio(th, q[None], r[None], bb, name, place, phs, how, clip, source)[
+                0, :-1
+            ]
 
         start = np.log(optimal_policy(q, r, float(bb[0, 0])))
         start = start[:-1] - start[-1]
@@ -836,7 +877,7 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
                 f"here (the expected gradient stays at {resid:.3g} or more, or a probability "
                 "goes to zero); simulate training with klpolicy.estimators.gradient_flow"
             )
-        growth, tol = _growth_rate(th, q, r, bb, name, place, phs, how, clip)
+        growth, tol = _growth_rate(th, q, r, bb, name, place, phs, how, clip, source)
         if growth > tol:
             raise ValueError(
                 f"{name!r} in the {place} with ratio={how!r}: a stationary point at "
@@ -848,11 +889,13 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
     return _restore(out.reshape(shape).astype(ref_a.dtype), ax)
 
 
-def _growth_rate(th, q, r, bb, name, place, phs, how, clip) -> tuple[float, float]:
+def _growth_rate(th, q, r, bb, name, place, phs, how, clip, source=None) -> tuple[float, float]:
     """:func:`ascent_growth_rate` of :func:`expected_gradient`'s field on one row's support."""
 
     def full_field(theta):
-        return _grad_ratio(theta[None, :], q[None], r[None], bb, name, place, phs, how, clip)[0]
+        return _grad_ratio(
+            theta[None, :], q[None], r[None], bb, name, place, phs, how, clip, source
+        )[0]
 
     return ascent_growth_rate(full_field, th)
 
@@ -875,6 +918,7 @@ def fixed_point_stability(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> Stability:
     r"""Whether gradient training returns to a stationary policy or moves away from it.
@@ -896,7 +940,7 @@ def fixed_point_stability(
     policy : array_like
         The stationary policy (e.g. from :func:`fixed_point`), zero off ``ref``'s support;
         its zeros stay zero (the Jacobian is taken on its own support).
-    ref, reward, beta, estimator, placement, sampler, ratio, ratio_clip, axis
+    ref, reward, beta, estimator, placement, sampler, ratio, ratio_clip, sample_reward, axis
         As in :func:`expected_gradient`.
 
     Returns
@@ -946,6 +990,7 @@ def fixed_point_stability(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     pol = V.as_probabilities("policy", policy)
     with np.errstate(divide="ignore"):
         logits = np.log(pol)
@@ -978,7 +1023,16 @@ def fixed_point_stability(
         sup = np.isfinite(th2[i])
         phs = None if ph2 is None else ph2[i][sup][None, :]
         g, tol = _growth_rate(
-            th2[i][sup], q2[i][sup], r2[i][sup], b2[i : i + 1], name, place, phs, how, clip
+            th2[i][sup],
+            q2[i][sup],
+            r2[i][sup],
+            b2[i : i + 1],
+            name,
+            place,
+            phs,
+            how,
+            clip,
+            source,
         )
         growth[i], stable[i] = g, g <= tol
     batch = shape[:-1]
