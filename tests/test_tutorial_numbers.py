@@ -284,3 +284,23 @@ def test_tutorial_15_which_way_the_fixed_points_move_with_a_hot_sampler():
     assert ers["k2", 0][1] < star @ T15_R
     assert f"less greedy than $\\pi^*$ ({ers['k2', 0][1]:.3f} at $T = 1.25$)" in text
     assert "sampling hot moves it further" not in text
+
+
+def test_tutorial_15_the_logged_k1_turns_negative_at_t_5_453():
+    w = T15_REF * np.exp(T15_R / T15_BETA)
+    pi = w / w.sum()
+
+    def logged_k1(t):  # E_s[log pi/ref] with s = softmax(log pi / T), written out
+        s = _softmax(np.log(pi) / t)
+        return float(s @ np.log(pi / T15_REF))
+
+    t0 = brentq(logged_k1, 3.0, 8.0, xtol=1e-12)
+    text = _text("15")
+    assert f"{t0:.3f}" == "5.453" and "turns negative at $T = 5.453$" in text
+    assert "near $T = 6$" not in text
+    assert f"from {logged_k1(0.5):.2f} nats at $T = 0.5$ to {logged_k1(3.0):.2f} at $T = 3$" in text
+    limit = float(np.mean(np.log(pi / T15_REF)))  # s -> uniform as T -> inf
+    assert f"the logged k1 to ${limit:.3f}$" in text
+    # the figure draws the negative part: its grid goes past the crossing
+    grid = re.search(r"temps = np\.linspace\(0\.4, ([\d.]+), \d+\)", text)
+    assert float(grid.group(1)) > t0 + 2
