@@ -304,3 +304,58 @@ def test_tutorial_15_the_logged_k1_turns_negative_at_t_5_453():
     # the figure draws the negative part: its grid goes past the crossing
     grid = re.search(r"temps = np\.linspace\(0\.4, ([\d.]+), \d+\)", text)
     assert float(grid.group(1)) > t0 + 2
+
+
+# ------------------------------------------------------------------------ tutorial 13
+def test_tutorial_13_a_per_token_ratio_follows_the_kl_under_the_old_prefixes():
+    # the tutorial's tree (same draws), in numpy; gradients by central differences
+    rng = np.random.default_rng(13)
+    v = 3
+    ref_l = [rng.normal(size=(v,) * (t + 1)) for t in range(2)]
+    cur_l = [r + 0.6 * rng.normal(size=r.shape) for r in ref_l]
+    old_l = [c + 0.6 * rng.normal(size=c.shape) for c in cur_l]
+
+    def lsm(x):
+        return (
+            x
+            - np.log(np.sum(np.exp(x - x.max(-1, keepdims=True)), -1, keepdims=True))
+            - x.max(-1, keepdims=True)
+        )
+
+    def split(z):
+        return [z[:v], z[v:].reshape(v, v)]
+
+    lo, lr = [lsm(x) for x in old_l], [lsm(x) for x in ref_l]
+
+    def term(z):  # E_{pi_old}[sum_t (pi_t / old_t) k3_t], every sequence enumerated
+        lp = [lsm(x) for x in split(z)]
+        total = 0.0
+        for a0 in range(v):
+            for a1 in range(v):
+                mu = np.exp(lo[0][a0] + lo[1][a0, a1])
+                for p, o, r in (
+                    (lp[0][a0], lo[0][a0], lr[0][a0]),
+                    (lp[1][a0, a1], lo[1][a0, a1], lr[1][a0, a1]),
+                ):
+                    x = r - p
+                    total += mu * np.exp(p - o) * (np.exp(x) - 1 - x)
+        return total
+
+    def token_kl(z, occ):
+        lp = [lsm(x) for x in split(z)]
+        kl = [np.sum(np.exp(a) * (a - b), -1) for a, b in zip(lp, lr)]
+        return kl[0] + np.sum(occ * kl[1])
+
+    def grad(f, z, h=1e-6):
+        return np.array([(f(z + h * e) - f(z - h * e)) / (2 * h) for e in np.eye(z.size)])
+
+    z = np.concatenate([c.ravel() for c in cur_l])
+    g = grad(term, z)
+    g_old = grad(lambda y: token_kl(y, np.exp(lo[0])), z)
+    g_cur = grad(lambda y: token_kl(y, np.exp(lsm(cur_l[0]))), z)
+    assert np.abs(g - g_old).max() < 1e-8
+    assert round(np.abs(g - g_cur).max() / np.abs(g).max(), 1) == 0.2
+    text = _text("13")
+    assert "nothing off-policy" not in text
+    assert "weighted by $\\pi_{old}$'s prefix occupancy" in text
+    assert "off by a fifth of its own size" in text
