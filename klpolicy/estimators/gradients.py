@@ -383,7 +383,11 @@ def expected_gradient(
     :math:`\pi\,k_3 \to \pi_{ref}` and :math:`\ell` stays finite), and the entry of
     the most likely outcome is formed as
     :math:`a_*\sum_{z\ne *}\pi_z - \pi_*\sum_{y\ne *}a_y`, without the cancellation of
-    :math:`a_* - \pi_*\sum_y a_y` when :math:`\pi_* \approx 1`. With
+    :math:`a_* - \pi_*\sum_y a_y` when :math:`\pi_* \approx 1`. k3's value
+    :math:`e^{-\ell} - 1 + \ell` is beyond float64 from :math:`\ell < -709.8`: where a
+    sampler draws such an outcome, k3 and ``k3+`` in the reward placement (with
+    ``ratio="none"`` or a clipped ratio) have entries beyond float64's range, and the
+    result holds NaN there (the loss placement returns the infinities). With
     ``ratio="detached"`` or ``"differentiable"`` and no clipping, :math:`\mu w = \pi`
     and the gradient is the on-policy one of the same ratio mode whatever the sampler.
     ``"differentiable"`` adds the score-function term :math:`\pi(k - \mathbb{E}_\pi k)`
