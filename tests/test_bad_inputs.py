@@ -562,6 +562,7 @@ ROWS: list[Row] = [
             sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
             ratio=(CHOICE, "detached"),
             ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+            sample_reward=(_opt(CHOICE), "sampler"),
         )
         for k in ("expected_gradient",)
     ],
@@ -1378,6 +1379,7 @@ ROWS += [
         sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
         ratio=(CHOICE, "detached"),
         ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+        sample_reward=(_opt(CHOICE), "sampler"),
     ),
     row(
         "klpolicy.estimators.fixed_point",
@@ -1389,6 +1391,7 @@ ROWS += [
         sampler=(_opt(LOGITS), [0.1, 0.0, -0.1]),
         ratio=(CHOICE, "differentiable"),
         ratio_clip=(_opt(RATIO_CLIP), (0.5, 2.0)),
+        sample_reward=(_opt(CHOICE), "sampler"),
     ),
     row(
         "klpolicy.estimators.divergence_gradient",

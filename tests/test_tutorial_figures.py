@@ -136,3 +136,14 @@ def test_the_figure_rules_ask_for_labels_titles_and_visible_markers():
 )
 def test_plain_math_finds_maths_outside_mathtext(text, found):
     assert plain_math(text) == found
+
+
+@pytest.mark.parametrize("stem", ["15"])
+def test_the_lecture_style_does_not_hide_later_figures(stem):
+    # leaving a matplotlib.rc_context turns interactive mode off again when the first figure
+    # switched it on (Jupyter's inline backend): the notebook's later figures never display.
+    # These tutorials set the style once for the notebook instead.
+    (path,) = (ROOT / "tutorials").glob(f"{stem}_*.md")
+    code = "\n".join(CELL.findall(path.read_text(encoding="utf-8")))
+    assert "rc_context(" not in code
+    assert "plt.rcParams.update(lecture_style())" in code

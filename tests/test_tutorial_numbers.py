@@ -216,3 +216,146 @@ def test_tutorial_12_the_error_a_per_token_kl_makes_against_a_sequence_target():
     assert ctrl.value == pytest.approx(0.2 * (1 - 0.2 * 256 / 10000), rel=1e-12)
     assert round(0.25 / 6 - 1, 3) == -0.958
     assert "$0.25/6 - 1 = -0.958$" in _text("12")
+
+
+# ------------------------------------------------------------------------ tutorial 15
+T15_REF = np.array([0.35, 0.25, 0.2, 0.12, 0.08])
+T15_R = np.array([0.0, 0.5, 1.0, 1.5, 2.0])
+T15_BETA = 0.5
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def _t15_landing(estimator, temperature, both):
+    """Where GRPO-style training lands when the engine samples s = softmax(theta / T).
+
+    The field written out (no klpolicy): a_y = s_y (r_y - E_s r) for the reward's part when
+    ``both`` (else the exact pi_y r_y), minus beta s_y k'(l_y) for the KL term in the loss
+    (k2' = l, k3' = 1 - ref/pi); g = a - pi sum(a); its zero by scipy's root.
+    """
+    from scipy.optimize import root
+
+    def field(z):
+        th = np.append(0.0, z)
+        pi, s = _softmax(th), _softmax(th / temperature)
+        ell = np.log(pi / T15_REF)
+        dk = ell if estimator == "k2" else 1 - T15_REF / pi
+        a = (s * (T15_R - s @ T15_R) if both else pi * T15_R) - T15_BETA * s * dk
+        return (a - pi * a.sum())[1:]
+
+    start = np.log(T15_REF[1:] / T15_REF[0]) + T15_R[1:] / T15_BETA  # pi*'s logits
+    sol = root(field, start, tol=1e-13)
+    assert np.abs(field(sol.x)).max() < 1e-12
+    return _softmax(np.append(0.0, sol.x))
+
+
+def test_tutorial_15_which_way_the_fixed_points_move_with_a_hot_sampler():
+    w = T15_REF * np.exp(T15_R / T15_BETA)
+    star = w / w.sum()
+
+    def kl(p):
+        return float(np.sum(p * np.log(p / star)))
+
+    temps = (1.0, 1.25, 1.5)
+    pts = {(e, b): [_t15_landing(e, t, b) for t in temps] for e in ("k2", "k3") for b in (0, 1)}
+    kls = {key: [kl(p) for p in v] for key, v in pts.items()}
+    ers = {key: [float(p @ T15_R) for p in v] for key, v in pts.items()}
+    f4 = lambda xs: ", ".join(f"{x:.4f}" for x in xs)  # noqa: E731
+    f3 = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    text = _text("15")
+    assert f"{star @ T15_R:.3f}" == "1.526" and f"{ers['k3', 1][0]:.3f}" == "1.563"
+    assert "at $\\mathbb{E}[r] = 1.563$ against $\\pi^*$'s 1.526" in text
+    # both terms from s: k3 moves toward pi* as T grows, k2 away and greedier
+    assert kls["k3", 1][0] > kls["k3", 1][1] > kls["k3", 1][2]
+    assert f"({f4(kls['k3', 1])} nats at $T = 1, 1.25, 1.5$)" in text
+    assert f"lowers its reward toward $\\pi^*$'s ({f3(ers['k3', 1][1:])})" in text
+    assert min(ers["k2", 1][1:]) > star @ T15_R
+    assert f"greedier than $\\pi^*_\\beta$ ({f3(ers['k2', 1][1:]).replace(', ', ' and ')})" in text
+    # the exact reward gradient: k3 further away, k2 two to three times as far and less greedy
+    assert kls["k3", 0][0] < kls["k3", 0][1] < kls["k3", 0][2]
+    assert f"further from $\\pi^*_\\beta$ ({f4(kls['k3', 0][1:])})" in text
+    ratio = np.array(kls["k2", 0][1:]) / np.array(kls["k2", 1][1:])
+    assert np.all((2 < ratio) & (ratio < 3))
+    a, b = f4(kls["k2", 0][1:]).split(", "), f4(kls["k2", 1][1:]).split(", ")
+    assert f"two to three times as far ({a[0]} and {a[1]} against {b[0]} and {b[1]})" in text
+    assert ers["k2", 0][1] < star @ T15_R
+    assert f"less greedy than $\\pi^*$ ({ers['k2', 0][1]:.3f} at $T = 1.25$)" in text
+    assert "sampling hot moves it further" not in text
+
+
+def test_tutorial_15_the_logged_k1_turns_negative_at_t_5_453():
+    w = T15_REF * np.exp(T15_R / T15_BETA)
+    pi = w / w.sum()
+
+    def logged_k1(t):  # E_s[log pi/ref] with s = softmax(log pi / T), written out
+        s = _softmax(np.log(pi) / t)
+        return float(s @ np.log(pi / T15_REF))
+
+    t0 = brentq(logged_k1, 3.0, 8.0, xtol=1e-12)
+    text = _text("15")
+    assert f"{t0:.3f}" == "5.453" and "turns negative at $T = 5.453$" in text
+    assert "near $T = 6$" not in text
+    assert f"from {logged_k1(0.5):.2f} nats at $T = 0.5$ to {logged_k1(3.0):.2f} at $T = 3$" in text
+    limit = float(np.mean(np.log(pi / T15_REF)))  # s -> uniform as T -> inf
+    assert f"the logged k1 to ${limit:.3f}$" in text
+    # the figure draws the negative part: its grid goes past the crossing
+    grid = re.search(r"temps = np\.linspace\(0\.4, ([\d.]+), \d+\)", text)
+    assert float(grid.group(1)) > t0 + 2
+
+
+# ------------------------------------------------------------------------ tutorial 13
+def test_tutorial_13_a_per_token_ratio_follows_the_kl_under_the_old_prefixes():
+    # the tutorial's tree (same draws), in numpy; gradients by central differences
+    rng = np.random.default_rng(13)
+    v = 3
+    ref_l = [rng.normal(size=(v,) * (t + 1)) for t in range(2)]
+    cur_l = [r + 0.6 * rng.normal(size=r.shape) for r in ref_l]
+    old_l = [c + 0.6 * rng.normal(size=c.shape) for c in cur_l]
+
+    def lsm(x):
+        return (
+            x
+            - np.log(np.sum(np.exp(x - x.max(-1, keepdims=True)), -1, keepdims=True))
+            - x.max(-1, keepdims=True)
+        )
+
+    def split(z):
+        return [z[:v], z[v:].reshape(v, v)]
+
+    lo, lr = [lsm(x) for x in old_l], [lsm(x) for x in ref_l]
+
+    def term(z):  # E_{pi_old}[sum_t (pi_t / old_t) k3_t], every sequence enumerated
+        lp = [lsm(x) for x in split(z)]
+        total = 0.0
+        for a0 in range(v):
+            for a1 in range(v):
+                mu = np.exp(lo[0][a0] + lo[1][a0, a1])
+                for p, o, r in (
+                    (lp[0][a0], lo[0][a0], lr[0][a0]),
+                    (lp[1][a0, a1], lo[1][a0, a1], lr[1][a0, a1]),
+                ):
+                    x = r - p
+                    total += mu * np.exp(p - o) * (np.exp(x) - 1 - x)
+        return total
+
+    def token_kl(z, occ):
+        lp = [lsm(x) for x in split(z)]
+        kl = [np.sum(np.exp(a) * (a - b), -1) for a, b in zip(lp, lr)]
+        return kl[0] + np.sum(occ * kl[1])
+
+    def grad(f, z, h=1e-6):
+        return np.array([(f(z + h * e) - f(z - h * e)) / (2 * h) for e in np.eye(z.size)])
+
+    z = np.concatenate([c.ravel() for c in cur_l])
+    g = grad(term, z)
+    g_old = grad(lambda y: token_kl(y, np.exp(lo[0])), z)
+    g_cur = grad(lambda y: token_kl(y, np.exp(lsm(cur_l[0]))), z)
+    assert np.abs(g - g_old).max() < 1e-8
+    assert round(np.abs(g - g_cur).max() / np.abs(g).max(), 1) == 0.2
+    text = _text("13")
+    assert "nothing off-policy" not in text
+    assert "weighted by $\\pi_{old}$'s prefix occupancy" in text
+    assert "off by a fifth of its own size" in text

@@ -62,6 +62,14 @@ def _as_ratio_clip(x) -> tuple[float, float] | None:
     return lo, hi
 
 
+#: Where the reward's part of the gradient comes from when a ``sampler`` draws the samples.
+REWARD_SOURCES = ("policy", "sampler")
+
+
+def _as_reward_source(x) -> str | None:
+    return None if x is None else V.as_choice("sample_reward", x, REWARD_SOURCES)
+
+
 def _sampler_logits(sampler, th: NDArray, axis: int, against: str = "logits") -> NDArray:
     """The sampler's logits, validated, ``axis`` moved last, broadcast against the policy's.
 
@@ -133,65 +141,130 @@ def _policy(th: NDArray) -> tuple[NDArray, NDArray]:
     return special.softmax(th, axis=-1), special.log_softmax(th, axis=-1)
 
 
-def _centre(pi: NDArray, x: NDArray) -> NDArray:
-    """pi * (x - E_pi x), with entries where pi = 0 contributing 0 (never sampled)."""
-    x = np.where(pi > 0, x, 0)
-    return pi * (x - np.sum(pi * x, axis=-1, keepdims=True))
+def _project(ma: NDArray, pi: NDArray) -> NDArray:
+    r"""``ma - pi * sum(ma)`` along the last axis, every entry without cancellation.
+
+    Every expected gradient here is :math:`\sum_y a_y (e_y - \pi)` with ``ma = a``
+    (a weighted term per outcome). For the most likely outcome :math:`*` the plain form
+    :math:`a_* - \pi_* \sum_y a_y` subtracts two numbers of the size of :math:`a_*` when
+    :math:`\pi_* \approx 1`; the equal form
+    :math:`a_* \sum_{z\ne *}\pi_z - \pi_* \sum_{y\ne *} a_y` has no such cancellation
+    (its sums are of the small entries, formed directly). ``pi * S`` is 0 where ``pi`` is
+    0 (an underflowed probability), so that an overflowed term stays in its own entry.
+    """
+    n = ma.shape[-1]
+    star = np.argmax(pi, axis=-1)[..., None]
+    is_star = np.arange(n) == star
+    with np.errstate(invalid="ignore"):
+        total = np.sum(ma, axis=-1, keepdims=True)
+        g = ma - np.where(pi == 0, 0, pi * total)
+        rest = np.sum(np.where(is_star, 0, pi), axis=-1, keepdims=True)
+        others = np.sum(np.where(is_star, 0, ma), axis=-1, keepdims=True)
+        ma_star = np.take_along_axis(ma, star, axis=-1)
+        pi_star = np.take_along_axis(pi, star, axis=-1)
+        g_star = np.where(rest == 0, 0, ma_star * rest) - pi_star * others
+    # an infinite term (an estimate beyond the float range) dominates its own entry
+    g = np.where(np.isinf(ma), ma, g)
+    return np.where(is_star, g_star, g)
+
+
+def _weighted_derivative(row, pi: NDArray, ref: NDArray, ell: NDArray) -> NDArray:
+    r"""``pi * k'(l)``, the registry's form, also where ``pi`` underflowed to 0 (``l`` finite).
+
+    k3's :math:`\pi k' = \pi - \pi_{ref}` tends to :math:`-\pi_{ref}`, not 0, as
+    :math:`\pi \to 0`; the registry's row reads ``pi = 0`` as off the support (0).
+    """
+    out = row.weighted_derivative(pi, ref, ell)
+    if row.weighted_derivative is ESTIMATORS["k3"].weighted_derivative:
+        out = np.where(pi == 0, -ref, out)
+    return out
 
 
 def _grad(th, ref, rew, b, name, placement):
     row = ESTIMATORS[name]
     pi, logpi = _policy(th)
+    alive = logpi > -np.inf  # the support; pi may underflow to 0 on it, logpi does not
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ell = np.where(pi > 0, logpi - np.log(ref), 0)
+        ell = np.where(alive, logpi - np.log(ref), 0)
         if placement == "reward":
             # pi * R, with pi * k in the registry's form that stays finite for rare actions
-            pr = np.where(pi > 0, pi * rew - b * row.weighted_value(pi, ref, ell), 0)
-            return pr - pi * np.sum(pr, axis=-1, keepdims=True)
-        g = _centre(pi, rew)
-        pk = row.weighted_derivative(pi, ref, ell)  # pi * k'(l)
-        return g - b * (pk - pi * np.sum(pk, axis=-1, keepdims=True))
+            pr = np.where(alive, pi * rew - b * row.weighted_value(pi, ref, ell), 0)
+            return _project(pr, pi)
+        pk = np.where(alive, pi * rew - b * _weighted_derivative(row, pi, ref, ell), 0)
+        return _project(pk, pi)
 
 
-def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip):
+def _times(p: NDArray, x: NDArray) -> NDArray:
+    """``p * x``, 0 where the probability ``p`` underflowed to 0 (``x`` may be infinite)."""
+    return np.where(p == 0, 0, p * x)
+
+
+def _grad_ratio(th, ref, rew, b, name, placement, ph, ratio, clip, reward_from=None):
     """:func:`_grad` with samples from softmax(ph) (None: the policy) and a ratio weight.
 
-    Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, centred.
+    Every term is ``sum_y mu_y a_y (e_y - pi)``: ``ma = mu * a`` per outcome, projected by
+    :func:`_project`. The log-ratio and the weight come from the log-probabilities, so an
+    outcome whose policy probability underflows (logits -800 against a sampler that draws
+    it) keeps its terms; ``pi * k`` and ``pi * k'`` are the registry's forms that stay
+    finite there. ``reward_from`` (``"policy"``, ``"sampler"``; None: ``"sampler"`` in the
+    reward placement, ``"policy"`` in the loss) is where the reward's part comes from.
     """
     row = ESTIMATORS[name]
     pi, logpi = _policy(th)
+    alive = logpi > -np.inf  # the policy's support (pi itself may underflow to 0 on it)
     mu, logmu = (pi, logpi) if ph is None else _policy(ph)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        ell = np.where(pi > 0, logpi - np.log(ref), 0)
-        w = (
-            np.where(mu > 0, np.exp(np.where(mu > 0, logpi - logmu, 0)), 0)
-            if ph is not None
-            else 1.0
-        )
-        w = np.broadcast_to(w, pi.shape)
+    drawn = logmu > -np.inf  # inside `alive` (checked by _sampler_logits)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        ell = np.where(alive, logpi - np.log(ref), 0)
+        if ph is None:
+            w = np.ones_like(pi)
+        else:  # w = pi / mu from the logs: neither underflow nor overflow of pi or mu
+            w = np.where(drawn, np.exp(np.where(drawn, logpi - logmu, 0)), 0)
         lo, hi = clip if clip is not None else (0.0, np.inf)
         inside = (w >= lo) & (w <= hi)  # torch.clamp passes the gradient on [lo, hi]
         wc = np.clip(w, lo, hi)
-        mu_wc = np.where(inside, pi, mu * wc)  # mu * clip(w): exactly pi where unclipped
-        pk = row.weighted_value(pi, ref, ell)  # pi * k, finite for rare actions
+        mu_wc = np.where(inside, pi, _times(mu, wc))  # mu * clip(w): exactly pi where unclipped
+        pk = np.where(alive, row.weighted_value(pi, ref, ell), 0)  # pi * k, finite when rare
+
+        def sampled(pix, mux, x):
+            # the score-function term of x drawn from mu, weighted by c = mu, mu clip(w) or
+            # pi 1[inside] and centred on m = E_mu x: a = c (x - m). _project drops any
+            # multiple of pi, so a = c x - m (c - pi): where c = pi the baseline m (large
+            # when a rare outcome carries a large x) cancels exactly, not in rounding
+            m = np.sum(np.where(drawn, mux, 0), axis=-1, keepdims=True)
+            if ratio == "none":
+                out = mux - _times(mu - pi, m)
+            elif ratio == "detached":
+                out = np.where(inside, pix, _times(mu_wc, x) - _times(mu_wc - pi, m))
+            else:
+                out = np.where(inside, pix, _times(pi, m))
+            return np.where(drawn, out, 0)
+
+        if reward_from is None:
+            reward_from = "sampler" if placement == "reward" else "policy"
+        if reward_from == "sampler":
+            a_r = sampled(pi * rew, mu * rew, rew)
+        else:  # the exact policy gradient of E_pi[r]
+            a_r = np.where(alive, pi * rew, 0)
         if placement == "reward":
-            k = np.where(pi > 0, row.value(ell), 0)
-            big_r = rew - b * k
-            m = np.sum(np.where(mu > 0, mu * big_r, 0), axis=-1, keepdims=True)
-            scale = {"none": mu, "detached": mu_wc, "differentiable": np.where(inside, pi, 0)}
-            ma = np.where(mu > 0, scale[ratio] * (big_r - m), 0)
-            return ma - pi * np.sum(ma, axis=-1, keepdims=True)
+            k = np.where(alive, row.value(ell), 0)
+            a_k = sampled(pk, pk if ph is None else _times(mu, k), k)
+            return _project(a_r - b * a_k, pi)
+        wd = np.where(alive, _weighted_derivative(row, pi, ref, ell), 0)  # pi * k'
         if ratio == "none":
-            ma = row.weighted_derivative(pi, ref, ell) if ph is None else mu * row.derivative(ell)
+            ma = wd if ph is None else _times(mu, row.derivative(ell))
         else:  # mu * clip(w) * k'
-            ma = np.where(
-                inside, row.weighted_derivative(pi, ref, ell), mu_wc * row.derivative(ell)
-            )
             if ratio == "differentiable":  # + k * d clip(w): mu * w * k = pi * k inside
-                ma = ma + np.where(inside, pk, 0)
-        ma = np.where(mu > 0, ma, 0)
-        g = _centre(pi, rew)
-        return g - b * (ma - pi * np.sum(ma, axis=-1, keepdims=True))
+                k3 = ESTIMATORS["k3"]
+                if row.weighted_derivative is k3.weighted_derivative and (
+                    row.weighted_value is k3.weighted_value
+                ):  # pi (k3' + k3) = pi l: pi - ref and ref - pi + pi l cancel when pi << ref
+                    wd = np.where(alive, pi * ell, 0)
+                else:
+                    wd = wd + pk
+            ma = np.where(inside, wd, _times(mu_wc, row.derivative(ell)))
+        ma = np.where(drawn, ma, 0)
+        return _project(a_r - b * ma, pi)
 
 
 def expected_gradient(
@@ -205,6 +278,7 @@ def expected_gradient(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
     r"""Exact expected gradient when the KL term is a per-sample estimator, on- or off-policy.
@@ -270,6 +344,17 @@ def expected_gradient(
     ratio_clip : (float, float), optional
         ``(low, high)``: the weight is :math:`\mathrm{clip}(w, low, high)` (truncated
         importance sampling, TIS, with ``low = 0``; PPO-style clipping otherwise).
+    sample_reward : {"policy", "sampler"}, optional
+        Where the reward's own part of the gradient comes from when ``sampler`` is given.
+        ``"sampler"``: from the sampler's samples, as the KL term,
+        :math:`\mathbb{E}_{y\sim\mu}[s(y)(r_y - \mathbb{E}_\mu r)\nabla_\theta\log\pi(y)]`
+        with the reward placement's weight :math:`s` (so ``ratio`` weights it too): a
+        trainer that scores the engine's samples for both terms, as GRPO and PPO do.
+        ``"policy"``: the exact :math:`\pi(r - \mathbb{E}_\pi r)`, as if the reward
+        term were drawn from :math:`\pi` or fully importance-corrected. Default: the
+        placement's own, ``"sampler"`` in the reward placement (the estimate is part of
+        the advantage) and ``"policy"`` in the loss (the formula above: only the KL
+        term sees the sampler). Without ``sampler`` the two are the same.
     axis : int, optional
         The probability axis.
 
@@ -284,7 +369,7 @@ def expected_gradient(
     Raises
     ------
     ValueError
-        For an unknown ``estimator``, ``placement`` or ``ratio``; a ``ratio_clip``
+        For an unknown ``estimator``, ``placement``, ``ratio`` or ``sample_reward``; a ``ratio_clip``
         that is not ``(low, high)`` with ``0 <= low <= high``; ``logits`` that give
         probability where ``ref`` is zero, or a row of all ``-inf``; a ``sampler``
         that draws where ``logits`` are ``-inf``; invalid ``ref``, ``reward`` or
@@ -292,7 +377,17 @@ def expected_gradient(
 
     Notes
     -----
-    Off the sampler's support an outcome is never drawn and contributes nothing. With
+    Off the sampler's support an outcome is never drawn and contributes nothing. The
+    log-ratio and the weight :math:`w` are formed from log-probabilities, so an outcome the
+    sampler draws keeps its terms where :math:`\pi(y)` underflows (logits -800:
+    :math:`\pi\,k_3 \to \pi_{ref}` and :math:`\ell` stays finite), and the entry of
+    the most likely outcome is formed as
+    :math:`a_*\sum_{z\ne *}\pi_z - \pi_*\sum_{y\ne *}a_y`, without the cancellation of
+    :math:`a_* - \pi_*\sum_y a_y` when :math:`\pi_* \approx 1`. k3's value
+    :math:`e^{-\ell} - 1 + \ell` is beyond float64 from :math:`\ell < -709.8`: where a
+    sampler draws such an outcome, k3 and ``k3+`` in the reward placement (with
+    ``ratio="none"`` or a clipped ratio) have entries beyond float64's range, and the
+    result holds NaN there (the loss placement returns the infinities). With
     ``ratio="detached"`` or ``"differentiable"`` and no clipping, :math:`\mu w = \pi`
     and the gradient is the on-policy one of the same ratio mode whatever the sampler.
     ``"differentiable"`` adds the score-function term :math:`\pi(k - \mathbb{E}_\pi k)`
@@ -340,11 +435,12 @@ def expected_gradient(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     th, ref_a, rew_a, b, ax = _prepare(logits, ref, reward, beta, axis)
     ph = None if sampler is None else _sampler_logits(sampler, th, axis)
     if ph is None and how == "none":
         return _restore(_grad(th, ref_a, rew_a, b, name, place), ax)
-    return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip), ax)
+    return _restore(_grad_ratio(th, ref_a, rew_a, b, name, place, ph, how, clip, source), ax)
 
 
 def objective_gradient(
@@ -541,6 +637,7 @@ def fixed_point(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> NDArray[np.floating]:
     r"""The policy that gradient training converges to for an estimator, placement and ratio.
@@ -579,6 +676,10 @@ def fixed_point(
         fixed point the old policy equals the current one).
     ratio, ratio_clip
         As in :func:`expected_gradient`.
+    sample_reward : {"policy", "sampler"}, optional
+        As in :func:`expected_gradient`: with a fixed ``sampler``, ``"sampler"`` draws the
+        reward's part of the gradient from it too (the loss placement's default is the
+        exact reward gradient). The fixed point is then the zero of that field.
     axis : int, optional
         The probability axis.
 
@@ -668,9 +769,12 @@ def fixed_point(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     kind, scale = _kind(name, place, how, clip, sampler is not None)
     if kind == "numeric":
-        return _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis)
+        return _numeric_fixed_point(
+            ref, reward, beta, name, place, sampler, how, clip, axis, source
+        )
     if kind == "flat":
         raise ValueError(
             f"`ratio_clip` {clip!r} excludes 1: on-policy the differentiable ratio's "
@@ -735,7 +839,7 @@ def _kind(name: str, place: str, how: str, clip, fixed_sampler: bool) -> tuple[s
     return "numeric", 1.0
 
 
-def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis):
+def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axis, source=None):
     """The zero of :func:`expected_gradient`, row by row, by Powell's hybrid method."""
     from scipy import optimize  # lazy: `import klpolicy` must not load scipy.optimize
 
@@ -760,7 +864,9 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
 
         def field(head, q=q, r=r, bb=bb, phs=phs):
             th = np.append(head, 0.0)[None, :]
-            return _grad_ratio(th, q[None], r[None], bb, name, place, phs, how, clip)[0, :-1]
+            return _grad_ratio(th, q[None], r[None], bb, name, place, phs, how, clip, source)[
+                0, :-1
+            ]
 
         start = np.log(optimal_policy(q, r, float(bb[0, 0])))
         start = start[:-1] - start[-1]
@@ -775,7 +881,7 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
                 f"here (the expected gradient stays at {resid:.3g} or more, or a probability "
                 "goes to zero); simulate training with klpolicy.estimators.gradient_flow"
             )
-        growth, tol = _growth_rate(th, q, r, bb, name, place, phs, how, clip)
+        growth, tol = _growth_rate(th, q, r, bb, name, place, phs, how, clip, source)
         if growth > tol:
             raise ValueError(
                 f"{name!r} in the {place} with ratio={how!r}: a stationary point at "
@@ -787,11 +893,13 @@ def _numeric_fixed_point(ref, reward, beta, name, place, sampler, how, clip, axi
     return _restore(out.reshape(shape).astype(ref_a.dtype), ax)
 
 
-def _growth_rate(th, q, r, bb, name, place, phs, how, clip) -> tuple[float, float]:
+def _growth_rate(th, q, r, bb, name, place, phs, how, clip, source=None) -> tuple[float, float]:
     """:func:`ascent_growth_rate` of :func:`expected_gradient`'s field on one row's support."""
 
     def full_field(theta):
-        return _grad_ratio(theta[None, :], q[None], r[None], bb, name, place, phs, how, clip)[0]
+        return _grad_ratio(
+            theta[None, :], q[None], r[None], bb, name, place, phs, how, clip, source
+        )[0]
 
     return ascent_growth_rate(full_field, th)
 
@@ -814,6 +922,7 @@ def fixed_point_stability(
     sampler: ArrayLike | None = None,
     ratio: str = "none",
     ratio_clip: tuple[float, float] | None = None,
+    sample_reward: str | None = None,
     axis: int = -1,
 ) -> Stability:
     r"""Whether gradient training returns to a stationary policy or moves away from it.
@@ -835,7 +944,7 @@ def fixed_point_stability(
     policy : array_like
         The stationary policy (e.g. from :func:`fixed_point`), zero off ``ref``'s support;
         its zeros stay zero (the Jacobian is taken on its own support).
-    ref, reward, beta, estimator, placement, sampler, ratio, ratio_clip, axis
+    ref, reward, beta, estimator, placement, sampler, ratio, ratio_clip, sample_reward, axis
         As in :func:`expected_gradient`.
 
     Returns
@@ -885,6 +994,7 @@ def fixed_point_stability(
     place = V.as_choice("placement", placement, PLACEMENTS)
     how = V.as_choice("ratio", ratio, RATIOS)
     clip = _as_ratio_clip(ratio_clip)
+    source = _as_reward_source(sample_reward)
     pol = V.as_probabilities("policy", policy)
     with np.errstate(divide="ignore"):
         logits = np.log(pol)
@@ -917,7 +1027,16 @@ def fixed_point_stability(
         sup = np.isfinite(th2[i])
         phs = None if ph2 is None else ph2[i][sup][None, :]
         g, tol = _growth_rate(
-            th2[i][sup], q2[i][sup], r2[i][sup], b2[i : i + 1], name, place, phs, how, clip
+            th2[i][sup],
+            q2[i][sup],
+            r2[i][sup],
+            b2[i : i + 1],
+            name,
+            place,
+            phs,
+            how,
+            clip,
+            source,
         )
         growth[i], stable[i] = g, g <= tol
     batch = shape[:-1]
