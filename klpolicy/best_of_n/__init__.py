@@ -37,7 +37,14 @@ from .law import (
     best_of_n_policy,
     best_of_n_win_rate,
 )
-from .soft import soft_best_of_n_kl, soft_best_of_n_policy
+from .soft import (
+    SoftBestOfNFrontier,
+    SoftBestOfNGap,
+    soft_best_of_n_frontier,
+    soft_best_of_n_gap,
+    soft_best_of_n_kl,
+    soft_best_of_n_policy,
+)
 
 __all__ = [
     "CALIBRATED_TRANSFORMS",
@@ -45,6 +52,8 @@ __all__ = [
     "BestOfNCurve",
     "CalibratedPartition",
     "CalibratedTransform",
+    "SoftBestOfNFrontier",
+    "SoftBestOfNGap",
     "best_of_n_curve",
     "best_of_n_expected_reward",
     "best_of_n_for_kl",
@@ -57,6 +66,8 @@ __all__ = [
     "calibrated_policy",
     "calibrated_reward",
     "inference_win_rate",
+    "soft_best_of_n_frontier",
+    "soft_best_of_n_gap",
     "soft_best_of_n_kl",
     "soft_best_of_n_policy",
 ]

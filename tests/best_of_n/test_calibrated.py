@@ -231,12 +231,10 @@ def test_exponential_transform_beats_identity_for_best_of_n_at_equal_kl():
     r = np.arange(v, dtype=float)
 
     def at_kl(name, t, target):
-        f = lambda lb: (
-            float(  # noqa: E731
-                kl_divergence(calibrated_policy(q, r, np.exp(lb), transform=name, t=t), q)
-            )
-            - target
-        )
+        def f(lb):
+            pi = calibrated_policy(q, r, np.exp(lb), transform=name, t=t)
+            return float(kl_divergence(pi, q)) - target
+
         lb = brentq(f, -8, 8, xtol=1e-12)
         return calibrated_policy(q, r, np.exp(lb), transform=name, t=t)
 
