@@ -335,7 +335,7 @@ class CalibratedPartition(NamedTuple):
 
 
 def _calibrated_terms(ref, reward, beta, transform, t, ties, axis):
-    """Validated pieces: levels, per-level ``Phi(C)/beta``, ``log_z_uniform`` and the layout."""
+    """Validated pieces: levels, per-level ``Phi(C)``, ``beta``, ``log_z_uniform``, layout."""
     tie = V.as_choice("ties", ties, _TIES)
     b = V.as_scalar("beta", beta, "(0, inf)", what="the KL coefficient")
     phi, log_z_u = _transform(transform, t)
@@ -343,28 +343,35 @@ def _calibrated_terms(ref, reward, beta, transform, t, ties, axis):
     lv = _levels(ref_a, rew_a)
     c = _level_c(lv, tie)
     with np.errstate(divide="ignore", over="ignore"):
-        s = phi(c) / b
+        f = np.asarray(phi(c), dtype=np.float64)
     on = lv.q > 0
-    if (s[on] == np.inf).any():
-        where = float(c[on][s[on] == np.inf][0])
+    if (f[on] == np.inf).any():
+        where = float(c[on][f[on] == np.inf][0])
         raise ValueError(
             f"`transform` is +inf at a calibrated reward of the support (C = {where!r}; "
             f"'normal-icdf' at C = 1 with ties='upper'): the partition function is infinite; "
             "use ties='mid'"
         )
-    return lv, s, b, log_z_u, ref_a, ax
+    return lv, f, b, log_z_u, ref_a, ax
 
 
-def _log_z_rows(lv, s: NDArray) -> NDArray:
-    """``log sum_g q_g exp(s_g)`` per row, the largest term factored out."""
+def _tilt_rows(lv, f: NDArray, b: float) -> tuple[NDArray, NDArray]:
+    """``log Z`` per row and ``log(pi/ref)`` per level for the tilt by ``exp(f/b)``.
+
+    The largest ``f`` on each row's support is subtracted before dividing by ``b``, so
+    ``(f - f_max)/b`` carries no cancellation however large ``f/b`` is (a subtraction
+    after the division would lose ``|f/b| * eps`` and the law its normalisation).
+    """
     on = lv.q > 0
-    with np.errstate(divide="ignore"):
-        e = np.where(on, np.log(np.where(on, lv.q, 1.0)) + s, -np.inf)
-    m = np.maximum.reduceat(e, lv.row_first)
-    m_level = m[np.searchsorted(lv.row_first, np.arange(e.size), side="right") - 1]
-    with np.errstate(under="ignore"):
-        tot = np.add.reduceat(np.exp(e - m_level), lv.row_first)
-    return (m + np.log(tot)).reshape(lv.shape)
+    row = np.searchsorted(lv.row_first, np.arange(f.size), side="right") - 1
+    fmax = np.maximum.reduceat(np.where(on, f, -np.inf), lv.row_first)
+    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+        d = np.where(on, (f - fmax[row]) / b, -np.inf)  # <= 0, 0 at the row's top
+        e = np.where(on, np.log(np.where(on, lv.q, 1.0)) + d, -np.inf)
+        m = np.maximum.reduceat(e, lv.row_first)
+        lse = m + np.log(np.add.reduceat(np.exp(e - m[row]), lv.row_first))
+    log_z = (fmax / b + lse).reshape(lv.shape)
+    return log_z, d - lse[row]
 
 
 def calibrated_partition(
@@ -459,8 +466,8 @@ def calibrated_partition(
     >>> round(float(p.log_z), 6), round(float(p.log_z_continuous), 6)
     (1.0, 1.161439)
     """
-    lv, s, b, log_z_u, ref_a, _ = _calibrated_terms(ref, reward, beta, transform, t, ties, axis)
-    log_z = _log_z_rows(lv, s)
+    lv, f, b, log_z_u, ref_a, _ = _calibrated_terms(ref, reward, beta, transform, t, ties, axis)
+    log_z, _ = _tilt_rows(lv, f, b)
     if log_z_u is None:
         phi, _ = _transform(transform, None)
         log_zc = _log_uniform_quad(phi, b)
@@ -527,11 +534,9 @@ def calibrated_policy(
     >>> calibrated_policy([0.5, 0.5], [1.0, 0.0], 0.5).round(6)  # C = 3/4 and 1/4
     array([0.731059, 0.268941])
     """
-    lv, s, _, _, ref_a, ax = _calibrated_terms(ref, reward, beta, transform, t, ties, axis)
-    log_z = _log_z_rows(lv, s).reshape(-1)
-    row = np.searchsorted(lv.row_first, np.arange(s.size), side="right") - 1
-    with np.errstate(invalid="ignore", under="ignore"):
-        u = np.where(lv.q > 0, s - log_z[row], -np.inf)
+    lv, f, b, _, ref_a, ax = _calibrated_terms(ref, reward, beta, transform, t, ties, axis)
+    _, u = _tilt_rows(lv, f, b)
+    with np.errstate(under="ignore"):
         pi = lv.ref_n * np.exp(_scatter(lv, u))
     pi = np.where(lv.ref_n > 0, pi, 0.0)
     pi = pi.reshape(ref_a.shape).astype(ref_a.dtype, copy=False)

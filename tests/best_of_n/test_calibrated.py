@@ -284,3 +284,17 @@ def test_bad_input_refused_by_name(fn, bad, name, shows):
     with pytest.raises(ValueError, match=f"`{name}`") as e:
         fn(**args)
     assert shows in str(e.value)
+
+
+@pytest.mark.parametrize(("t", "beta"), [(20.0, 4.5e-5), (20.0, 1.0), (None, 1e-300)])
+def test_calibrated_policy_stays_normalised_when_phi_over_beta_is_huge(t, beta):
+    # Phi/beta up to 1e13 (and 1e300): log(pi/ref) must be formed as (Phi - Phi_max)/beta,
+    # not Phi/beta - log Z, which loses |Phi/beta| * eps (a 6.6e-4 mass error, once)
+    v = 2000
+    q = np.full(v, 1.0 / v)
+    r = np.arange(v, dtype=float)
+    pi = calibrated_policy(q, r, beta, transform="exp" if t else "identity", t=t)
+    assert abs(pi.sum() - 1.0) < 1e-14
+    assert np.isfinite(
+        calibrated_partition(q, r, beta, transform="exp" if t else "identity", t=t).log_z
+    )
