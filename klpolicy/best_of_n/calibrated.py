@@ -25,7 +25,7 @@ reward has a continuous law under the reference, :math:`C(Y)` is uniform on
 QRPO's closed form. On a discrete support the reward's law has atoms and the exact
 :math:`Z` is a quadrature of that integral over the reference's quantile intervals,
 which :func:`calibrated_partition` computes beside the closed form.
-See ``docs/derivations/best_of_n.md``.
+See ``docs/derivations/horizon.md``.
 """
 
 from __future__ import annotations
