@@ -655,8 +655,14 @@ def soft_best_of_n(
         markerfacecolor="none", markeredgewidth=2, linestyle="none", color=_COLOURS[2],
         label="best-of-n", clip_on=False,
     )  # fmt: skip
-    for m, x, y in zip(f.best_of_n.n, f.best_of_n.kl, f.best_of_n.expected_reward):
-        ax.annotate(f"$n={int(m)}$", (x, y), textcoords="offset points", xytext=(10, -6), va="top")
+    last = len(f.best_of_n.n) - 1
+    for i, (m, x, y) in enumerate(zip(f.best_of_n.n, f.best_of_n.kl, f.best_of_n.expected_reward)):
+        # below-right of each point; the last (at the right edge) below-left, inside the axes
+        right = i < last or last == 0
+        ax.annotate(
+            f"$n={int(m)}$", (x, y), textcoords="offset points", xytext=(10 if right else -10, -8),
+            va="top", ha="left" if right else "right",
+        )  # fmt: skip
     ax.margins(y=0.1)
     ax.set_xlim(0.0, 1.05 * kmax)
     ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
