@@ -10,7 +10,9 @@ The calibrated reward of an outcome is its reward's quantile under the reference
     C(y) = \mathbb{P}_{Y' \sim \pi_{ref}}\big(r(Y') \le r(y)\big) \quad\text{(upper)}.
 
 The mid-rank is the win rate of ``y`` against one reference draw with ties counted
-half (InfAlign's calibration, Balashankar et al. 2025); the upper one is QRPO's
+half (the win-rate convention of InfAlign, Balashankar et al. 2025, whose calibrated
+reward is the probability of beating a reference draw: for a reward without atoms all
+these coincide); the upper one is QRPO's
 quantile reward (Matrenok et al. 2025: ``(ref_rewards <= rewards).mean()``). When the
 reward has a continuous law under the reference, :math:`C(Y)` is uniform on
 :math:`[0, 1]` and the partition function of the tilt by a transform
@@ -98,7 +100,7 @@ def calibrated_reward(
         Finite rewards, broadcast against ``ref``.
     ties : {"mid", "upper"}, optional
         ``"mid"`` (default): mid-rank, the win rate of ``y`` against one reference draw
-        with ties counted half (InfAlign). ``"upper"``: the reference CDF at ``r(y)``,
+        with ties counted half (InfAlign's win-rate convention). ``"upper"``: the reference CDF at ``r(y)``,
         QRPO's quantile reward.
     axis : int, optional
         The probability axis (default -1).
