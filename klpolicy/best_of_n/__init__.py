@@ -18,10 +18,12 @@ from .calibrated import (
     CALIBRATED_TRANSFORMS,
     CalibratedPartition,
     CalibratedTransform,
+    OptimalExponent,
     calibrated_partition,
     calibrated_policy,
     calibrated_reward,
     inference_win_rate,
+    optimal_exponent,
 )
 from .frontier import (
     BestOfNComparison,
@@ -52,6 +54,7 @@ __all__ = [
     "BestOfNCurve",
     "CalibratedPartition",
     "CalibratedTransform",
+    "OptimalExponent",
     "SoftBestOfNFrontier",
     "SoftBestOfNGap",
     "best_of_n_curve",
@@ -66,6 +69,7 @@ __all__ = [
     "calibrated_policy",
     "calibrated_reward",
     "inference_win_rate",
+    "optimal_exponent",
     "soft_best_of_n_frontier",
     "soft_best_of_n_gap",
     "soft_best_of_n_kl",

@@ -48,10 +48,12 @@ __all__ = [
     "CALIBRATED_TRANSFORMS",
     "CalibratedPartition",
     "CalibratedTransform",
+    "OptimalExponent",
     "calibrated_partition",
     "calibrated_policy",
     "calibrated_reward",
     "inference_win_rate",
+    "optimal_exponent",
 ]
 
 _TIES = ("mid", "upper")
@@ -655,3 +657,197 @@ def inference_win_rate(
     c = _level_c(lv_ref, "mid") if mode == "best" else lv_ref.above + 0.5 * lv_ref.q
     wr = _row_sum(lv_ref, mass * c)
     return np.asarray(wr, dtype=V.result_dtype(pol_a, ref_a))[()]
+
+
+# --------------------------------------------------------------------------------------
+# the exponent InfAlign's transform should take
+# --------------------------------------------------------------------------------------
+
+
+class OptimalExponent(NamedTuple):
+    """The exponential transform that maximises a best-of-N (worst-of-N) win rate at a KL.
+
+    ``t`` and ``beta`` define the tilt :math:`\\pi_{ref}\\,e^{\\mathrm{sign}(t)e^{tC}/\\beta}/Z`
+    with the given KL; ``win_rate`` is its inference-time win rate; ``identity_beta`` and
+    ``identity_win_rate`` are the identity transform's at the same KL (the standard
+    win-rate optimum), for comparison; ``at_bound`` is True when ``|t|`` is the search's
+    largest, ``t_max`` (the optimum is there or beyond).
+    """
+
+    t: float
+    beta: float
+    win_rate: float
+    identity_beta: float
+    identity_win_rate: float
+    at_bound: bool
+
+
+def _excl(p: NDArray) -> tuple[NDArray, NDArray]:
+    below = np.concatenate([[0.0], np.cumsum(p[:-1])])
+    above = np.concatenate([np.cumsum(p[:0:-1])[::-1], [0.0]])
+    return below, above
+
+
+def optimal_exponent(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    n: int,
+    kl: float,
+    *,
+    decoding: str = "best",
+    ties: str = "mid",
+    t_max: float = 60.0,
+) -> OptimalExponent:
+    r"""The exponent of InfAlign's transform that maximises the best-of-N win rate at a KL budget.
+
+    .. math::
+
+        t^* = \arg\max_t\; W_N\big(\pi_{t,\beta(t)}\big), \qquad
+        \pi_{t,\beta} \propto \pi_{ref}\, e^{\mathrm{sign}(t)\,e^{tC}/\beta},\quad
+        \mathrm{KL}(\pi_{t,\beta(t)}\|\pi_{ref}) = \mathrm{kl}
+
+    over ``0 < t <= t_max`` for best-of-N decoding and ``-t_max <= t < 0`` for worst-of-N,
+    with :math:`W_N` the exact win rate of :func:`inference_win_rate`.
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem.
+    n : int
+        Number of draws the decoder takes, an integer ``>= 1``.
+    kl : float
+        The KL budget, ``0 < kl <`` the largest KL a tilt reaches
+        (:math:`-\log` of the top reward level's reference mass).
+    decoding : {"best", "worst"}, optional
+        Best-of-N sampling (``t > 0``) or worst-of-N (``t < 0``).
+    ties : {"mid", "upper"}, optional
+        The calibration, as in :func:`calibrated_reward`.
+    t_max : float, optional
+        The largest ``|t|`` searched (default 60).
+
+    Returns
+    -------
+    OptimalExponent
+        ``t``, its ``beta``, its win rate, the identity transform's ``beta`` and win
+        rate at the same KL, and whether ``|t|`` hit ``t_max``.
+
+    Raises
+    ------
+    ValueError
+        For ``ref`` / ``reward`` not one 1-D problem, ``n < 1``, ``kl`` outside its range,
+        ``decoding`` / ``ties`` not valid names, ``t_max`` not positive.
+
+    Notes
+    -----
+    For each ``t`` the KL is decreasing in ``beta`` and ``beta(t)`` is found by Brent's
+    method in :math:`\log\beta`; the win rate is then maximised over
+    :math:`\log|t|` by a 25-point grid refined by a bounded Brent search around its best
+    point (the win rate need not be unimodal in ``t``; the grid guards against a wrong
+    local maximum). As :math:`t \to 0` the transform is the identity (:math:`e^{tC}
+    \approx 1 + tC`), so the result is never worse than the identity's up to the search's
+    tolerance. At ``n = 1`` the identity is optimal and ``t`` comes out near the
+    grid's smallest value. Measured on 2000 equiprobable outcomes at ``kl = 0.5``:
+    best-of-4 ``t = 8.80`` (win rate 0.9597 against the identity's 0.9406), worst-of-4
+    ``t = -3.82`` (0.5696 against 0.5443), worst-of-16 ``t = -15.8`` (0.4490 against
+    0.3103); best-of-16 reaches the default bound ``t = 60`` (0.9975 against 0.9851).
+    For a continuous calibrated reward the answer depends on
+    ``n`` and ``kl`` only (InfAlign's reduction to the uniform law on [0, 1]); the tests
+    check that two different near-continuous problems give the same ``t``.
+
+    References
+    ----------
+    .. [1] Balashankar et al., "InfAlign: Inference-aware language model alignment",
+       ICML 2025, arXiv:2412.19792, Section 4 (exponential transforms; positive exponents
+       for best-of-N, negative for worst-of-N).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from klpolicy.best_of_n import optimal_exponent
+    >>> v = 500
+    >>> o = optimal_exponent(np.full(v, 1 / v), np.arange(v, dtype=float), 4, 0.5)
+    >>> bool(o.t > 1), bool(o.win_rate > o.identity_win_rate + 0.01)
+    (True, True)
+    """
+    from scipy.optimize import brentq, minimize_scalar
+
+    from .law import _scalar_n
+
+    for name, x in (("ref", ref), ("reward", reward)):
+        if np.ndim(x) != 1:
+            raise ValueError(
+                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
+            )
+    mode = V.as_choice("decoding", decoding, _DECODINGS)
+    tie = V.as_choice("ties", ties, _TIES)
+    nn = _scalar_n(n)
+    tm = V.as_scalar("t_max", t_max, "(0, inf)", what="the largest |t| searched")
+    ref_a, rew_a, _ = _setup(ref, reward, -1)
+    lv = _levels(ref_a, rew_a)
+    on = lv.q > 0
+    lv = lv._replace(q=lv.q[on], below=lv.below[on], above=lv.above[on], reward=lv.reward[on])
+    c = _level_c(lv, tie)
+    q = lv.q
+    kl_max = -math.log(float(q[-1])) if q.size > 1 else 0.0
+    k = V.as_scalar("kl", kl, "(0, inf)", what="the KL budget")
+    if not k < kl_max:
+        raise ValueError(
+            f"`kl` must be below the largest KL a tilt reaches, -log q_top = {kl_max:.6g}; "
+            f"got {k!r}"
+        )
+    # a win against a reference draw, in the kept draw's order (reversed for worst-of-n)
+    c_win = _level_c(lv, "mid") if mode == "best" else _level_c(lv, "mid")[::-1]
+
+    def law_u(f, b):
+        _, u = _tilt_rows(lv._replace(row_first=np.array([0]), shape=()), f, b)
+        return u
+
+    def kl_of(f, lb):
+        u = law_u(f, math.exp(lb))
+        with np.errstate(under="ignore"):
+            p = q * np.exp(u)
+        return float(np.sum(p * u))
+
+    def beta_for(f):
+        spread = float(np.max(f) - np.min(f))
+        lo, hi = math.log(spread) - 3.0, math.log(spread) + 3.0
+        while kl_of(f, lo) < k:
+            lo -= 3.0
+        while kl_of(f, hi) > k:
+            hi += 3.0
+        return math.exp(brentq(lambda x: kl_of(f, x) - k, lo, hi, xtol=1e-13, rtol=1e-14))
+
+    def win(f, b):
+        with np.errstate(under="ignore"):
+            p = q * np.exp(law_u(f, b))
+        if mode == "worst":
+            p = p[::-1]
+        below, above = _excl(p)
+        mass = _law(lv._replace(q=p, below=below, above=above), nn).mass
+        return float(np.sum(mass * c_win))
+
+    sign = 1.0 if mode == "best" else -1.0
+
+    def phi(t):
+        return sign * np.exp(sign * t * c)
+
+    def score(s):
+        f = phi(math.exp(s))
+        return win(f, beta_for(f))
+
+    grid = np.linspace(math.log(1e-2), math.log(tm), 25)
+    vals = [score(s) for s in grid]
+    i = int(np.argmax(vals))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
+    if hi > lo:
+        res = minimize_scalar(lambda s: -score(s), bounds=(lo, hi), method="bounded",
+                              options={"xatol": 1e-6})  # fmt: skip
+        s_best = float(res.x) if -res.fun >= vals[i] else float(grid[i])
+    else:
+        s_best = float(grid[i])
+    t_best = sign * math.exp(s_best)
+    f = phi(abs(t_best))
+    b = beta_for(f)
+    b_id = beta_for(c)
+    at_bound = s_best >= grid[-1] - 1e-9
+    return OptimalExponent(t_best, b, win(f, b), b_id, win(c, b_id), bool(at_bound))

@@ -298,3 +298,79 @@ def test_calibrated_policy_stays_normalised_when_phi_over_beta_is_huge(t, beta):
     assert np.isfinite(
         calibrated_partition(q, r, beta, transform="exp" if t else "identity", t=t).log_z
     )
+
+
+def _tilt_at_kl(q, r, kl, t):
+    # the exp tilt with KL(pi || ref) = kl, beta by Brent in log beta (KL falls as beta grows)
+    from scipy.optimize import brentq
+
+    from klpolicy import kl_divergence
+
+    def gap(lb):
+        return (
+            float(kl_divergence(calibrated_policy(q, r, np.exp(lb), transform="exp", t=t), q)) - kl
+        )
+
+    lo, hi = -60.0, 80.0
+    return calibrated_policy(q, r, np.exp(brentq(gap, lo, hi, xtol=1e-12)), transform="exp", t=t)
+
+
+@pytest.mark.parametrize(("n", "decoding"), [(4, "best"), (4, "worst"), (16, "worst")])
+def test_optimal_exponent_beats_a_grid_and_is_consistent(n, decoding):
+    from klpolicy import kl_divergence
+    from klpolicy.best_of_n import optimal_exponent
+
+    v = 400
+    q, r = np.full(v, 1.0 / v), np.arange(v, dtype=float)
+    o = optimal_exponent(q, r, n, 0.5, decoding=decoding)
+    assert (o.t > 0) == (decoding == "best") and not o.at_bound
+    pi = calibrated_policy(q, r, o.beta, transform="exp", t=o.t)
+    np.testing.assert_allclose(kl_divergence(pi, q), 0.5, rtol=1e-10)
+    np.testing.assert_allclose(
+        inference_win_rate(pi, q, r, n, decoding=decoding), o.win_rate, rtol=1e-12
+    )
+    pid = calibrated_policy(q, r, o.identity_beta)
+    np.testing.assert_allclose(kl_divergence(pid, q), 0.5, rtol=1e-10)
+    np.testing.assert_allclose(
+        inference_win_rate(pid, q, r, n, decoding=decoding), o.identity_win_rate, rtol=1e-12
+    )
+    sign = 1.0 if decoding == "best" else -1.0
+    for t in (0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0):
+        w = float(inference_win_rate(_tilt_at_kl(q, r, 0.5, sign * t), q, r, n, decoding=decoding))
+        assert o.win_rate >= w - 1e-9, (t, w, o)
+    assert o.win_rate > o.identity_win_rate + 0.01
+
+
+def test_optimal_exponent_depends_on_n_and_kl_only_for_a_continuous_reward():
+    # InfAlign's reduction: with C(Y) (nearly) uniform the problem does not matter
+    from klpolicy.best_of_n import optimal_exponent
+
+    a = optimal_exponent(np.full(2000, 5e-4), np.arange(2000.0), 4, 0.5)
+    rng = np.random.default_rng(5)
+    b = optimal_exponent(rng.dirichlet(np.full(3000, 5.0)), rng.normal(size=3000), 4, 0.5)
+    np.testing.assert_allclose(a.t, b.t, rtol=1e-3)
+    np.testing.assert_allclose(a.win_rate, b.win_rate, rtol=1e-4)
+    # and at n = 1 the identity is the optimum: t goes to the small end, no gain
+    o = optimal_exponent(np.full(2000, 5e-4), np.arange(2000.0), 1, 0.5)
+    assert abs(o.t) < 0.1 and o.win_rate <= o.identity_win_rate + 1e-9
+
+
+@pytest.mark.parametrize(
+    ("bad", "name"),
+    [
+        ({"kl": 0.0}, "kl"),
+        ({"kl": 5.0}, "kl"),  # above -log q_top = log 4
+        ({"n": 0}, "n"),
+        ({"decoding": "mean"}, "decoding"),
+        ({"ties": "low"}, "ties"),
+        ({"t_max": -1.0}, "t_max"),
+        ({"ref": [[0.25] * 4]}, "ref"),
+        ({"ref": [0.25, 0.25, 0.25, 0.3]}, "ref"),
+    ],
+)
+def test_optimal_exponent_refuses_bad_input_by_name(bad, name):
+    from klpolicy.best_of_n import optimal_exponent
+
+    args = {"ref": [0.25] * 4, "reward": [0.0, 1.0, 2.0, 3.0], "n": 4, "kl": 0.3} | bad
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        optimal_exponent(**args)
