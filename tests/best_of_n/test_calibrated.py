@@ -374,3 +374,17 @@ def test_optimal_exponent_refuses_bad_input_by_name(bad, name):
     args = {"ref": [0.25] * 4, "reward": [0.0, 1.0, 2.0, 3.0], "n": 4, "kl": 0.3} | bad
     with pytest.raises(ValueError, match=f"`{name}`"):
         optimal_exponent(**args)
+
+
+@pytest.mark.parametrize("t", [1e-6, -1e-6, 1e-3, -0.01, 0.5])
+@pytest.mark.parametrize("beta", [0.3, 100.0])
+def test_exponential_closed_form_for_small_exponents(t, beta):
+    # where Ei(e^t/beta) - Ei(1/beta) cancels (|e^t - 1|/beta small): against mpmath's
+    # exponential integrals at 40 digits
+    b, a = mp.mpf(beta), mp.mpf(t)
+    if t > 0:
+        want = mp.log((mp.ei(mp.exp(a) / b) - mp.ei(1 / b)) / a)
+    else:
+        want = mp.log((mp.e1(mp.exp(a) / b) - mp.e1(1 / b)) / -a)
+    got = CALIBRATED_TRANSFORMS["exp"].log_z_uniform(beta, t)
+    assert_mp_close(got, want, rtol=1e-13, atol=1e-16)
