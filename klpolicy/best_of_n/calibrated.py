@@ -308,8 +308,11 @@ def _transform(transform: Any, t: Any):
     row = CALIBRATED_TRANSFORMS[name]
     if row.takes_t:
         tv = V.as_scalar("t", t, what="the exponent of the transform")
-        if tv == 0:
-            raise ValueError("`t` must be non-zero (t > 0: best-of-N, t < 0: worst-of-N); got 0")
+        if tv == 0 or abs(tv) > 700:
+            raise ValueError(
+                "`t` must be non-zero (t > 0: best-of-N, t < 0: worst-of-N) with |t| <= 700 "
+                f"(e^t overflows past it); got {tv!r}"
+            )
     elif t is not None:
         raise ValueError(
             f"`t` is only for the transforms that take a parameter ('exp'); got "

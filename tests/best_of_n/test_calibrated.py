@@ -257,6 +257,7 @@ BAD = [
     (calibrated_partition, {"transform": "square"}, "transform", "'identity'"),
     (calibrated_partition, {"transform": "exp"}, "t", "None"),
     (calibrated_partition, {"transform": "exp", "t": 0.0}, "t", "non-zero"),
+    (calibrated_partition, {"transform": "exp", "t": 1e4}, "t", "10000.0"),
     (calibrated_partition, {"t": 2.0}, "t", "'exp'"),
     (
         calibrated_partition,
