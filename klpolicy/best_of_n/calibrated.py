@@ -751,7 +751,7 @@ def optimal_exponent(
     ------
     ValueError
         For ``ref`` / ``reward`` not one 1-D problem, ``n < 1``, ``kl`` outside its range,
-        ``decoding`` / ``ties`` not valid names, ``t_max`` not positive.
+        ``decoding`` / ``ties`` not valid names, ``t_max`` not in ``(0, 700]``.
 
     Notes
     -----
@@ -797,7 +797,7 @@ def optimal_exponent(
     mode = V.as_choice("decoding", decoding, _DECODINGS)
     tie = V.as_choice("ties", ties, _TIES)
     nn = _scalar_n(n)
-    tm = V.as_scalar("t_max", t_max, "(0, inf)", what="the largest |t| searched")
+    tm = V.as_scalar("t_max", t_max, "(0, 700]", what="the largest |t| searched")
     ref_a, rew_a, _ = _setup(ref, reward, -1)
     lv = _levels(ref_a, rew_a)
     on = lv.q > 0
