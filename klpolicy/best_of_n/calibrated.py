@@ -739,7 +739,7 @@ def optimal_exponent(
     ties : {"mid", "upper"}, optional
         The calibration, as in :func:`calibrated_reward`.
     t_max : float, optional
-        The largest ``|t|`` searched (default 60).
+        The largest ``|t|`` searched (default 60, at most 700).
 
     Returns
     -------
