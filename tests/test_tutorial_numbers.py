@@ -359,3 +359,65 @@ def test_tutorial_13_a_per_token_ratio_follows_the_kl_under_the_old_prefixes():
     assert "nothing off-policy" not in text
     assert "weighted by $\\pi_{old}$'s prefix occupancy" in text
     assert "off by a fifth of its own size" in text
+
+
+# ------------------------------------------------------------------------ tutorial 19
+def _bon_law(q, r, n):
+    """Best of n draws from q, by enumerating every n-tuple (ties: the reward level only)."""
+    q, r = np.asarray(q, float), np.asarray(r, float)
+    idx = np.array(np.meshgrid(*[np.arange(q.size)] * n, indexing="ij")).reshape(n, -1)
+    prob = np.prod(q[idx], axis=0)
+    best = idx[np.argmax(r[idx], axis=0), np.arange(idx.shape[1])]
+    return np.bincount(best, weights=prob, minlength=q.size)
+
+
+def _soft_law(q, r, n, lam):
+    """Soft best-of-n by enumerating every n-tuple: draw i kept with softmax(r/lam)."""
+    q, r = np.asarray(q, float), np.asarray(r, float)
+    idx = np.array(np.meshgrid(*[np.arange(q.size)] * n, indexing="ij")).reshape(n, -1)
+    prob = np.prod(q[idx], axis=0)
+    w = np.exp((r[idx] - r[idx].max(axis=0)) / lam)  # the tuple's best weighs 1
+    keep = prob * w / w.sum(axis=0)
+    return np.array([keep[idx == y].sum() for y in range(q.size)])
+
+
+def _kl(p, q):
+    p, q = np.asarray(p), np.asarray(q)
+    on = p > 0
+    return float(np.sum(p[on] * np.log(p[on] / q[on])))
+
+
+def _tilt(q, r, b):
+    w = np.asarray(q) * np.exp((np.asarray(r) - max(r)) / b)
+    return w / w.sum()
+
+
+def _tilt_reward_at_kl(q, r, kl):
+    lb = brentq(lambda x: _kl(_tilt(q, r, np.exp(x)), q) - kl, -8, 8, xtol=1e-14)
+    return float(_tilt(q, r, np.exp(lb)) @ np.asarray(r))
+
+
+def test_tutorial_19_best_of_4_is_within_0003_of_the_optimum():
+    q, r, beta = [0.2, 0.5, 0.3], [1.0, 0.3, -2.0], 0.5
+    bon = _bon_law(q, r, 4)
+    star = _tilt(q, r, beta)
+    gap = float((star - bon) @ np.array(r)) - beta * (_kl(star, q) - _kl(bon, q))
+    assert 0.0025 < gap < 0.003
+    assert "Best-of-4 is within 0.003 of the optimum" in _text("19")
+
+
+def test_tutorial_19_the_rare_answer_frontier_numbers():
+    q, r = [0.05, 0.45, 0.5], [3.0, 1.0, 0.0]
+    shortfall = {}
+    for n in (4, 8):
+        law = _bon_law(q, r, n)
+        shortfall[n] = _tilt_reward_at_kl(q, r, _kl(law, q)) - float(law @ np.array(r))
+    assert round(shortfall[4], 2) == 0.19 and round(shortfall[8], 2) == 0.18
+    # soft best-of-8 at the KL of best-of-4: solve lam by bisection on the enumerated law
+    bon4 = _bon_law(q, r, 4)
+    k4 = _kl(bon4, q)
+    lam = np.exp(brentq(lambda x: _kl(_soft_law(q, r, 8, np.exp(x)), q) - k4, -6, 6, xtol=1e-12))
+    more = float((_soft_law(q, r, 8, lam) - bon4) @ np.array(r))
+    assert round(more, 2) == 0.17
+    text = _text("19")
+    assert "give up 0.19 and 0.18 reward units" in text and "earns about 0.17 more" in text

@@ -16,6 +16,8 @@ w(y) / (w(y) + S_{n-1})\big]` with :math:`S_{n-1} = \sum_{j=2}^n w(Y_j)` and
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -23,7 +25,14 @@ from ..core.internal import setup as _setup
 from ..core.internal import validation as V
 from .law import best_of_n_policy
 
-__all__ = ["soft_best_of_n_kl", "soft_best_of_n_policy"]
+__all__ = [
+    "SoftBestOfNFrontier",
+    "SoftBestOfNGap",
+    "soft_best_of_n_frontier",
+    "soft_best_of_n_gap",
+    "soft_best_of_n_kl",
+    "soft_best_of_n_policy",
+]
 
 # trapezoid in s = log t: the integrand is analytic in the strip |Im s| < pi/2, so the
 # error is about exp(-2 pi (pi/2) / h); h = 0.2 gives ~1e-21 (aliasing), well below the
@@ -131,9 +140,10 @@ def soft_best_of_n_policy(
     a trapezoid rule in :math:`s = \log t` (exponentially convergent; ~1e-13 relative
     against an exact enumeration, ``tests/best_of_n/test_soft.py``), ``M`` in log space,
     the weights scaled by the largest. Ties need no rule: equal rewards get equal
-    weights. As ``n -> inf`` the law tends to :math:`\pi^*_{\beta=\lambda}` (the tilt)
-    with KL and total-variation gaps :math:`O(1/n)` (Verdun et al., Theorem 1); as
-    ``lam -> 0`` it tends to hard best-of-n. Cost :math:`O(V\,G)` with ``G`` about
+    weights. As ``n -> inf`` the law tends to :math:`\pi^*_{\beta=\lambda}` (the tilt):
+    Verdun et al. prove :math:`O(1/n)` in KL and in expected reward; exactly, the KL gap
+    is :math:`O(1/n^2)` and the total-variation and reward gaps :math:`O(1/n)`, with the
+    constants of :func:`soft_best_of_n_gap`. As ``lam -> 0`` it tends to hard best-of-n. Cost :math:`O(V\,G)` with ``G`` about
     ``5 log(1/(n w_min))`` nodes.
 
     References
@@ -209,3 +219,209 @@ def soft_best_of_n_kl(
     law = soft_best_of_n_policy(ref, reward, n, lam, axis=axis)
     ref_a = np.broadcast_to(np.asarray(ref, dtype=law.dtype), law.shape)
     return kl_divergence(law, ref_a, axis=axis)
+
+
+class SoftBestOfNGap(NamedTuple):
+    """Soft best-of-n against the tilt :math:`\\pi^*_{\\beta=\\lambda}` it tends to; per batch row.
+
+    ``kl``, ``tv`` and ``reward_gap`` are exact at this ``n``; the ``*_coefficient``
+    fields are the leading terms of their expansions in ``1/n``:
+    ``kl ~ kl_coefficient / n**2``, ``tv ~ tv_coefficient / n``,
+    ``reward_gap ~ reward_coefficient / n``.
+    """
+
+    kl: NDArray | np.floating
+    tv: NDArray | np.floating
+    reward_gap: NDArray | np.floating
+    kl_coefficient: NDArray | np.floating
+    tv_coefficient: NDArray | np.floating
+    reward_coefficient: NDArray | np.floating
+
+
+def soft_best_of_n_gap(
+    ref: ArrayLike, reward: ArrayLike, n: int, lam: ArrayLike, *, axis: int = -1
+) -> SoftBestOfNGap:
+    r"""How far soft best-of-n is from the tilt :math:`\pi^*_{\beta=\lambda}`, exactly and to first order in 1/n.
+
+    .. math::
+
+        \frac{\pi_{n,\lambda}(y)}{\pi^*(y)} = 1 + \frac{\delta(y)}{n} + O(n^{-2}),
+        \qquad \delta = \mathbb{E}_{\pi^*}[\rho] - \rho, \quad
+        \rho = \frac{\pi^*}{\pi_{ref}} = \frac{e^{r/\lambda}}{\mathbb{E}_{\pi_{ref}} e^{r/\lambda}},
+
+        \mathrm{KL}(\pi_{n,\lambda}\|\pi^*) \sim \frac{\mathrm{Var}_{\pi^*}(\rho)}{2n^2},
+        \quad \mathrm{TV} \sim \frac{\mathbb{E}_{\pi^*}|\delta|}{2n},
+        \quad \mathbb{E}_{\pi^*}[r] - \mathbb{E}_{\pi_{n,\lambda}}[r] \sim
+        \frac{\mathrm{Cov}_{\pi^*}(r, \rho)}{n}
+
+    Parameters
+    ----------
+    ref, reward, n, axis
+        As in :func:`soft_best_of_n_policy`.
+    lam : float or array_like
+        The temperature, ``0 < lam < inf`` (the tilt's ``beta``).
+
+    Returns
+    -------
+    SoftBestOfNGap
+        The exact ``kl`` (:math:`\mathrm{KL}(\pi_{n,\lambda}\|\pi^*)`), ``tv`` and
+        ``reward_gap`` (the tilt's expected reward minus soft best-of-n's, >= 0 at
+        large ``n``), and the three leading coefficients.
+
+    Raises
+    ------
+    ValueError
+        For ``n`` not an integer ``>= 1``, ``lam`` not in ``(0, inf)``, invalid
+        ``ref`` / ``reward``.
+
+    Notes
+    -----
+    With :math:`w = e^{r/\lambda}`, :math:`\mu = \mathbb{E}_{ref} w` and
+    :math:`S = \sum_{j=2}^n w(Y_j)`: :math:`\pi_{n,\lambda}(y) = n\,\pi_{ref}(y)\,w(y)\,
+    \mathbb{E}[1/(w(y) + S)]`; expanding :math:`1/(n\mu + \varepsilon)` to second order
+    in :math:`\varepsilon = (w(y) - \mu) + (S - (n-1)\mu)` gives the ratio above. The
+    first-order term has mean zero under :math:`\pi^*`, so the KL starts at second order:
+    :math:`1/n^2`, one order faster than the :math:`O(1/n)` bound of Verdun et al.; the
+    total variation and the reward gap are first order. The reverse KL has the same
+    leading term. ``tests/best_of_n/test_soft.py`` checks the three against the exact
+    law up to ``n = 10**4``.
+
+    References
+    ----------
+    .. [1] Verdun, Oesterling, Lakkaraju, Calmon, 2025, "Soft best-of-n sampling for
+       model alignment", arXiv:2505.03156 (convergence at rate :math:`O(1/n)` in KL and
+       in expected relative reward).
+
+    Examples
+    --------
+    >>> from klpolicy.best_of_n import soft_best_of_n_gap
+    >>> g = soft_best_of_n_gap([0.2, 0.5, 0.3], [1.0, 0.3, -2.0], 1000, 0.5)
+    >>> round(float(g.kl * 1000**2 / g.kl_coefficient), 3)  # -> 1 as n grows
+    1.003
+    """
+    from ..core import kl_divergence, optimal_policy
+
+    law = soft_best_of_n_policy(ref, reward, n, lam, axis=axis)
+    ref_a, rew_a, lam_a, _ = _setup(ref, reward, lam, axis, names=("ref", "reward", "lam"))
+    if not (np.all(lam_a > 0) and np.all(lam_a < np.inf)):
+        bad = lam_a[~((lam_a > 0) & (lam_a < np.inf))].reshape(-1)[0]
+        raise ValueError(
+            f"`lam` must be in (0, inf) for the gap to the tilt pi*_{{beta=lam}}; got {bad!r}"
+        )
+    pistar = np.moveaxis(optimal_policy(ref, reward, lam, axis=axis), axis, -1).astype(np.float64)
+    pn = np.moveaxis(law, axis, -1).astype(np.float64)
+    q = ref_a.astype(np.float64)
+    q = q / q.sum(axis=-1, keepdims=True)
+    r = np.broadcast_to(rew_a, q.shape).astype(np.float64)
+    kl = kl_divergence(pn, pistar)
+    tv = 0.5 * np.abs(pn - pistar).sum(axis=-1)
+    gap = (pistar * r).sum(axis=-1) - (pn * r).sum(axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = np.where(q > 0, pistar / q, 0.0)
+    m = (pistar * rho).sum(axis=-1, keepdims=True)
+    c_kl = 0.5 * (pistar * (rho - m) ** 2).sum(axis=-1)
+    c_tv = 0.5 * (pistar * np.abs(rho - m)).sum(axis=-1)
+    mr = (pistar * r).sum(axis=-1, keepdims=True)
+    c_r = (pistar * (rho - m) * (r - mr)).sum(axis=-1)
+    dt = law.dtype
+    return SoftBestOfNGap(*(np.asarray(x, dtype=dt)[()] for x in (kl, tv, gap, c_kl, c_tv, c_r)))
+
+
+class SoftBestOfNFrontier(NamedTuple):
+    """Soft best-of-n's reward-KL curve along ``lam``, beside the tilt's and best-of-n's.
+
+    ``lam``, ``kl``, ``expected_reward`` and ``optimal_expected_reward`` (the tilt's
+    reward at the same KL) have shape ``(L,)``; ``best_of_n`` is the hard best-of-n
+    curve (:class:`~klpolicy.best_of_n.BestOfNCurve`) at ``n = 1, 2, 4, ..., n``.
+    """
+
+    n: int
+    lam: NDArray
+    kl: NDArray
+    expected_reward: NDArray
+    optimal_expected_reward: NDArray
+    best_of_n: object
+
+
+def soft_best_of_n_frontier(
+    ref: ArrayLike, reward: ArrayLike, n: int, lams: ArrayLike | None = None
+) -> SoftBestOfNFrontier:
+    r"""Soft best-of-n's reward-KL frontier along the temperature, with the tilt and best-of-n.
+
+    .. math::
+
+        \lambda \mapsto \big(\mathrm{KL}(\pi_{n,\lambda}\|\pi_{ref}),\;
+        \mathbb{E}_{\pi_{n,\lambda}}[r]\big),
+        \quad \text{beside } \mathbb{E}_{\pi^*_\beta}[r] \text{ at }
+        \mathrm{KL}(\pi^*_\beta\|\pi_{ref}) = \mathrm{KL}(\pi_{n,\lambda}\|\pi_{ref})
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+        One problem.
+    n : int
+        Number of draws, an integer ``>= 1``.
+    lams : array_like, optional
+        Temperatures ``>= 0`` (``0``: hard best-of-n; ``inf``: the reference). Default:
+        ``0``, 40 values log-spaced from 1e-2 to 1e2 times the reward's standard
+        deviation under the reference, and ``inf``.
+
+    Returns
+    -------
+    SoftBestOfNFrontier
+        The curve along ``lams`` (as given, sorted if defaulted), the tilt's reward at
+        each KL and the hard best-of-n curve up to ``n``.
+
+    Raises
+    ------
+    ValueError
+        For ``ref`` / ``reward`` not one 1-D problem, ``n < 1``, ``lams`` negative or NaN.
+
+    Notes
+    -----
+    The curve runs from the reference (``lam = inf``, KL 0) to hard best-of-n at the
+    same ``n`` (``lam = 0``, KL at most :math:`\log n - (n-1)/n`). It lies below the
+    tilt's frontier (nothing beats :math:`\pi^*` at its KL) and above best-of-n's
+    points at smaller ``n``: at the same KL, softening the choice among ``n`` draws
+    does better than choosing hard among fewer. The tilt's reward at each KL comes from
+    :func:`klpolicy.beta_for_kl`.
+
+    References
+    ----------
+    .. [1] Verdun et al., 2025, arXiv:2505.03156.
+    .. [2] Gao, Schulman and Hilton, 2022, arXiv:2210.10760 (reward-KL frontiers).
+
+    Examples
+    --------
+    >>> from klpolicy.best_of_n import soft_best_of_n_frontier
+    >>> f = soft_best_of_n_frontier([0.2, 0.5, 0.3], [1.0, 0.3, -2.0], 4, [0.0, 1.0, float("inf")])
+    >>> bool((f.expected_reward <= f.optimal_expected_reward + 1e-12).all())
+    True
+    """
+    from ..core import beta_for_kl, optimal_policy
+    from .frontier import best_of_n_curve
+
+    for name, x in (("ref", ref), ("reward", reward)):
+        if np.ndim(x) != 1:
+            raise ValueError(
+                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
+            )
+    ref_a, rew_a, _, _ = _setup(ref, reward, 1.0, -1, names=("ref", "reward", "lam"))
+    nn = V.as_positive_int("n", n)
+    q = ref_a.astype(np.float64)
+    r = rew_a.astype(np.float64)
+    if lams is None:
+        sd = float(np.sqrt(max(np.dot(q, (r - np.dot(q, r)) ** 2), 0.0)))
+        sd = sd if sd > 0 else 1.0
+        grid = np.concatenate([[0.0], sd * np.geomspace(1e-2, 1e2, 40), [np.inf]])
+    else:
+        grid = V.check_beta_values("lams", lams).reshape(-1).astype(np.float64)
+    kls, ers = np.empty(grid.size), np.empty(grid.size)
+    for i, lam in enumerate(grid):
+        law = soft_best_of_n_policy(q, r, nn, lam)
+        kls[i] = float(soft_best_of_n_kl(q, r, nn, lam)) if lam != np.inf else 0.0
+        ers[i] = float(np.dot(law, r))
+    betas = np.asarray(beta_for_kl(q, r, np.maximum(kls, 0.0)), dtype=np.float64).reshape(-1)
+    opt = np.array([float(np.dot(optimal_policy(q, r, b), r)) for b in betas])
+    ns = sorted({2**k for k in range(int(np.log2(nn)) + 1)} | {nn})
+    return SoftBestOfNFrontier(nn, grid, kls, ers, opt, best_of_n_curve(q, r, ns))

@@ -23,6 +23,7 @@ from .figures import (
     highlighted_actions,
     kl_budget,
     lecture_style,
+    soft_best_of_n,
     token_kl,
 )
 from .lecture import animate_beta_sweep, explore
@@ -43,6 +44,7 @@ __all__ = [
     "landing_points",
     "lecture_style",
     "save_figure",
+    "soft_best_of_n",
     "token_kl",
     "training_path",
 ]

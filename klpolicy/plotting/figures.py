@@ -37,6 +37,7 @@ __all__ = [
     "highlighted_actions",
     "kl_budget",
     "lecture_style",
+    "soft_best_of_n",
     "token_kl",
 ]
 
@@ -570,6 +571,103 @@ def frontier(
     ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
     ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ (reward units)")
     ax.set_title("Reward-KL frontier")
+    ax.legend(loc="lower right")
+    return ax
+
+
+@_lecture
+def soft_best_of_n(
+    ref: ArrayLike,
+    reward: ArrayLike,
+    n: int = 8,
+    *,
+    lams: ArrayLike | None = None,
+    ax=None,
+):
+    r"""Soft best-of-n's reward-KL curve at one ``n``, between the tilt's frontier and best-of-n.
+
+    .. math::
+
+        \lambda \mapsto \big(\mathrm{KL}(\pi_{n,\lambda}\|\pi_{ref}),\
+        \mathbb{E}_{\pi_{n,\lambda}}[r]\big)
+
+    Parameters
+    ----------
+    ref, reward : array_like, shape (V,)
+    n : int, optional
+        Number of draws (default 8).
+    lams : array_like, optional
+        Temperatures for the curve (default as in
+        :func:`klpolicy.best_of_n.soft_best_of_n_frontier`).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        For invalid inputs (as in :func:`klpolicy.best_of_n.soft_best_of_n_frontier`).
+
+    Notes
+    -----
+    Three series: the frontier of :math:`\pi^*_\beta` (solid, the upper boundary),
+    soft best-of-n along ``lam`` (dashed, from the reference at ``lam = inf`` to hard
+    best-of-n at ``lam = 0``) and hard best-of-n at ``1, 2, 4, ..., n`` (hollow squares).
+    All numbers are exact (:func:`klpolicy.best_of_n.soft_best_of_n_frontier`).
+
+    References
+    ----------
+    .. [1] Verdun et al., 2025, "Soft best-of-n sampling for model alignment",
+       arXiv:2505.03156.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from klpolicy.plotting import soft_best_of_n
+    >>> ax = soft_best_of_n([0.2, 0.5, 0.3], [1.0, 0.3, -2.0], 4)
+    >>> len(ax.lines)
+    3
+    """
+    from .. import best_of_n as bon
+
+    _one_d("ref", ref)
+    _one_d("reward", reward)
+    f = bon.soft_best_of_n_frontier(ref, reward, n, lams)
+    ref_a, rew_a = _one_problem(ref, reward)
+    kmax = float(max(f.kl.max(), f.best_of_n.kl.max()))
+    targets = kmax * np.linspace(0.0, 1.0, 201)
+    grid = np.asarray(_cf.beta_for_kl(ref_a, rew_a, targets), dtype=float)
+    opt = _cf.frontier(ref_a, rew_a, grid)
+    ax = _axes(ax)
+    ax.plot(
+        opt.kl, opt.expected_reward, label=r"$\pi^*_\beta$ (KL-regularised optimum)", **_style(0)
+    )
+    order = np.argsort(f.kl)
+    ax.plot(
+        f.kl[order], f.expected_reward[order], label=rf"soft best-of-$n$, $n={f.n}$ (along $\lambda$)",
+        **_style(1),
+    )  # fmt: skip
+    ax.plot(
+        f.best_of_n.kl, f.best_of_n.expected_reward, marker="s", markersize=10,
+        markerfacecolor="none", markeredgewidth=2, linestyle="none", color=_COLOURS[2],
+        label="best-of-n", clip_on=False,
+    )  # fmt: skip
+    last = len(f.best_of_n.n) - 1
+    for i, (m, x, y) in enumerate(zip(f.best_of_n.n, f.best_of_n.kl, f.best_of_n.expected_reward)):
+        # below-right of each point; the last (at the right edge) below-left, inside the axes
+        right = i < last or last == 0
+        ax.annotate(
+            f"$n={int(m)}$", (x, y), textcoords="offset points", xytext=(10 if right else -10, -8),
+            va="top", ha="left" if right else "right",
+        )  # fmt: skip
+    ax.margins(y=0.1)
+    ax.set_xlim(0.0, 1.05 * kmax)
+    ax.set_xlabel(r"$\mathrm{KL}(\pi\,\|\,\pi_{\mathrm{ref}})$ (nats)")
+    ax.set_ylabel(r"$\mathbb{E}_\pi[r]$ (reward units)")
+    ax.set_title(r"Soft best-of-$n$ between best-of-$n$ and the tilt")
     ax.legend(loc="lower right")
     return ax
 

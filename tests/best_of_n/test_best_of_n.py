@@ -303,8 +303,13 @@ def test_frontier_names_stay_importable_from_best_of_n():
         "best_of_n_for_kl", "best_of_n_kl", "best_of_n_kl_bound", "best_of_n_policy",
         "best_of_n_vs_optimal", "best_of_n_win_rate",
     }  # fmt: skip
-    soft = {"soft_best_of_n_kl", "soft_best_of_n_policy"}  # klpolicy.best_of_n.soft
-    assert set(klpolicy.best_of_n.__all__) == before | soft
+    soft = set(klpolicy.best_of_n.soft.__all__)  # klpolicy.best_of_n.soft
+    calibrated = set(klpolicy.best_of_n.calibrated.__all__)  # klpolicy.best_of_n.calibrated
+    assert {"soft_best_of_n_kl", "soft_best_of_n_policy"} <= soft
+    assert set(klpolicy.best_of_n.__all__) == before | soft | calibrated
+    for name in soft | calibrated:
+        mod = klpolicy.best_of_n.soft if name in soft else klpolicy.best_of_n.calibrated
+        assert getattr(klpolicy.best_of_n, name) is getattr(mod, name)
     assert set(klpolicy.best_of_n.frontier.__all__) < before
     for name in klpolicy.best_of_n.frontier.__all__:
         assert getattr(klpolicy.best_of_n, name) is getattr(klpolicy.best_of_n.frontier, name)

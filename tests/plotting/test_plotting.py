@@ -520,3 +520,33 @@ def test_training_path_draws_the_trajectory_and_refuses_other_objects():
     np.testing.assert_array_equal(ax.get_lines()[0].get_ydata(), tr.kl_to_ref)
     with pytest.raises(ValueError, match=r"`path` must be a klpolicy\.dynamics\.Trajectory"):
         plotting.training_path([1, 2, 3])
+
+
+def test_soft_best_of_n_figure_holds_the_exact_curves():
+    from klpolicy.best_of_n import soft_best_of_n_frontier
+
+    rng = np.random.default_rng(2)
+    ref = rng.dirichlet(np.ones(12))
+    reward = rng.normal(size=12)
+    lams = [0.0, 0.1, 0.3, 1.0, 3.0, np.inf]
+    ax = plotting.soft_best_of_n(ref, reward, 8, lams=lams)
+    opt, soft, hard = ax.lines
+    f = soft_best_of_n_frontier(ref, reward, 8, lams)
+    order = np.argsort(f.kl)
+    np.testing.assert_array_equal(soft.get_xdata(), f.kl[order])
+    np.testing.assert_array_equal(soft.get_ydata(), f.expected_reward[order])
+    np.testing.assert_array_equal(hard.get_xdata(), f.best_of_n.kl)
+    # the tilt's curve is klpolicy.frontier and lies above both
+    np.testing.assert_allclose(
+        opt.get_ydata(),
+        klpolicy.frontier(
+            ref, reward, klpolicy.beta_for_kl(ref, reward, opt.get_xdata())
+        ).expected_reward,
+        rtol=1e-10,
+    )
+    assert (f.expected_reward <= f.optimal_expected_reward + 1e-12).all()
+    assert opt.get_xdata().max() >= f.kl.max()  # the tilt's curve spans the soft one
+    assert [t.get_text() for t in ax.texts] == ["$n=1$", "$n=2$", "$n=4$", "$n=8$"]
+    assert ax.get_xlim()[0] == 0.0
+    with pytest.raises(ValueError, match="`ref` must be one"):
+        plotting.soft_best_of_n([[0.5, 0.5]], [1.0, 0.0])
