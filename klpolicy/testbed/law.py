@@ -28,6 +28,57 @@ class SequenceLaw:
     completions: tuple
     probs: NDArray[np.float64]
     logprobs: NDArray[np.float64]
+    vocab_size: int = 0
+    eos_token_id: int | None = None
+
+    def conditionals(self) -> list[NDArray[np.float64]]:
+        r"""The law as a :mod:`klpolicy.sequences` token tree of fixed length.
+
+        ``conditionals()[t][a_0, ..., a_{t-1}, :]`` is :math:`p(a_t \mid a_{<t})` over
+        completions padded after EOS with EOS (a finished completion stays finished: the
+        conditional after an EOS is a point mass on EOS), so the tree has depth
+        ``max(len(c))`` and :math:`V^T` leaves, of which the completions are the
+        non-padded ones. A prefix of probability 0 gets the uniform conditional (any row
+        of a zero-mass prefix leaves the joint law unchanged).
+
+        Returns
+        -------
+        list of ndarray
+            ``T`` arrays of shapes ``(V,)``, ``(V, V)``, ..., ``(V,)*T``.
+
+        Raises
+        ------
+        ValueError
+            When completions have different lengths and no EOS token ends the short ones,
+            or when the tree would exceed 10**7 entries.
+
+        Examples
+        --------
+        >>> import torch
+        >>> law = sequence_law(lambda ids: torch.zeros(len(ids), 3), [0], max_new_tokens=2,
+        ...                    eos_token_id=2)
+        >>> [c.shape for c in law.conditionals()], law.conditionals()[1][2].tolist()
+        ([(3,), (3, 3)], [0.0, 0.0, 1.0])
+        """
+        V = int(self.vocab_size)
+        T = max(len(c) for c in self.completions)
+        if V**T > 10**7:
+            raise ValueError(
+                f"the token tree would hold {V}**{T} entries, more than 10**7; use `.probs`"
+            )
+        eos = self.eos_token_id
+        if eos is None and any(len(c) != T for c in self.completions):
+            raise ValueError("completions of different lengths need `eos_token_id` to pad them")
+        joint = np.zeros((V,) * T)
+        for c, p in zip(self.completions, self.probs, strict=True):
+            joint[tuple(c) + (eos,) * (T - len(c))] += p
+        out = []
+        for t in range(T):
+            prefix = joint.sum(axis=tuple(range(t + 1, T))) if t + 1 < T else joint
+            mass = prefix.sum(axis=-1, keepdims=True)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out.append(np.where(mass > 0, prefix / np.where(mass > 0, mass, 1.0), 1.0 / V))
+        return out
 
 
 def _next_logits(model, batch):
@@ -40,7 +91,9 @@ def _next_logits(model, batch):
     return torch.as_tensor(model(batch))
 
 
-def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -> SequenceLaw:
+def sequence_law(
+    model, prompt_ids, *, max_new_tokens: int, eos_token_id=None, sampling=None
+) -> SequenceLaw:
     r"""The exact law of every completion of ``prompt_ids`` of at most ``max_new_tokens`` tokens.
 
     .. math::
@@ -60,11 +113,21 @@ def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -
     eos_token_id : int or sequence of int, optional
         Tokens that end a completion (kept in it). ``None``: every completion has
         ``max_new_tokens`` tokens.
+    sampling : mapping, optional
+        The law the engine samples from instead of the model's own: keywords of
+        :func:`klpolicy.sampling.sampler_law` (``temperature``, ``top_k``, ``top_p``,
+        ``min_p``, ``order``, ``defaults``) applied to each next-token row. Mind
+        ``generate``'s defaults: transformers 5.25.0 applies ``top_k=50`` unless told
+        otherwise, which ``{"defaults": "transformers", "temperature": 0.7}`` reproduces
+        and ``{"temperature": 0.7}`` does not. ``None``: the model's softmax
+        (temperature 1, no truncation: how TRL 1.16.0's GRPO and RLOO sample by default).
 
     Returns
     -------
     SequenceLaw
-        ``.completions``, ``.probs``, ``.logprobs`` (float64).
+        ``.completions``, ``.probs``, ``.logprobs`` (float64; ``-inf`` for a completion a
+        truncating ``sampling`` never draws), and ``.conditionals()``, the same law as a
+        :mod:`klpolicy.sequences` token tree.
 
     Raises
     ------
@@ -77,8 +140,8 @@ def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -
     One batched forward pass per depth over every live prefix (all of the same length, so
     no padding); the log-softmax is taken in float64 from the model's logits, so the law is
     exact to the rounding of the logits. The tree has up to :math:`V^T` leaves: meant for
-    small vocabularies and depths. Sampling is at temperature 1 with no top-k/top-p
-    truncation (TRL 1.16.0's GRPO and RLOO sample so by default).
+    small vocabularies and depths. With ``sampling`` the law of each row is
+    :func:`klpolicy.sampling.sampler_law`'s, in float64.
 
     Examples
     --------
@@ -89,6 +152,18 @@ def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -
     """
     import torch
 
+    if sampling is not None:
+        from collections.abc import Mapping
+
+        from ..sampling import sampler_law
+
+        if not isinstance(sampling, Mapping):
+            raise ValueError(
+                "`sampling` must be a mapping of sampler_law keywords (temperature, top_k, "
+                f"top_p, min_p, order, defaults) or None; got {type(sampling).__name__}"
+            )
+        sampling = dict(sampling)
+        sampler_law(np.zeros(2), **sampling)  # a bad keyword or value, by sampler_law's words
     prompt = [int(t) for t in np.asarray(prompt_ids, dtype=np.int64).reshape(-1)]
     if not prompt:
         raise ValueError("`prompt_ids` must hold at least one token; found an empty prompt")
@@ -115,9 +190,16 @@ def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -
                 raise ValueError(
                     f"`model` must return next-token logits of shape (B, V); found {tuple(logits.shape)}"
                 )
-            lp = torch.log_softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
-            if np.isnan(lp).any() or np.isposinf(lp).any():
+            raw = logits.to(torch.float64).cpu().numpy()
+            if np.isnan(raw).any() or np.isposinf(raw).any() or np.isneginf(raw).all(-1).any():
                 raise ValueError("`model` returned logits that are not finite")
+            if sampling is None:
+                lp = raw - np.max(raw, axis=-1, keepdims=True)
+                lp = lp - np.log(np.sum(np.exp(lp), axis=-1, keepdims=True))
+            else:
+                with np.errstate(divide="ignore"):
+                    lp = np.log(sampler_law(raw, **sampling))
+            vocab = lp.shape[-1]
             nxt = []
             for (pre, base), row in zip(live, lp, strict=True):
                 for v, l in enumerate(row):
@@ -130,4 +212,10 @@ def sequence_law(model, prompt_ids, *, max_new_tokens: int, eos_token_id=None) -
     done.sort(key=lambda it: it[0])
     completions = tuple(c for c, _ in done)
     logprobs = np.array([l for _, l in done], dtype=np.float64)
-    return SequenceLaw(completions=completions, probs=np.exp(logprobs), logprobs=logprobs)
+    return SequenceLaw(
+        completions=completions,
+        probs=np.exp(logprobs),
+        logprobs=logprobs,
+        vocab_size=int(vocab),
+        eos_token_id=min(eos) if len(eos) == 1 else None,
+    )

@@ -85,3 +85,74 @@ def test_bad_inputs(kwargs, match):
     args = {"prompt_ids": [0], "max_new_tokens": 1} | kwargs
     with pytest.raises(ValueError, match=match):
         sequence_law(lambda ids: torch.zeros(len(ids), 3), **args)
+
+
+def _brute_sampled(fn, prompt, T, eos, V, sampling):
+    """As _brute, each row's law being sampler_law's (independently of sequence_law)."""
+    from klpolicy.sampling import sampler_law
+
+    out = {}
+    for seq in itertools.product(range(V), repeat=T):
+        p, comp = 1.0, []
+        for v in seq:
+            with torch.no_grad():
+                logits = fn(torch.tensor([prompt + comp])).double()[0].numpy()
+            p *= float(sampler_law(logits, **sampling)[v])
+            comp.append(v)
+            if v in eos:
+                break
+        out[tuple(comp)] = p
+    return out
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [{"temperature": 0.7}, {"top_k": 2}, {"top_p": 0.8, "temperature": 1.3}, {"min_p": 0.2}],
+)
+def test_sampling_law_matches_row_by_row(sampling):
+    V, T, eos = 4, 3, 2
+    fn = _toy(V, 5)
+    law = sequence_law(fn, [1], max_new_tokens=T, eos_token_id=eos, sampling=sampling)
+    want = _brute_sampled(fn, [1], T, {eos}, V, sampling)
+    got = dict(zip(law.completions, law.probs, strict=True))
+    assert set(got) == set(want)
+    for c, p in want.items():
+        assert got[c] == pytest.approx(p, rel=1e-12, abs=1e-300)
+    assert law.probs.sum() == pytest.approx(1.0, rel=1e-12)
+    if "temperature" not in sampling:  # truncation leaves completions it never draws
+        assert np.isneginf(law.logprobs).any()
+
+
+def test_transformers_defaults_differ_from_plain_temperature():
+    V = 60  # more tokens than generate's default top_k = 50
+    fn = _toy(V, 1)
+    plain = sequence_law(fn, [1], max_new_tokens=1, sampling={"temperature": 0.7})
+    gen = sequence_law(
+        fn, [1], max_new_tokens=1, sampling={"defaults": "transformers", "temperature": 0.7}
+    )
+    assert (gen.probs == 0).sum() == V - 50 and (plain.probs > 0).all()
+
+
+def test_conditionals_are_the_same_law():
+    from klpolicy.sequences import joint
+
+    V, T, eos = 4, 3, 2
+    law = sequence_law(_toy(V, 3), [1, 3], max_new_tokens=T, eos_token_id=eos)
+    cond = law.conditionals()
+    assert [c.shape for c in cond] == [(V,) * (t + 1) for t in range(T)]
+    J = joint(cond)
+    for c, p in zip(law.completions, law.probs, strict=True):
+        assert J[tuple(c) + (eos,) * (T - len(c))] == pytest.approx(p, rel=1e-12)
+    assert J.sum() == pytest.approx(1.0, rel=1e-12)
+    # after EOS the completion stays finished
+    np.testing.assert_array_equal(cond[1][eos], np.eye(V)[eos])
+
+
+def test_bad_sampling_is_refused_by_name():
+    fn = lambda ids: torch.zeros(len(ids), 3)  # noqa: E731
+    with pytest.raises(ValueError, match="`sampling` must be a mapping"):
+        sequence_law(fn, [0], max_new_tokens=1, sampling=0.7)
+    with pytest.raises(ValueError, match="`top_k`"):
+        sequence_law(fn, [0], max_new_tokens=1, sampling={"top_k": -1})
+    with pytest.raises(TypeError, match="temprature"):
+        sequence_law(fn, [0], max_new_tokens=1, sampling={"temprature": 0.7})
