@@ -983,6 +983,15 @@ ROWS += [
     row(_PL + "landing_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5])),
     row(_PL + "training_path", path=(Kind("a trajectory", lambda v: list(TYPES)), _path())),
     row(
+        _PL + "nash_md_trajectory",
+        preferences=(PREFS_KIND, PREFS),
+        tau=(POS, 0.5),
+        eta=(POS, 0.5),
+        mu=(_opt(PROB), P),
+        init=(_opt(PROB), Q),
+        steps=(COUNT, 5),
+    ),
+    row(
         _PL + "frontier",
         ref=(PROB, P),
         reward=(REWARD, R),

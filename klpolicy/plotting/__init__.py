@@ -4,6 +4,8 @@
   when given, in the lecture style otherwise.
 * :mod:`~klpolicy.plotting.dynamics`: :func:`landing_points` and :func:`training_path`,
   where trainer rules land (:mod:`klpolicy.dynamics`) and the path they take.
+* :mod:`~klpolicy.plotting.games`: :func:`nash_md_trajectory`, Nash-MD on the 3-outcome
+  simplex (:mod:`klpolicy.preference.games`).
 * :mod:`~klpolicy.plotting.save`: :func:`save_figure`, draw one figure and write it.
 * :mod:`~klpolicy.plotting.lecture`: :func:`animate_beta_sweep` (a GIF of
   :math:`\\pi^*_\\beta` as beta sweeps) and :func:`explore` (a notebook beta slider).
@@ -25,6 +27,7 @@ from .figures import (
     lecture_style,
     token_kl,
 )
+from .games import nash_md_trajectory
 from .lecture import animate_beta_sweep, explore
 from .save import save_figure
 
@@ -42,6 +45,7 @@ __all__ = [
     "kl_budget",
     "landing_points",
     "lecture_style",
+    "nash_md_trajectory",
     "save_figure",
     "token_kl",
     "training_path",
