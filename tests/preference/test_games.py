@@ -473,3 +473,19 @@ def test_dpo_on_a_cycle_follows_the_pair_law_not_the_preferences():
     np.testing.assert_allclose(eq.policy, ref, rtol=1e-14)
     assert exploitability(eq.policy, prefs, beta, mu=ref) < 1e-30
     assert exploitability(a, prefs, beta, mu=ref) > 1e-3
+
+
+@pytest.mark.parametrize("tau", [1e-4, 1e-8, 1e-12])
+def test_tiny_tau_still_solves_to_rounding(rng, tau):
+    """Continuation in tau: the fixed point holds to rounding down to tau = 1e-12."""
+    for n in (3, 12, 40):
+        p = _random_game(rng, n)
+        mu = rng.dirichlet(np.ones(n))
+        eq = nash_equilibrium(p, tau, mu=mu)
+        # the equilibrium is its own best response, in log space where the mass is tiny
+        pos = eq.policy > 0
+        br = best_response(eq.policy, p, tau, mu=mu)
+        lp, lb = np.log(eq.policy[pos]), np.log(br[pos])
+        # log-policies of size 1/tau carry rounding of eps / tau
+        assert np.max(np.abs(lp - lb)) <= 64 * n * np.finfo(float).eps / tau
+        assert eq.gap <= 1e-18
