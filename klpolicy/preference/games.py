@@ -731,7 +731,9 @@ def geometric_mixture_laws(
     :math:`q_{tok}(y) = \prod_t \pi^{1-\alpha}\pi_{ref}^{\alpha}/Z(a_{<t})
     = q_{seq}(y)\,Z/\prod_t Z(a_{<t})`, so the two agree iff the product of the per-prefix
     normalisers is the same along every sequence, e.g. at :math:`\alpha \in \{0, 1\}` or when
-    :math:`\pi = \pi_{ref}` below the first token. In general the per-token mixture is not
+    :math:`\pi = \pi_{ref}` below the first token. By Hölder, :math:`Z(a_{<t}) \le 1` with
+    equality where the two agree on the next token, so the per-token mixture favours
+    continuations of prefixes where they disagree. In general the per-token mixture is not
     the paper's :math:`\pi^\mu_t`, which is the sequence-level mixture.
     :math:`\log q_{seq}` is exact: a sum of per-token log-probabilities, normalised once.
 
