@@ -489,3 +489,43 @@ def test_tiny_tau_still_solves_to_rounding(rng, tau):
         # log-policies of size 1/tau carry rounding of eps / tau
         assert np.max(np.abs(lp - lb)) <= 64 * n * np.finfo(float).eps / tau
         assert eq.gap <= 1e-18
+
+
+def test_per_token_over_per_sequence_is_the_ratio_of_normalisers():
+    """q_tok(y) / q_seq(y) = Z / prod_t Z(a_<t), and Z(a_<t) <= 1 (Hoelder)."""
+    alpha = 0.35
+    g = geometric_mixture_laws(TREE_P, TREE_R, alpha)
+    p0, r0 = np.array(TREE_P[0]), np.array(TREE_R[0])
+    p1, r1 = np.array(TREE_P[1]), np.array(TREE_R[1])
+    z0 = np.sum(p0 ** (1 - alpha) * r0**alpha)
+    z1 = np.sum(p1 ** (1 - alpha) * r1**alpha, axis=1)  # one per first token
+    joint_mix = (p0 ** (1 - alpha) * r0**alpha)[:, None] * p1 ** (1 - alpha) * r1**alpha
+    z = joint_mix.sum()
+    want = np.broadcast_to(z / (z0 * z1[:, None]), (3, 3))
+    np.testing.assert_allclose(g.per_token / g.per_sequence, want, rtol=1e-13)
+    assert z0 <= 1 and np.all(z1 <= 1)
+
+
+def test_a_prefix_with_no_shared_next_token_is_refused():
+    pol = [[0.5, 0.5], [[1.0, 0.0], [0.5, 0.5]]]
+    ref = [[0.5, 0.5], [[0.0, 1.0], [0.5, 0.5]]]
+    with pytest.raises(
+        ValueError, match=r"per-token mixture is undefined at position 1, prefix \(0,\)"
+    ):
+        geometric_mixture_laws(pol, ref, 0.5)
+    # at the ends there is no mixture to take: the laws are the trees themselves
+    g = geometric_mixture_laws(pol, ref, 0.0)
+    np.testing.assert_allclose(g.per_token, [[0.5, 0.0], [0.25, 0.25]])
+
+
+def test_nash_md_keeps_zeros_of_the_reference_and_one_outcome_games(rng):
+    p = _random_game(rng, 4)
+    mu = np.array([0.5, 0.0, 0.3, 0.2])
+    path = nash_md_path(p, 0.5, 0.4, 400, mu=mu, init=[0.25, 0.25, 0.25, 0.25])
+    assert np.all(path[1:, 1] == 0.0)
+    r = nash_md_rate(p, 0.5, 0.4, mu=mu)
+    assert r.fixed_point[1] == 0.0 and r.rate**400 < 1e-13
+    np.testing.assert_allclose(path[-1], r.fixed_point, rtol=1e-10)
+    one = nash_equilibrium([[0.5]], 0.3)
+    assert one.policy.tolist() == [1.0] and one.gap == 0.0
+    assert nash_md_rate([[0.5]], 0.3, 0.5).rate == pytest.approx(0.85)
