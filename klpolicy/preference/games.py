@@ -247,8 +247,9 @@ def _br_log(a: NDArray, lmu: NDArray, pi: NDArray, tau: float) -> NDArray:
 
 def _exploit(a, lmu, pi, tau) -> float:
     """tau KL(pi || BR(pi)) on the support, in log space (precise near the equilibrium)."""
-    if math.isinf(tau):
-        return 0.0
+    if math.isinf(tau):  # BR = mu, and any move off mu costs tau * KL = inf
+        same = np.allclose(pi, np.exp(lmu), rtol=4 * _EPS, atol=0.0)  # exp(log mu) to an ulp
+        return 0.0 if same else math.inf
     lbr = _br_log(a, lmu, pi, tau)
     with np.errstate(divide="ignore"):
         u = np.log(pi) - lbr
@@ -425,7 +426,8 @@ def exploitability(
     Returns
     -------
     float
-        Non-negative; 0 exactly at :func:`nash_equilibrium`.
+        Non-negative; 0 exactly at :func:`nash_equilibrium`. At ``tau = inf`` it is 0 for
+        ``mu`` itself and ``inf`` for every other policy.
 
     Raises
     ------

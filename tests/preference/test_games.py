@@ -529,3 +529,10 @@ def test_nash_md_keeps_zeros_of_the_reference_and_one_outcome_games(rng):
     one = nash_equilibrium([[0.5]], 0.3)
     assert one.policy.tolist() == [1.0] and one.gap == 0.0
     assert nash_md_rate([[0.5]], 0.3, 0.5).rate == pytest.approx(0.85)
+
+
+def test_exploitability_at_infinite_tau():
+    mu = np.array([0.5, 0.3, 0.2])
+    assert exploitability(mu, RPS, np.inf, mu=mu) == 0.0
+    assert exploitability([0.4, 0.4, 0.2], RPS, np.inf, mu=mu) == math.inf
+    np.testing.assert_array_equal(best_response([1.0, 0.0, 0.0], RPS, np.inf, mu=mu), mu)
