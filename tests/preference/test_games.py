@@ -19,6 +19,8 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from klpolicy import optimal_policy
 from klpolicy.preference import (
@@ -30,6 +32,7 @@ from klpolicy.preference import (
     nash_md_path,
     nash_md_rate,
 )
+from klpolicy.testing.strategies import distributions
 from tests._mpref import assert_mp_close
 
 RPS = np.array([[0.5, 1.0, 0.0], [0.0, 0.5, 1.0], [1.0, 0.0, 0.5]])
@@ -536,3 +539,39 @@ def test_exploitability_at_infinite_tau():
     assert exploitability(mu, RPS, np.inf, mu=mu) == 0.0
     assert exploitability([0.4, 0.4, 0.2], RPS, np.inf, mu=mu) == math.inf
     np.testing.assert_array_equal(best_response([1.0, 0.0, 0.0], RPS, np.inf, mu=mu), mu)
+
+
+# ---------------------------------------------------------------------------
+# properties
+# ---------------------------------------------------------------------------
+
+
+@st.composite
+def _games(draw):
+    mu = draw(distributions(min_size=2, max_size=7, min_entry=1e-12))
+    n = mu.size
+    upper = draw(
+        st.lists(st.floats(0.0, 1.0), min_size=n * (n - 1) // 2, max_size=n * (n - 1) // 2)
+    )
+    p = np.full((n, n), 0.5)
+    iu = np.triu_indices(n, 1)
+    p[iu] = upper
+    p[(iu[1], iu[0])] = 1.0 - p[iu]
+    tau = draw(st.sampled_from([10.0, 1.0, 0.3, 0.05, 0.01]))
+    perm = np.array(draw(st.permutations(range(n))))
+    return p, mu, tau, perm
+
+
+@given(_games())
+def test_property_the_equilibrium_is_its_own_best_response_and_equivariant(game):
+    p, mu, tau, perm = game
+    eq = nash_equilibrium(p, tau, mu=mu)
+    pi = eq.policy
+    assert np.all(pi[mu == 0] == 0) and abs(pi.sum() - 1) < 1e-13
+    assert eq.gap < 1e-20 and abs(eq.value - 0.5) < 1e-20
+    s = mu > 0
+    # its own best response, in log space on the support (tiny entries keep their digits)
+    lb = np.log(best_response(pi, p, tau, mu=mu)[s])
+    assert np.max(np.abs(np.log(pi[s]) - lb)) <= 1e-10 * max(1.0, 1.0 / tau)
+    other = nash_equilibrium(p[np.ix_(perm, perm)], tau, mu=mu[perm]).policy
+    np.testing.assert_allclose(other, pi[perm], rtol=1e-9, atol=1e-300)
