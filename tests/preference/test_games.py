@@ -165,7 +165,7 @@ def test_tau_to_infinity_gives_the_reference(rng):
     prev = math.inf
     for tau in (1e2, 1e4, 1e6):
         d = np.max(np.abs(nash_equilibrium(p, tau, mu=mu).policy / mu - 1))
-        assert d < 1 / tau  # |log(pi/mu)| <= max |A pi| / tau * 2 <= 1 / tau
+        assert d < math.expm1(1 / tau)  # |log(pi/mu)| <= 2 max |A pi| / tau <= 1 / tau
         assert d < prev
         prev = d
 
