@@ -856,6 +856,30 @@ ROWS += [
     ),
 ]
 
+_GAME = dict(preferences=(PREFS_KIND, PREFS), mu=(_opt(PROB), P))
+ROWS += [
+    row(_PF + "nash_equilibrium", **_GAME, tau=(POS_INF, 0.5)),
+    *[
+        row(_PF + k, policy=(PROB, Q), **_GAME, tau=(POS_INF, 0.5))
+        for k in ("best_response", "exploitability")
+    ],
+    row(
+        _PF + "nash_md_path",
+        **_GAME,
+        tau=(POS, 0.5),
+        eta=(POS, 0.5),
+        steps=(COUNT, 3),
+        init=(_opt(PROB), Q),
+    ),
+    row(_PF + "nash_md_rate", **_GAME, tau=(POS, 0.5), eta=(POS, 0.5)),
+    row(
+        _PF + "geometric_mixture_laws",
+        policy_conditionals=(TREE, T2),
+        ref_conditionals=(TREE, T2B),
+        mixture_coef=(UNIT, 0.5),
+    ),
+]
+
 # --- diversity, calibration, retention, trust region ----------------------------------------
 _D = "klpolicy.diversity."
 _C = "klpolicy.calibration."
@@ -959,6 +983,15 @@ ROWS += [
     row(_PL + "fixed_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5, 1.0])),
     row(_PL + "landing_points", ref=(PROB, P), reward=(REWARD, R), betas=(_opt(COEF), [0.5])),
     row(_PL + "training_path", path=(Kind("a trajectory", lambda v: list(TYPES)), _path())),
+    row(
+        _PL + "nash_md_trajectory",
+        preferences=(PREFS_KIND, PREFS),
+        tau=(POS, 0.5),
+        eta=(POS, 0.5),
+        mu=(_opt(PROB), P),
+        init=(_opt(PROB), Q),
+        steps=(COUNT, 5),
+    ),
     row(
         _PL + "frontier",
         ref=(PROB, P),
@@ -1241,6 +1274,9 @@ RESULTS = {
     "klpolicy.overoptimization.OptimizationCurve",
     "klpolicy.overoptimization.ProxyGoldProblem",
     "klpolicy.preference.DPOFit",
+    "klpolicy.preference.GeometricMixtureLaws",
+    "klpolicy.preference.NashEquilibrium",
+    "klpolicy.preference.NashMDRate",
     "klpolicy.preference.PairGradient",
     "klpolicy.preference.RewardDecomposition",
     "klpolicy.diversity.BestOfNDiversity",

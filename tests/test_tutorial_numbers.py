@@ -421,3 +421,30 @@ def test_tutorial_19_the_rare_answer_frontier_numbers():
     assert round(more, 2) == 0.17
     text = _text("19")
     assert "give up 0.19 and 0.18 reward units" in text and "earns about 0.17 more" in text
+
+
+# ------------------------------------------------------------------------ tutorial 20
+def test_tutorial_20_dpo_on_a_cycle_is_exploitable_by_the_stated_amount():
+    from scipy.optimize import minimize
+
+    rps = np.array([[0.5, 1.0, 0.0], [0.0, 0.5, 1.0], [1.0, 0.0, 0.5]])
+    soft = 0.5 + 0.6 * (rps - 0.5)
+    beta, m = 0.5, np.array([0.6, 0.3, 0.1])
+    # the population DPO loss written out: W[i, j] = 2 m_i m_j P[i, j], uniform reference
+    w = 2 * np.outer(m, m) * soft
+
+    def loss(g):
+        h = beta * (g[:, None] - g[None, :])
+        return float(np.sum(w * np.logaddexp(0.0, -h)))
+
+    g = minimize(loss, np.zeros(3), method="BFGS", options={"gtol": 1e-12}).x
+    pi = np.exp(g - g.max()) / np.exp(g - g.max()).sum()
+    # exploitability tau KL(pi || BR(pi)) at tau = beta, BR = softmax(P pi / tau) (uniform mu)
+    br = np.exp(soft @ pi / beta)
+    br /= br.sum()
+    gap = beta * float(np.sum(pi * np.log(pi / br)))
+    assert round(gap, 3) == 0.116
+    assert "beats it by 0.116" in _text("20")
+    # rock-paper-scissors breaks Bradley-Terry's additivity of logits
+    assert round(float(np.log(0.8 / 0.2)), 3) == 1.386
+    assert "$1.386 + 1.386 \\ne -1.386$" in _text("20")

@@ -4,6 +4,8 @@
   when given, in the lecture style otherwise.
 * :mod:`~klpolicy.plotting.dynamics`: :func:`landing_points` and :func:`training_path`,
   where trainer rules land (:mod:`klpolicy.dynamics`) and the path they take.
+* :mod:`~klpolicy.plotting.games`: :func:`nash_md_trajectory`, Nash-MD on the 3-outcome
+  simplex (:mod:`klpolicy.preference.games`).
 * :mod:`~klpolicy.plotting.save`: :func:`save_figure`, draw one figure and write it.
 * :mod:`~klpolicy.plotting.lecture`: :func:`animate_beta_sweep` (a GIF of
   :math:`\\pi^*_\\beta` as beta sweeps) and :func:`explore` (a notebook beta slider).
@@ -26,6 +28,7 @@ from .figures import (
     soft_best_of_n,
     token_kl,
 )
+from .games import nash_md_trajectory
 from .lecture import animate_beta_sweep, explore
 from .save import save_figure
 
@@ -43,6 +46,7 @@ __all__ = [
     "kl_budget",
     "landing_points",
     "lecture_style",
+    "nash_md_trajectory",
     "save_figure",
     "soft_best_of_n",
     "token_kl",

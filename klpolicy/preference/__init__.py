@@ -16,6 +16,9 @@ preferences with reward ``r`` its population optimum is ``pi* = ref exp(r / beta
   (:func:`f_divergence_score`) behind ``population_loss(..., divergence=)`` and
   ``population_optimum(..., divergence=)``.
 * :mod:`~klpolicy.preference.data`: sampling preference counts and fitting DPO to them.
+* :mod:`~klpolicy.preference.games`: preference games (Nash learning from human feedback):
+  :func:`nash_equilibrium`, the Nash-MD path and its rate, and the geometric mixture per
+  token against per sequence.
 """
 
 from .data import DPOFit, fit_dpo, fit_dpo_online, sample_preference_counts
@@ -28,6 +31,17 @@ from .family import (
     population_optimum,
 )
 from .fdpo import f_divergence_score
+from .games import (
+    GeometricMixtureLaws,
+    NashEquilibrium,
+    NashMDRate,
+    best_response,
+    exploitability,
+    geometric_mixture_laws,
+    nash_equilibrium,
+    nash_md_path,
+    nash_md_rate,
+)
 from .losses import PairGradient, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 from .optima import (
     RewardDecomposition,
@@ -44,27 +58,36 @@ from .tabular import empirical_dpo_loss, population_dpo_loss, population_ipo_los
 __all__ = [
     "LOSSES",
     "DPOFit",
+    "GeometricMixtureLaws",
     "LossComparison",
     "LossOption",
+    "NashEquilibrium",
+    "NashMDRate",
     "OptimumSet",
     "PairGradient",
     "PairLoss",
     "RewardDecomposition",
+    "best_response",
     "bradley_terry",
     "compare_losses",
     "dpo_loss",
     "dpo_loss_grad",
     "dpo_optimum",
     "empirical_dpo_loss",
+    "exploitability",
     "f_divergence_score",
     "fit_dpo",
     "fit_dpo_online",
+    "geometric_mixture_laws",
     "implicit_reward",
     "ipo_loss",
     "ipo_loss_grad",
     "ipo_optimum",
     "laplacian_solve",
     "minimise_pair_loss",
+    "nash_equilibrium",
+    "nash_md_path",
+    "nash_md_rate",
     "optimum_set",
     "population_dpo_loss",
     "population_ipo_loss",

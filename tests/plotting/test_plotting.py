@@ -550,3 +550,32 @@ def test_soft_best_of_n_figure_holds_the_exact_curves():
     assert ax.get_xlim()[0] == 0.0
     with pytest.raises(ValueError, match="`ref` must be one"):
         plotting.soft_best_of_n([[0.5, 0.5]], [1.0, 0.0])
+
+
+def test_nash_md_trajectory_draws_the_path_the_equilibrium_and_the_limit():
+    from klpolicy.preference import nash_equilibrium, nash_md_path, nash_md_rate
+
+    from .._figure_rules import figure_problems
+
+    rps = np.array([[0.5, 1.0, 0.0], [0.0, 0.5, 1.0], [1.0, 0.0, 0.5]])
+    mu = [0.5, 0.3, 0.2]
+    ax = plotting.nash_md_trajectory(rps, 0.5, 0.8, mu=mu, init=[0.8, 0.1, 0.1], steps=30)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    corners = np.array([[0.0, 0.0], [1.0, 0.0], [0.5, np.sqrt(3) / 2]])
+    path = nash_md_path(rps, 0.5, 0.8, 30, mu=mu, init=[0.8, 0.1, 0.1])
+    drawn = np.column_stack(
+        [lines["Nash-MD, $\\eta$ = 0.8"].get_xdata(), lines["Nash-MD, $\\eta$ = 0.8"].get_ydata()]
+    )
+    np.testing.assert_allclose(drawn, path @ corners, rtol=1e-14)
+    star = lines[r"equilibrium $\pi^*_\tau$"]
+    want = nash_equilibrium(rps, 0.5, mu=mu).policy @ corners
+    np.testing.assert_allclose([star.get_xdata()[0], star.get_ydata()[0]], want, rtol=1e-14)
+    lim = lines[r"Nash-MD's limit $\pi_\eta$"]
+    rate = nash_md_rate(rps, 0.5, 0.8, mu=mu)
+    np.testing.assert_allclose([lim.get_xdata()[0], lim.get_ydata()[0]], rate.fixed_point @ corners)
+    assert f"{rate.rate:.4f}" in ax.get_title()
+    assert figure_problems(ax.figure) == []
+    with pytest.raises(ValueError, match=r"`preferences` must be a game of 3 outcomes"):
+        plotting.nash_md_trajectory([[0.5, 0.6], [0.4, 0.5]], 0.5, 0.5)
+    with pytest.raises(ValueError, match=r"`labels` must be three names"):
+        plotting.nash_md_trajectory(rps, 0.5, 0.5, labels=("a", "b"))
