@@ -6,7 +6,7 @@ only when a function needs them (extra ``klpolicy[trl]``).
 
 from klpolicy.testbed.law import SequenceLaw, sequence_law
 from klpolicy.testbed.runner import ADAPTERS, TRL_RANGE, Adapter, TestbedResult, run
-from klpolicy.testbed.tasks import Task, bandit_task
+from klpolicy.testbed.tasks import Task, bandit_task, tree_task
 
 __all__ = [
     "ADAPTERS",
@@ -18,4 +18,5 @@ __all__ = [
     "bandit_task",
     "run",
     "sequence_law",
+    "tree_task",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Task", "bandit_task"]
+__all__ = ["Task", "bandit_task", "tree_task"]
 
 
 @dataclass(frozen=True)
@@ -108,5 +108,43 @@ def bandit_task(*, model_seed: int = 0) -> Task:
         prompt="q",
         max_new_tokens=1,
         reward=_bandit_reward,
+        model_seed=model_seed,
+    )
+
+
+_TREE_VOCAB = ("[PAD]", "[EOS]", "q", "a", "b")
+
+
+def _tree_reward(completion_ids) -> float:
+    ids = tuple(completion_ids)
+    if not ids or ids[-1] != 1:  # cut at max_new_tokens without EOS: no answer
+        return 0.0
+    words = [_TREE_VOCAB[i] for i in ids[:-1]]
+    return (words.count("a") - words.count("b")) / 3.0
+
+
+def tree_task(*, model_seed: int = 0) -> Task:
+    """A 3-token tree with EOS: completions of 1 to 3 tokens, rewards at 5 levels.
+
+    Prompt ``"q"``, vocabulary ``[PAD] [EOS] q a b``, ``max_new_tokens = 3``. A completion
+    that ends with EOS scores ``(#a - #b) / 3`` over its words (so ``a a [EOS]`` is best,
+    2/3, and the rewards take the 5 values -2/3 .. 2/3); one cut at 3 tokens without EOS
+    scores 0. The law has 85 completions of lengths 1, 2 and 3 (1 + 4 + 4 * 4 * 5: a
+    completion ends at EOS or at its third token), so
+    the aggregation over tokens (TRL's ``loss_type``) and the length of what the policy
+    says both matter.
+
+    Examples
+    --------
+    >>> t = tree_task()
+    >>> t.reward((3, 3, 1)), t.reward((1,)), t.reward((3, 3, 3)), t.max_new_tokens
+    (0.6666666666666666, 0.0, 0.0, 3)
+    """
+    return Task(
+        name="tree",
+        vocabulary=_TREE_VOCAB,
+        prompt="q",
+        max_new_tokens=3,
+        reward=_tree_reward,
         model_seed=model_seed,
     )
