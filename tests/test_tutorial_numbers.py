@@ -216,3 +216,105 @@ def test_tutorial_12_the_error_a_per_token_kl_makes_against_a_sequence_target():
     assert ctrl.value == pytest.approx(0.2 * (1 - 0.2 * 256 / 10000), rel=1e-12)
     assert round(0.25 / 6 - 1, 3) == -0.958
     assert "$0.25/6 - 1 = -0.958$" in _text("12")
+
+
+# ------------------------------------------------------------------------ tutorial 14
+def _t14_problem():
+    rng = np.random.default_rng(3)
+    ref = rng.dirichlet(np.full(30, 2.0))
+    return ref, np.sort(np.exp(1.2 * rng.normal(size=30)))[::-1]
+
+
+def _kl(p, q) -> float:
+    m = p > 0
+    return float(np.sum(p[m] * np.log(p[m] / q[m])))
+
+
+def _chi2_optimum(ref, r, beta):
+    """f = (t-1)^2: r - 2 beta (t - 1) = lam where t > 0, so t = [1 + (r - lam)/(2 beta)]_+."""
+
+    def ratio(lam):
+        return np.maximum(1 + (r - lam) / (2 * beta), 0.0)
+
+    lam = brentq(lambda lam: ref @ ratio(lam) - 1, r.min() - 2 * beta, r.max() + 2 * beta,
+                 xtol=1e-15)  # fmt: skip
+    return ref * ratio(lam)
+
+
+def _mass_covering_optimum(ref, r, beta, name):
+    """Interior optima, lam = r.max() + shift (log-bisected for the small shifts):
+    forward KL, f'(t) = -1/t: t = beta/(lam - r), shift > 0;
+    reverse chi^2, f'(t) = 1 - 1/t^2: t = 1/sqrt(1 - (r - lam)/beta), shift > -beta."""
+    if name == "forward_kl":
+
+        def ratio(u):  # u = lam - r.max() > 0
+            return beta / (u + (r.max() - r))
+    else:
+
+        def ratio(u):  # u = lam - r.max() + beta > 0
+            return np.sqrt(beta / (u + (r.max() - r)))
+
+    log_u = brentq(lambda x: np.log(ref @ ratio(np.exp(x))), -60, 10, xtol=1e-14)
+    return ref * ratio(np.exp(log_u))
+
+
+def _best_reward_at_kl(ref, r, k):
+    """The reverse-KL tilt ref e^{r/b}/Z whose KL is k, and its expected reward."""
+
+    def tilt(b):
+        w = ref * np.exp((r - r.max()) / b)
+        return w / w.sum()
+
+    b = np.exp(brentq(lambda x: _kl(tilt(np.exp(x)), ref) - k, -8, 8, xtol=1e-14))
+    return float(tilt(b) @ r)
+
+
+def test_tutorial_14_chi2_zeros_and_the_greedy_end_of_the_frontiers():
+    ref, r = _t14_problem()
+    # chi^2 at one nat: 14 exact zeros, the 14 lowest rewards
+    b = np.exp(brentq(lambda x: _kl(_chi2_optimum(ref, r, np.exp(x)), ref) - 1, -8, 8,
+                      xtol=1e-13))  # fmt: skip
+    zeros = np.flatnonzero(_chi2_optimum(ref, r, b) == 0)
+    assert zeros.tolist() == list(range(16, 30))
+    # the grid's smallest beta, 0.01: where the mass-covering optima have got to
+    greedy_kl = -np.log(ref[0])
+    ends = {}
+    for name in ("forward_kl", "reverse_chi2"):
+        p = _mass_covering_optimum(ref, r, 0.01, name)
+        k = _kl(p, ref)
+        ends[name] = (round(k, 2), _best_reward_at_kl(ref, r, k) - float(p @ r))
+    assert round(greedy_kl, 2) == 2.32
+    assert ends["reverse_chi2"][0] == 2.07 and round(ends["reverse_chi2"][1], 2) == 0.13
+    assert ends["forward_kl"][0] == 2.30 and round(ends["forward_kl"][1], 3) == 0.007
+    # and the library's optima agree with the formulas
+    from klpolicy import f_optimal_policy
+
+    np.testing.assert_allclose(f_optimal_policy(ref, r, b, divergence="chi2"),
+                               _chi2_optimum(ref, r, b), atol=1e-12)  # fmt: skip
+    for name in ends:
+        np.testing.assert_allclose(f_optimal_policy(ref, r, 0.01, divergence=name),
+                                   _mass_covering_optimum(ref, r, 0.01, name), rtol=1e-8)  # fmt: skip
+    text = _text("14")
+    assert "13 of them" not in text and "bottom half" not in text
+    assert "Everyone meets again at both ends" not in text
+    assert "14 of them at 1 nat" in text and "the 14 lowest-reward outcomes of the 30" in text
+    assert "(KL 2.32 nats here)" in text
+    assert "reverse $\\chi^2$ has reached only KL 2.07 and still gives up 0.13" in text
+    assert "the forward KL 2.30 and 0.007" in text
+
+
+def test_tutorial_14_the_registry_lists_every_finite_slope():
+    from klpolicy import DIVERGENCES
+
+    # the registry's slopes f'(0) and f'(inf) = lim f(t)/t (alpha, finite on one side, is said apart)
+    finite_inf = {
+        n for n, row in DIVERGENCES.items() if n != "alpha" and np.isfinite(row.fprime_inf())
+    }
+    finite_zero = {
+        n for n, row in DIVERGENCES.items() if n != "alpha" and np.isfinite(row.fprime_zero())
+    }
+    assert finite_inf == {"forward_kl", "hellinger", "js", "tv", "reverse_chi2"}
+    assert finite_zero == {"chi2", "tv"}
+    text = _text("14")
+    assert "(`forward_kl`, `hellinger`, `js`, `tv`, `reverse_chi2`, `alpha` below 1)" in text
+    assert "(`chi2`, `alpha` above 1, `tv`)" in text
