@@ -318,3 +318,49 @@ def test_tutorial_14_the_registry_lists_every_finite_slope():
     text = _text("14")
     assert "(`forward_kl`, `hellinger`, `js`, `tv`, `reverse_chi2`, `alpha` below 1)" in text
     assert "(`chi2`, `alpha` above 1, `tv`)" in text
+
+
+# ------------------------------------------------------------------------ tutorial 6
+def _dead_zone_loop(ref, reward, target, measure, steps=60):
+    """The PPO dead zone written out (beta x2 above 1.5 target, /2 below target/1.5) on the
+    instant-response loop: pi_0 = ref, pi_{t+1} = pi*_{beta_t}; the controller sees
+    KL(pi_t) ("before") or KL(pi_{t+1}) ("after"). Returns the betas and the KLs it saw."""
+
+    def kl_at(b):
+        w = ref * np.exp((reward - reward.max()) / b)
+        p = w / w.sum()
+        return float(p @ np.log(p / ref))
+
+    beta, kl_now, betas, seen = 1.0, 0.0, [], []
+    for _ in range(steps):
+        kl_next = kl_at(beta)
+        s = kl_now if measure == "before" else kl_next
+        betas.append(beta)
+        seen.append(s)
+        beta = beta * 2 if s > 1.5 * target else beta / 2 if s < target / 1.5 else beta
+        kl_now = kl_next
+    return np.array(betas), np.array(seen)
+
+
+def test_tutorial_6_the_band_criterion_holds_when_measured_after_only():
+    from klpolicy.control import DeadZoneKLController, simulate
+
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+    got = {}
+    for measure in ("after", "before"):
+        for tgt in (0.4, 0.05):
+            betas, seen = _dead_zone_loop(ref, reward, tgt, measure)
+            inside = np.mean((seen[-20:] > tgt / 1.5) & (seen[-20:] < 1.5 * tgt))
+            got[measure, tgt] = (round(float(inside), 2), len(set(betas[-20:])))
+            t = simulate(DeadZoneKLController(1.0, tgt), ref, reward, steps=60, measure=measure)
+            np.testing.assert_allclose(t.beta, betas, rtol=1e-12)
+            np.testing.assert_allclose(t.kl, seen, rtol=1e-9, atol=1e-15)
+    assert got == {
+        ("after", 0.4): (1.0, 1),
+        ("after", 0.05): (0.0, 2),
+        ("before", 0.4): (0.3, 3),
+        ("before", 0.05): (0.0, 4),
+    }
+    text = _text("06")
+    assert 'With the KL measured *after* the update (`measure="after"`)' in text
+    assert "inside the band only 30% of the time, over 3 values of β" in text
