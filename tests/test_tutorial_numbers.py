@@ -364,3 +364,50 @@ def test_tutorial_6_the_band_criterion_holds_when_measured_after_only():
     text = _text("06")
     assert 'With the KL measured *after* the update (`measure="after"`)' in text
     assert "inside the band only 30% of the time, over 3 values of β" in text
+
+
+def test_tutorial_3_the_k3_clamp_binds_on_both_sides():
+    # k3 = e^x - 1 - x with x = log(q/p), written out: 10 is crossed at x = 2.611 and, on the
+    # other side, where -1 - x + e^x = 10, x = -11 + e^{-11} + ... = -10.99998
+    upper = brentq(lambda x: np.expm1(x) - x - 10, 0, 10, xtol=1e-15)
+    lower = brentq(lambda x: np.expm1(x) - x - 10, -20, 0, xtol=1e-15)
+    assert round(upper, 3) == 2.611 and round(np.exp(upper), 1) == 13.6
+    assert lower == pytest.approx(-11 + np.exp(-11), abs=1e-8) and round(lower, 1) == -11.0
+    assert 59_000 < np.exp(-lower) < 61_000  # "about 60 000 times as likely"
+    from klpolicy import estimators as E
+
+    assert float(E.k3(0.0, upper)) == pytest.approx(10, abs=1e-12)
+    assert float(E.k3(0.0, lower)) == pytest.approx(10, abs=1e-12)
+    # the lower-side example: p = (0.5, 0.5), q = (1e-6, 1 - 1e-6); only outcome 1 is clamped
+    p, q = np.array([0.5, 0.5]), np.array([1e-6, 1 - 1e-6])
+    x = np.log(q / p)
+    k3 = np.expm1(x) - x
+    assert k3[0] > 10 > k3[1]
+    clamped = 0.5 * (10 - k3[0])
+    assert float(E.bias(p, q, "k3", clip=10.0)) == pytest.approx(clamped, rel=1e-12)
+    text = _text("03")
+    assert "the clamp only matters when the reference is much more likely" not in text.lower()
+    assert "more than 13.6 times as likely as the policy" in text
+    assert "more than about 60 000 times as likely as the reference ($x < -11.0$)" in text
+
+
+def test_tutorial_3_k2_and_k3_in_the_reward_have_an_unstable_interior_point():
+    # k2 in the reward is stationary where r - beta (log(pi/ref))^2 / 2 is the same for every
+    # response: log(pi/ref) = s_y sqrt(2 (r_y - c)/beta), signs s = (+, -, -, -), c by bisection
+    from klpolicy import estimators as E
+
+    ref, reward, beta = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.0, 0.5, 1.0, 2.0]), 1.0
+    s = np.array([1, -1, -1, -1])
+
+    def point(c):
+        return ref * np.exp(s * np.sqrt(2 * (reward - c) / beta))
+
+    c = brentq(lambda c: np.log(point(c).sum()), -50, 0, xtol=1e-15)
+    pi = point(c)
+    g = E.expected_gradient(np.log(pi), ref, reward, beta, estimator="k2", placement="reward")
+    assert np.abs(g).max() < 1e-14
+    st = E.fixed_point_stability(pi, ref, reward, beta, estimator="k2", placement="reward")
+    assert not st.stable and float(st.growth_rate) == pytest.approx(0.193, abs=5e-4)
+    assert np.round(pi, 4).tolist() == [0.8633, 0.085, 0.04, 0.0117]
+    text = _text("03")
+    assert "## 7. k2 or k3 in the reward: no stable fixed point" in text
