@@ -411,3 +411,24 @@ def test_tutorial_3_k2_and_k3_in_the_reward_have_an_unstable_interior_point():
     assert np.round(pi, 4).tolist() == [0.8633, 0.085, 0.04, 0.0117]
     text = _text("03")
     assert "## 7. k2 or k3 in the reward: no stable fixed point" in text
+
+
+# ------------------------------------------------------------------------ tutorial 16
+def test_tutorial_16_the_td_residual_is_gae_at_lambda_zero():
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=5), np.append(rng.normal(size=5), 0.0)  # V(s_T) = 0 at the end
+
+    def gae(gamma, lam):  # A_t = sum_l (gamma lam)^l delta_{t+l}, delta_t = r_t + gamma V' - V
+        delta = r + gamma * v[1:] - v[:-1]
+        return np.array(
+            [sum((gamma * lam) ** k * d for k, d in enumerate(delta[t:])) for t in range(5)]
+        )
+
+    td = r + v[1:] - v[:-1]
+    np.testing.assert_allclose(gae(1.0, 0.0), td, atol=1e-15)
+    # at gamma = lambda = 1 GAE is the return to go minus V(s_t), not the TD residual
+    np.testing.assert_allclose(gae(1.0, 1.0), np.cumsum(r[::-1])[::-1] - v[:-1], atol=1e-14)
+    assert not np.allclose(gae(1.0, 1.0), td)
+    text = _text("16")
+    assert "GAE with $\\gamma = \\lambda = 1$" not in text
+    assert "the one-step TD residual: GAE with $\\gamma = 1$, $\\lambda = 0$" in text
