@@ -432,3 +432,23 @@ def test_tutorial_16_the_td_residual_is_gae_at_lambda_zero():
     text = _text("16")
     assert "GAE with $\\gamma = \\lambda = 1$" not in text
     assert "the one-step TD residual: GAE with $\\gamma = 1$, $\\lambda = 0$" in text
+
+
+# ------------------------------------------------------------------------ tutorial 4
+def test_tutorial_4_the_weak_reference_saturates_at_its_greedy_kl_inside_the_axis():
+    # the weak reference's best supported sequence is (great, ok): reward 1.5, probability
+    # 0.05 * 0.2; its greedy policy puts all the mass there, at KL -log(0.01)
+    weak_best = np.log(1 / (0.05 * 0.2))
+    assert round(weak_best, 2) == 4.61
+    from klpolicy import max_kl
+    from klpolicy.sequences import joint, reward_ceiling
+
+    score = np.array([0.0, 0.5, 1.0])
+    reward = np.add.outer(score, score).ravel()
+    weak = joint([np.array([0.7, 0.25, 0.05]), np.tile([0.8, 0.2, 0.0], (3, 1))]).ravel()
+    assert float(max_kl(weak, reward)) == pytest.approx(weak_best, rel=1e-12)
+    c = reward_ceiling(weak, reward, np.array([weak_best, 5.5]))
+    np.testing.assert_allclose(c.expected_reward, 1.5, rtol=1e-9)
+    text = _text("04")
+    assert "np.linspace(0.0, 5.5, 56)" in text  # the axis runs past 4.61
+    assert "$-\\log(0.05 \\times 0.2) = 4.61$ nats" in text
