@@ -452,3 +452,34 @@ def test_tutorial_4_the_weak_reference_saturates_at_its_greedy_kl_inside_the_axi
     text = _text("04")
     assert "np.linspace(0.0, 5.5, 56)" in text  # the axis runs past 4.61
     assert "$-\\log(0.05 \\times 0.2) = 4.61$ nats" in text
+
+
+# ------------------------------------------------------------------ docs/derivations pages
+def test_the_derivations_unstable_two_action_points_and_the_support_of_pi_star():
+    from klpolicy import estimators as E
+    from klpolicy import optimal_policy
+
+    b, ref, r = 0.5, [0.5, 0.5], [1.0, 0.0]
+    gaps = {  # the penalised-reward gaps R_1 - R_2 written in docs/derivations/estimators.md
+        "k2": lambda p: 1 + b / 2 * np.log(p / (1 - p)) * np.log(1 / (4 * p * (1 - p))),
+        "k3": lambda p: (
+            1 + b * (2 * (2 * p - 1) / (1 - (2 * p - 1) ** 2) - 2 * np.arctanh(2 * p - 1))
+        ),
+    }
+    for name, written, rate in (("k2", 0.0614, 0.111), ("k3", 0.1067, 0.309)):
+        p0 = brentq(gaps[name], 1e-12, 0.5 - 1e-12, xtol=1e-15)
+        assert round(p0, 4) == written
+        pi = np.array([p0, 1 - p0])
+        g = E.expected_gradient(np.log(pi), ref, r, b, estimator=name, placement="reward")
+        assert np.abs(g).max() < 1e-14  # stationary
+        st = E.fixed_point_stability(pi, ref, r, b, estimator=name, placement="reward")
+        assert not st.stable and round(float(st.growth_rate), 3) == rate
+        assert gaps[name](p0 * 1.01) > 0 > gaps[name](p0 * 0.99)  # the flow runs away from it
+    page = re.sub(r"\s+", " ", (ROOT / "docs/derivations/estimators.md").read_text("utf-8"))
+    assert "$p_0 = 0.0614$ for k2 and $0.1067$ for k3" in page
+    assert "growth rates $+0.111$ and $+0.309$" in page
+    # closed_form.md: the reverse-KL optimum keeps every response of the support at beta > 0
+    assert 0 < optimal_policy(ref, r, 0.01)[1] < 1e-43
+    page = re.sub(r"\s+", " ", (ROOT / "docs/derivations/closed_form.md").read_text("utf-8"))
+    assert "concentrate on the best responses and empty the rest" not in page
+    assert "It does not empty the rest" in page
