@@ -58,10 +58,43 @@ def _follows(estimator: str, placement: str) -> str:
     return hits[0] if hits else "no divergence: the term penalises rare responses most"
 
 
+#: where a search for an interior stationary point starts (logits; the last one is fixed at 0):
+#: mass on the worst response, where the k2/k3-in-reward points lie, then a few spread ones
+_STARTS = (np.log([0.8, 0.1, 0.07, 0.03]), np.zeros(4), np.log([0.1, 0.2, 0.3, 0.4]))
+
+
+def unstable_interior_point(estimator: str, placement: str, **kw) -> np.ndarray | None:
+    """An interior policy where the exact expected gradient vanishes (a root in the free
+    logits) and that ``fixed_point_stability`` calls unstable, or None if the search finds
+    none. ``fixed_point`` refuses these combinations; training leaves such a point."""
+    from scipy.optimize import root
+
+    def ascent(z):
+        th = np.append(z, 0.0)
+        return E.expected_gradient(th, REF, REWARD, BETA, estimator=estimator,
+                                   placement=placement, **kw)[:-1]  # fmt: skip
+
+    for start in _STARTS:
+        z = root(ascent, start[:-1] - start[-1], tol=1e-14).x
+        pi = np.exp(np.append(z, 0.0) - max(z.max(), 0.0))
+        pi /= pi.sum()
+        if np.abs(ascent(z)).max() < 1e-12 and pi.min() > 1e-9:
+            st = E.fixed_point_stability(pi, REF, REWARD, BETA, estimator=estimator,
+                                         placement=placement, **kw)  # fmt: skip
+            if not bool(st.stable):
+                return pi
+    return None
+
+
 def _lands(estimator: str, placement: str) -> str:
     try:
         fp = E.fixed_point(REF, REWARD, BETA, estimator=estimator, placement=placement)
     except ValueError:
+        if unstable_interior_point(estimator, placement) is not None:
+            return (
+                "no *stable* fixed point: an interior stationary point exists but training "
+                "leaves it, and rare responses are driven to 0 (`gradient_flow` simulates it)"
+            )
         return "no fixed point: rare responses are driven to 0 (`gradient_flow` simulates it)"
     if np.allclose(fp, kp.optimal_policy(REF, REWARD, BETA), atol=1e-12):
         return r"$\pi^*_\beta = \pi_{ref}e^{r/\beta}/Z$"
@@ -193,6 +226,9 @@ def lands(estimator: str, placement: str, ratio: str, clip, sampler=None) -> str
         if "every policy is stationary" in str(exc):
             return "nowhere: the gradient is zero"
         if "is unstable" in str(exc):
+            return "an unstable stationary point: training leaves it"
+        if unstable_interior_point(estimator, placement, sampler=sampler, ratio=ratio,
+                                   ratio_clip=clip) is not None:  # fmt: skip
             return "an unstable stationary point: training leaves it"
         return "no interior fixed point (the support collapses)"
     if sampler is not None and clip is not None and placement == "reward":

@@ -48,7 +48,26 @@ def test_the_estimator_table_says_what_the_formulas_say(make):
     assert "forward KL" in rows[("| $k_3$", "loss")]
     assert "reverse KL" in rows[("| $k_1$", "reward")] and "reverse KL" in rows[("| $k_2$", "loss")]
     assert "nothing" in rows[("| $k_1$", "loss")]
-    assert "no fixed point" in rows[("| $k_2$", "reward")]
+    assert "no *stable* fixed point" in rows[("| $k_2$", "reward")]
+    assert "no *stable* fixed point" in rows[("| $k_3$", "reward")]
+
+
+def test_k2_in_the_reward_has_an_unstable_interior_point(make):
+    # recipe: k2 in the reward is stationary where r - beta (log(pi/ref))^2 / 2 is one number c:
+    # log(pi/ref) = s sqrt(2 (r - c)/beta) with the signs s = (+, -, -, -), c by bisection
+    from scipy.optimize import brentq
+
+    ref, r, b = make.REF, make.REWARD, make.BETA
+    s = np.array([1.0, -1.0, -1.0, -1.0])
+    c = brentq(lambda c: np.log(np.sum(ref * np.exp(s * np.sqrt(2 * (r - c) / b)))), -50, 0,
+               xtol=1e-15)  # fmt: skip
+    point = ref * np.exp(s * np.sqrt(2 * (r - c) / b))
+    found = make.unstable_interior_point("k2", "reward")
+    np.testing.assert_allclose(found, point, rtol=1e-9)
+    kw = dict(estimator="k2", placement="reward")
+    assert not kp.estimators.fixed_point_stability(point, ref, r, b, **kw).stable
+    # and a stable point is never reported: k1 in the reward's only interior point is pi*
+    assert make.unstable_interior_point("k1", "reward") is None
 
 
 def test_the_implied_rewards_follow_from_the_per_pair_minimisers(make):

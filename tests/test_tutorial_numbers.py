@@ -448,3 +448,290 @@ def test_tutorial_20_dpo_on_a_cycle_is_exploitable_by_the_stated_amount():
     # rock-paper-scissors breaks Bradley-Terry's additivity of logits
     assert round(float(np.log(0.8 / 0.2)), 3) == 1.386
     assert "$1.386 + 1.386 \\ne -1.386$" in _text("20")
+
+
+# ------------------------------------------------------------------------ tutorial 14
+def _t14_problem():
+    rng = np.random.default_rng(3)
+    ref = rng.dirichlet(np.full(30, 2.0))
+    return ref, np.sort(np.exp(1.2 * rng.normal(size=30)))[::-1]
+
+
+def _chi2_optimum(ref, r, beta):
+    """f = (t-1)^2: r - 2 beta (t - 1) = lam where t > 0, so t = [1 + (r - lam)/(2 beta)]_+."""
+
+    def ratio(lam):
+        return np.maximum(1 + (r - lam) / (2 * beta), 0.0)
+
+    lam = brentq(lambda lam: ref @ ratio(lam) - 1, r.min() - 2 * beta, r.max() + 2 * beta,
+                 xtol=1e-15)  # fmt: skip
+    return ref * ratio(lam)
+
+
+def _mass_covering_optimum(ref, r, beta, name):
+    """Interior optima, lam = r.max() + shift (log-bisected for the small shifts):
+    forward KL, f'(t) = -1/t: t = beta/(lam - r), shift > 0;
+    reverse chi^2, f'(t) = 1 - 1/t^2: t = 1/sqrt(1 - (r - lam)/beta), shift > -beta."""
+    if name == "forward_kl":
+
+        def ratio(u):  # u = lam - r.max() > 0
+            return beta / (u + (r.max() - r))
+    else:
+
+        def ratio(u):  # u = lam - r.max() + beta > 0
+            return np.sqrt(beta / (u + (r.max() - r)))
+
+    log_u = brentq(lambda x: np.log(ref @ ratio(np.exp(x))), -60, 10, xtol=1e-14)
+    return ref * ratio(np.exp(log_u))
+
+
+def _best_reward_at_kl(ref, r, k):
+    """The reverse-KL tilt ref e^{r/b}/Z whose KL is k, and its expected reward."""
+
+    def tilt(b):
+        w = ref * np.exp((r - r.max()) / b)
+        return w / w.sum()
+
+    b = np.exp(brentq(lambda x: _kl(tilt(np.exp(x)), ref) - k, -8, 8, xtol=1e-14))
+    return float(tilt(b) @ r)
+
+
+def test_tutorial_14_chi2_zeros_and_the_greedy_end_of_the_frontiers():
+    ref, r = _t14_problem()
+    # chi^2 at one nat: 14 exact zeros, the 14 lowest rewards
+    b = np.exp(brentq(lambda x: _kl(_chi2_optimum(ref, r, np.exp(x)), ref) - 1, -8, 8,
+                      xtol=1e-13))  # fmt: skip
+    zeros = np.flatnonzero(_chi2_optimum(ref, r, b) == 0)
+    assert zeros.tolist() == list(range(16, 30))
+    # the grid's smallest beta, 0.01: where the mass-covering optima have got to
+    greedy_kl = -np.log(ref[0])
+    ends = {}
+    for name in ("forward_kl", "reverse_chi2"):
+        p = _mass_covering_optimum(ref, r, 0.01, name)
+        k = _kl(p, ref)
+        ends[name] = (round(k, 2), _best_reward_at_kl(ref, r, k) - float(p @ r))
+    assert round(greedy_kl, 2) == 2.32
+    assert ends["reverse_chi2"][0] == 2.07 and round(ends["reverse_chi2"][1], 2) == 0.13
+    assert ends["forward_kl"][0] == 2.30 and round(ends["forward_kl"][1], 3) == 0.007
+    # and the library's optima agree with the formulas
+    from klpolicy import f_optimal_policy
+
+    np.testing.assert_allclose(f_optimal_policy(ref, r, b, divergence="chi2"),
+                               _chi2_optimum(ref, r, b), atol=1e-12)  # fmt: skip
+    for name in ends:
+        np.testing.assert_allclose(f_optimal_policy(ref, r, 0.01, divergence=name),
+                                   _mass_covering_optimum(ref, r, 0.01, name), rtol=1e-8)  # fmt: skip
+    text = _text("14")
+    assert "13 of them" not in text and "bottom half" not in text
+    assert "Everyone meets again at both ends" not in text
+    assert "14 of them at 1 nat" in text and "the 14 lowest-reward outcomes of the 30" in text
+    assert "(KL 2.32 nats here)" in text
+    assert "reverse $\\chi^2$ has reached only KL 2.07 and still gives up 0.13" in text
+    assert "the forward KL 2.30 and 0.007" in text
+
+
+def test_tutorial_14_the_registry_lists_every_finite_slope():
+    from klpolicy import DIVERGENCES
+
+    # the registry's slopes f'(0) and f'(inf) = lim f(t)/t (alpha, finite on one side, is said apart)
+    finite_inf = {
+        n for n, row in DIVERGENCES.items() if n != "alpha" and np.isfinite(row.fprime_inf())
+    }
+    finite_zero = {
+        n for n, row in DIVERGENCES.items() if n != "alpha" and np.isfinite(row.fprime_zero())
+    }
+    assert finite_inf == {"forward_kl", "hellinger", "js", "tv", "reverse_chi2"}
+    assert finite_zero == {"chi2", "tv"}
+    text = _text("14")
+    assert "(`forward_kl`, `hellinger`, `js`, `tv`, `reverse_chi2`, `alpha` below 1)" in text
+    assert "(`chi2`, `alpha` above 1, `tv`)" in text
+
+
+# ------------------------------------------------------------------------ tutorial 6
+def _dead_zone_loop(ref, reward, target, measure, steps=60):
+    """The PPO dead zone written out (beta x2 above 1.5 target, /2 below target/1.5) on the
+    instant-response loop: pi_0 = ref, pi_{t+1} = pi*_{beta_t}; the controller sees
+    KL(pi_t) ("before") or KL(pi_{t+1}) ("after"). Returns the betas and the KLs it saw."""
+
+    def kl_at(b):
+        w = ref * np.exp((reward - reward.max()) / b)
+        p = w / w.sum()
+        return float(p @ np.log(p / ref))
+
+    beta, kl_now, betas, seen = 1.0, 0.0, [], []
+    for _ in range(steps):
+        kl_next = kl_at(beta)
+        s = kl_now if measure == "before" else kl_next
+        betas.append(beta)
+        seen.append(s)
+        beta = beta * 2 if s > 1.5 * target else beta / 2 if s < target / 1.5 else beta
+        kl_now = kl_next
+    return np.array(betas), np.array(seen)
+
+
+def test_tutorial_6_the_band_criterion_holds_when_measured_after_only():
+    from klpolicy.control import DeadZoneKLController, simulate
+
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+    got = {}
+    for measure in ("after", "before"):
+        for tgt in (0.4, 0.05):
+            betas, seen = _dead_zone_loop(ref, reward, tgt, measure)
+            inside = np.mean((seen[-20:] > tgt / 1.5) & (seen[-20:] < 1.5 * tgt))
+            got[measure, tgt] = (round(float(inside), 2), len(set(betas[-20:])))
+            t = simulate(DeadZoneKLController(1.0, tgt), ref, reward, steps=60, measure=measure)
+            np.testing.assert_allclose(t.beta, betas, rtol=1e-12)
+            np.testing.assert_allclose(t.kl, seen, rtol=1e-9, atol=1e-15)
+    assert got == {
+        ("after", 0.4): (1.0, 1),
+        ("after", 0.05): (0.0, 2),
+        ("before", 0.4): (0.3, 3),
+        ("before", 0.05): (0.0, 4),
+    }
+    text = _text("06")
+    assert 'With the KL measured *after* the update (`measure="after"`)' in text
+    assert "inside the band only 30% of the time, over 3 values of β" in text
+
+
+def test_tutorial_3_the_k3_clamp_binds_on_both_sides():
+    # k3 = e^x - 1 - x with x = log(q/p), written out: 10 is crossed at x = 2.611 and, on the
+    # other side, where -1 - x + e^x = 10, x = -11 + e^{-11} + ... = -10.99998
+    upper = brentq(lambda x: np.expm1(x) - x - 10, 0, 10, xtol=1e-15)
+    lower = brentq(lambda x: np.expm1(x) - x - 10, -20, 0, xtol=1e-15)
+    assert round(upper, 3) == 2.611 and round(np.exp(upper), 1) == 13.6
+    assert lower == pytest.approx(-11 + np.exp(-11), abs=1e-8) and round(lower, 1) == -11.0
+    assert 59_000 < np.exp(-lower) < 61_000  # "about 60 000 times as likely"
+    from klpolicy import estimators as E
+
+    assert float(E.k3(0.0, upper)) == pytest.approx(10, abs=1e-12)
+    assert float(E.k3(0.0, lower)) == pytest.approx(10, abs=1e-12)
+    # the lower-side example: p = (0.5, 0.5), q = (1e-6, 1 - 1e-6); only outcome 1 is clamped
+    p, q = np.array([0.5, 0.5]), np.array([1e-6, 1 - 1e-6])
+    x = np.log(q / p)
+    k3 = np.expm1(x) - x
+    assert k3[0] > 10 > k3[1]
+    clamped = 0.5 * (10 - k3[0])
+    assert float(E.bias(p, q, "k3", clip=10.0)) == pytest.approx(clamped, rel=1e-12)
+    text = _text("03")
+    assert "the clamp only matters when the reference is much more likely" not in text.lower()
+    assert "more than 13.6 times as likely as the policy" in text
+    assert "more than about 60 000 times as likely as the reference ($x < -11.0$)" in text
+
+
+def test_tutorial_3_k2_and_k3_in_the_reward_have_an_unstable_interior_point():
+    # k2 in the reward is stationary where r - beta (log(pi/ref))^2 / 2 is the same for every
+    # response: log(pi/ref) = s_y sqrt(2 (r_y - c)/beta), signs s = (+, -, -, -), c by bisection
+    from klpolicy import estimators as E
+
+    ref, reward, beta = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.0, 0.5, 1.0, 2.0]), 1.0
+    s = np.array([1, -1, -1, -1])
+
+    def point(c):
+        return ref * np.exp(s * np.sqrt(2 * (reward - c) / beta))
+
+    c = brentq(lambda c: np.log(point(c).sum()), -50, 0, xtol=1e-15)
+    pi = point(c)
+    g = E.expected_gradient(np.log(pi), ref, reward, beta, estimator="k2", placement="reward")
+    assert np.abs(g).max() < 1e-14
+    st = E.fixed_point_stability(pi, ref, reward, beta, estimator="k2", placement="reward")
+    assert not st.stable and float(st.growth_rate) == pytest.approx(0.193, abs=5e-4)
+    assert np.round(pi, 4).tolist() == [0.8633, 0.085, 0.04, 0.0117]
+    text = _text("03")
+    assert "## 7. k2 or k3 in the reward: no stable fixed point" in text
+
+
+# ------------------------------------------------------------------------ tutorial 16
+def test_tutorial_16_the_td_residual_is_gae_at_lambda_zero():
+    rng = np.random.default_rng(0)
+    r, v = rng.normal(size=5), np.append(rng.normal(size=5), 0.0)  # V(s_T) = 0 at the end
+
+    def gae(gamma, lam):  # A_t = sum_l (gamma lam)^l delta_{t+l}, delta_t = r_t + gamma V' - V
+        delta = r + gamma * v[1:] - v[:-1]
+        return np.array(
+            [sum((gamma * lam) ** k * d for k, d in enumerate(delta[t:])) for t in range(5)]
+        )
+
+    td = r + v[1:] - v[:-1]
+    np.testing.assert_allclose(gae(1.0, 0.0), td, atol=1e-15)
+    # at gamma = lambda = 1 GAE is the return to go minus V(s_t), not the TD residual
+    np.testing.assert_allclose(gae(1.0, 1.0), np.cumsum(r[::-1])[::-1] - v[:-1], atol=1e-14)
+    assert not np.allclose(gae(1.0, 1.0), td)
+    text = _text("16")
+    assert "GAE with $\\gamma = \\lambda = 1$" not in text
+    assert "the one-step TD residual: GAE with $\\gamma = 1$, $\\lambda = 0$" in text
+
+
+# ------------------------------------------------------------------------ tutorial 4
+def test_tutorial_4_the_weak_reference_saturates_at_its_greedy_kl_inside_the_axis():
+    # the weak reference's best supported sequence is (great, ok): reward 1.5, probability
+    # 0.05 * 0.2; its greedy policy puts all the mass there, at KL -log(0.01)
+    weak_best = np.log(1 / (0.05 * 0.2))
+    assert round(weak_best, 2) == 4.61
+    from klpolicy import max_kl
+    from klpolicy.sequences import joint, reward_ceiling
+
+    score = np.array([0.0, 0.5, 1.0])
+    reward = np.add.outer(score, score).ravel()
+    weak = joint([np.array([0.7, 0.25, 0.05]), np.tile([0.8, 0.2, 0.0], (3, 1))]).ravel()
+    assert float(max_kl(weak, reward)) == pytest.approx(weak_best, rel=1e-12)
+    c = reward_ceiling(weak, reward, np.array([weak_best, 5.5]))
+    np.testing.assert_allclose(c.expected_reward, 1.5, rtol=1e-9)
+    text = _text("04")
+    assert "np.linspace(0.0, 5.5, 56)" in text  # the axis runs past 4.61
+    assert "$-\\log(0.05 \\times 0.2) = 4.61$ nats" in text
+
+
+# ------------------------------------------------------------------ docs/derivations pages
+def test_the_derivations_unstable_two_action_points_and_the_support_of_pi_star():
+    from klpolicy import estimators as E
+    from klpolicy import optimal_policy
+
+    b, ref, r = 0.5, [0.5, 0.5], [1.0, 0.0]
+    gaps = {  # the penalised-reward gaps R_1 - R_2 written in docs/derivations/estimators.md
+        "k2": lambda p: 1 + b / 2 * np.log(p / (1 - p)) * np.log(1 / (4 * p * (1 - p))),
+        "k3": lambda p: (
+            1 + b * (2 * (2 * p - 1) / (1 - (2 * p - 1) ** 2) - 2 * np.arctanh(2 * p - 1))
+        ),
+    }
+    for name, written, rate in (("k2", 0.0614, 0.111), ("k3", 0.1067, 0.309)):
+        p0 = brentq(gaps[name], 1e-12, 0.5 - 1e-12, xtol=1e-15)
+        assert round(p0, 4) == written
+        pi = np.array([p0, 1 - p0])
+        g = E.expected_gradient(np.log(pi), ref, r, b, estimator=name, placement="reward")
+        assert np.abs(g).max() < 1e-14  # stationary
+        st = E.fixed_point_stability(pi, ref, r, b, estimator=name, placement="reward")
+        assert not st.stable and round(float(st.growth_rate), 3) == rate
+        assert gaps[name](p0 * 1.01) > 0 > gaps[name](p0 * 0.99)  # the flow runs away from it
+    page = re.sub(r"\s+", " ", (ROOT / "docs/derivations/estimators.md").read_text("utf-8"))
+    assert "$p_0 = 0.0614$ for k2 and $0.1067$ for k3" in page
+    assert "growth rates $+0.111$ and $+0.309$" in page
+    # closed_form.md: the reverse-KL optimum keeps every response of the support at beta > 0
+    assert 0 < optimal_policy(ref, r, 0.01)[1] < 1e-43
+    page = re.sub(r"\s+", " ", (ROOT / "docs/derivations/closed_form.md").read_text("utf-8"))
+    assert "concentrate on the best responses and empty the rest" not in page
+    assert "It does not empty the rest" in page
+
+
+@pytest.mark.slow
+def test_tutorial_8_exercise_2s_answer_holds_for_every_seed():
+    torch = pytest.importorskip("torch")
+    import klpolicy.torch as kt
+
+    torch.set_num_threads(1)
+    ref, reward = np.array([0.5, 0.3, 0.2]), np.array([1.0, 0.0, 0.5])
+
+    def final(epochs, seed):
+        return kt.fit_policy(
+            ref, reward, 0.5, method="ppo", epochs=epochs, steps=200, seed=seed, device="cpu"
+        ).history["distance"][-1]
+
+    one = np.array([final(1, s) for s in range(10)])
+    four = np.array([final(4, s) for s in range(10)])
+    # the stated answer, 0.01, to its written precision, at every seed; the stated ranges
+    assert np.all(np.abs(one - 0.01) <= 0.005)
+    assert round(one.min(), 4) == 0.0091 and round(one.max(), 4) == 0.0101
+    assert round(four.min() * 1e8, 1) == 1.8 and round(four.max() * 1e8, 1) == 7.4
+    assert round(final(4, 1) * 1e8, 1) == 2.5
+    text = _text("08")
+    assert "0.0091 to 0.0101 over seeds 0-9" in text
+    assert "$1.8$ to $7.4 \\times 10^{-8}$ over seeds 0-9" in text
