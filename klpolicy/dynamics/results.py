@@ -206,8 +206,13 @@ class TreeLanding:
         unstable = "" if self.stable else " (unstable)"
         bias = self.length_bias
         way = "longer" if bias > 0 else "shorter"
+        agg = (
+            ""
+            if self.aggregation_bias is None
+            else f" (aggregation alone: {self.aggregation_bias:+.3g})"
+        )
         return (
             f"{head} {what}{unstable}: mean length {self.mean_length:.4g} tokens, "
-            f"{abs(bias):.3g} {way} than pi*'s {self.pistar_mean_length:.4g} "
-            f"(aggregation alone: {self.aggregation_bias:+.3g}), KL {self.kl:.4g} nats: {self.reason}"
+            f"{abs(bias):.3g} {way} than pi*'s {self.pistar_mean_length:.4g}{agg}, "
+            f"KL {self.kl:.4g} nats: {self.reason}"
         )
