@@ -472,3 +472,86 @@ def test_logits_on_a_zero_of_ref_are_refused():
     ref = [np.array([0.5, 0.5, 0.0]), REF2[1]]
     with pytest.raises(ValueError, match=r"`logits\[0\]` give probability to token 2"):
         expected_tree_update("grpo", [np.zeros(3), LOG2[1]], ref, RW2, 0.1)
+
+
+# --------------------------------------------------------------------------- TRL's own code
+
+
+def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax):
+    """Every ordered group through TRL 1.16.0's lines: the advantages (grpo_trainer.py
+    2765-2787, its `nanstd`), the completion mask up to and with the EOS (1881-1885), the
+    per-token loss (3099-3105, 3119, 3150) and each loss_type's aggregation (3153-3173, dapo's
+    normaliser the group's token count), differentiated by torch autograd in float64."""
+    torch = pytest.importorskip("torch")
+    utils = pytest.importorskip("trl.trainer.utils")
+    T = len(ref)
+    thetas = [torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in th]
+    refs = [torch.tensor(q, dtype=torch.float64) for q in ref]
+    comps = _completions(T, 3, EOS)
+    total = [torch.zeros_like(t) for t in thetas]
+    for group in itertools.product(comps, repeat=G):
+        # padded completions (B, T): the pad token is EOS, masked out after the first EOS
+        ids = torch.tensor([list(y) + [EOS] * (T - len(y)) for y in group])
+        is_eos = ids == EOS
+        eos_idx = torch.full((G,), T, dtype=torch.long)
+        eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
+        mask = (torch.arange(T).expand(G, -1) <= eos_idx.unsqueeze(1)).double()
+        logps, ref_logps = [], []
+        for i in range(G):
+            row, rrow = [], []
+            for t in range(T):
+                h = tuple(int(x) for x in ids[i, :t])
+                a = int(ids[i, t])
+                row.append(torch.log_softmax(thetas[t][h], -1)[a])
+                rrow.append(torch.log(refs[t][h][a]))
+            logps.append(torch.stack(row))
+            ref_logps.append(torch.stack(rrow))
+        per_token_logps, ref_per_token_logps = torch.stack(logps), torch.stack(ref_logps)
+        weight = torch.exp((per_token_logps.detach() * mask).sum())
+        rewards = torch.tensor([f[y] for y in group], dtype=torch.float64)
+        mean = torch.nanmean(rewards.view(-1, G), dim=1).repeat_interleave(G)
+        std = utils.nanstd(rewards.view(-1, G), dim=1).repeat_interleave(G)
+        adv = rewards - mean
+        if scale_rewards != "none":
+            adv = adv / (std + 1e-4)
+        advantages = adv.unsqueeze(1)
+        coef_1 = torch.exp(per_token_logps - per_token_logps.detach())
+        per_token_kl = (
+            torch.exp(ref_per_token_logps - per_token_logps)
+            - (ref_per_token_logps - per_token_logps)
+            - 1
+        ) * coef_1
+        coef_2 = torch.clamp(coef_1, 0.8, 1.2)
+        per_token_loss = -torch.min(coef_1 * advantages, coef_2 * advantages) + beta * per_token_kl
+        if loss_type == "grpo":
+            loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+        elif loss_type in ("bnpo", "dapo"):
+            loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+        else:
+            loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * lmax)
+        grads = torch.autograd.grad(loss, thetas, allow_unused=True)
+        for acc, g in zip(total, grads, strict=True):
+            if g is not None:
+                acc -= weight * g
+    return [t.numpy() for t in total]
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("scale_rewards", ["none", "group"])
+def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards):
+    got = expected_tree_update(
+        "grpo",
+        TH2,
+        REF2,
+        RW2,
+        0.3,
+        eos_token=EOS,
+        num_generations=2,
+        loss_type=loss_type,
+        scale_rewards=scale_rewards,
+        max_completion_length=4,
+    )
+    want = _trl_tree_update(TH2, REF2, F2, 0.3, 2, loss_type, scale_rewards, 4)
+    for t in range(2):
+        reach = np.array([True, True, False]) if t == 1 else slice(None)
+        np.testing.assert_allclose(got[t][reach], want[t][reach], rtol=1e-12, atol=1e-15)
