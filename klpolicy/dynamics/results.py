@@ -150,7 +150,8 @@ class TreeLanding:
         same with the plain k3's forward KL), ``"fixed_point"`` (a root of the exact
         update), ``"greedy"`` (``beta = 0``) or ``"run_off"``.
     stable : bool
-        Every eigenvalue of the update's Jacobian in the free logits has negative real part.
+        Every eigenvalue of the Jacobian of the per-prefix natural field (the update divided
+        by ``P(h) pi`` at each reached prefix, the free logits) has negative real part.
     interior : bool
         The policy keeps every token of the reference's support at every reached prefix.
     kl : float

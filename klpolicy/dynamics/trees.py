@@ -587,6 +587,14 @@ def _sequence_kl(tree, pol) -> float:
 
 
 def _jacobian_growth(f, z) -> tuple[float, float]:
+    """(largest real part of the Jacobian's eigenvalues, its rounding) of the per-prefix field.
+
+    The field is the update divided by P(h) pi at every prefix (the per-prefix natural
+    step), so that a prefix the policy rarely reaches is judged as finely as the root: the
+    SGD field's Jacobian is that one's times a positive block-diagonal matrix, of the same
+    stability where the coupling is block-triangular (the myopic closed forms), and its
+    eigenvalues at rare prefixes are below any rounding of a difference quotient.
+    """
     if z.size == 0:
         return -np.inf, 0.0
     h = 1e-5
@@ -721,7 +729,7 @@ def tree_landing_point(
         pol = _myopic(tree, bt, corrected)
         th = _log_levels(tree, pol)
         kind = "myopic" if corrected else "myopic_forward_kl"
-        growth, tol = _jacobian_growth(_field(tree, cells, th, b, o, False), _z_of(cells, th))
+        growth, tol = _jacobian_growth(_field(tree, cells, th, b, o, True), _z_of(cells, th))
         stable = bool(growth < -tol)
         why += f"; the per-token KL in the loss is myopic: pi(a|h) ∝ ref exp(E_pi[r|ha]/{bt:.6g})"
     else:
@@ -815,5 +823,5 @@ def _solve(tree, cells, start, beta, o):
     if not np.all(np.isfinite(z)) or np.max(np.abs(f_res(z)), initial=0.0) > 1e-11 * scale:
         return None, False, False
     th = _unpack(tree, cells, start, z)
-    growth, tol = _jacobian_growth(_field(tree, cells, start, beta, o, False), z)
+    growth, tol = _jacobian_growth(f_res, z)
     return th, bool(growth < -tol), True
