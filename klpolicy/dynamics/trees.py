@@ -86,12 +86,18 @@ def _max_length(name, x):
     return V.as_count(name, x, lo=1)
 
 
-#: GRPO's options on a tree: TRL 1.16.0's, and ``max_completion_length`` (grpo_config.py
-#: line 494, default 512: ``dr_grpo``'s constant; the tree's depth may not exceed it).
+#: GRPO's options on a tree: TRL 1.16.0's, ``max_completion_length`` (grpo_config.py
+#: line 494, default 512: ``dr_grpo``'s constant; the tree's depth may not exceed it) and
+#: ``mask_truncated_completions`` (line 836, default False: the tokens of a completion that
+#: ends without an EOS leave the loss and the token counts, grpo_trainer.py lines 2487-2492;
+#: its reward still enters the group's mean and std).
 TREE_OPTIONS = {
     **GRPO_OPTIONS,
     "max_completion_length": Option(
         512, _max_length, "the most tokens of a completion (dr_grpo's constant L_max)"
+    ),
+    "mask_truncated_completions": Option(
+        False, V.as_bool, "drop the tokens of completions without an EOS from the loss"
     ),
 }
 
@@ -192,15 +198,32 @@ def _leaf_probs(tree: _Tree, pi: list, P: list) -> list:
     return [P[t][..., None] * pi[t] * tree.leaf[t] for t in range(tree.T)]
 
 
-def _classes(tree: _Tree, leafp: list):
-    """(reward levels, their per-level index arrays, pi_kl: (K, T) class probabilities)."""
+def _truncated(tree: _Tree) -> NDArray:
+    """The last level's cells that end a completion without an EOS (TRL: truncated)."""
+    tok = np.arange(tree.V)
+    shape = (tree.V,) * tree.T
+    return np.broadcast_to(tok != tree.eos, shape) if tree.eos is not None else np.ones(shape, bool)
+
+
+def _classes(tree: _Tree, leafp: list, masked: bool):
+    """(reward levels, per-level level index, per-level length column, pi_kl (K, T + 1)).
+
+    Column ``l`` of ``pi_kl`` holds the completions of length ``l`` that count in the loss;
+    column 0 the truncated ones when ``mask_truncated_completions`` masks them (0 tokens).
+    """
     vals = np.concatenate([lr[lp > 0] for lr, lp in zip(tree.leaf_reward, leafp, strict=True)])
     levels = np.unique(vals)
     index = [np.clip(np.searchsorted(levels, lr), 0, levels.size - 1) for lr in tree.leaf_reward]
-    pkl = np.zeros((levels.size, tree.T))
+    col = [np.full(lp.shape, t + 1) for t, lp in enumerate(leafp)]
+    if masked:
+        col[-1] = np.where(_truncated(tree), 0, tree.T)
+    pkl = np.zeros((levels.size, tree.T + 1))
     for t in range(tree.T):
-        pkl[:, t] = np.bincount(index[t].ravel(), weights=leafp[t].ravel(), minlength=levels.size)
-    return levels, index, pkl
+        flat = index[t].ravel() * (tree.T + 1) + col[t].ravel()
+        pkl += np.bincount(
+            flat, weights=leafp[t].ravel(), minlength=levels.size * (tree.T + 1)
+        ).reshape(levels.size, tree.T + 1)
+    return levels, index, col, pkl
 
 
 # ----------------------------------------------------------------------------- the weights
@@ -231,21 +254,25 @@ def _composition_advantages(v, G, c, scaled, eps):
 
 
 def _global_mean_weights(levels, pkl, G, scaled):
-    """(Abar (K, T), W (T,)) of the global token mean for a finite group, exactly."""
-    K, T = pkl.shape
+    """(Abar (K, T + 1), W (T + 1,)) of the global token mean for a finite group, exactly.
+
+    Column ``l`` is a member of ``l`` counted tokens; a masked one (``l = 0``) weighs 0.
+    """
+    K, T1 = pkl.shape
+    T = T1 - 1
     N = (G - 1) * T + 1  # the others' total length s = 0..(G-1) T (coefficient index)
-    ell = np.arange(1, T + 1, dtype=np.float64)
-    inv = 1.0 / (ell[None, :] + np.arange(N, dtype=np.float64)[:, None])  # (N, T): 1/(l + s)
-    glen = np.zeros(T + 1)
-    glen[1:] = pkl.sum(0)
+    ell = np.arange(T1, dtype=np.float64)
+    tot = ell[None, :] + np.arange(N, dtype=np.float64)[:, None]
+    inv = np.divide(1.0, tot, out=np.zeros_like(tot), where=tot > 0)  # (N, T + 1): 1/(l + s)
+    inv[:, 0] = 0.0  # a masked member's own loss is 0
+    glen = pkl.sum(0)
     if K == 1 or not scaled:
         E1 = _poly_power(glen, G - 1, N) @ inv  # E[1/(l + S)]
         W = G * E1
         if K == 1:
-            return np.zeros((K, T)), W
+            return np.zeros((K, T1)), W
         v = levels - pkl.sum(1) @ levels  # centred (the advantage does not see a shift)
-        h = np.zeros(T + 1)
-        h[1:] = v @ pkl
+        h = v @ pkl
         Es = (G - 1) * (np.convolve(h, _poly_power(glen, G - 2, N))[:N] @ inv)
         return (G - 1) * v[:, None] * E1[None, :] - Es[None, :], W
     M = compositions_count(G - 1, K)
@@ -263,8 +290,7 @@ def _global_mean_weights(levels, pkl, G, scaled):
     # the others' total-length law for each composition: prod_k g_k(z)^{c_k}, batched
     powers = []
     for k in range(K):
-        gk = np.zeros(T + 1)
-        gk[1:] = pkl[k]
+        gk = pkl[k]
         rows = np.zeros((G, N))
         rows[0, 0] = 1.0
         for n in range(1, G):
@@ -277,17 +303,18 @@ def _global_mean_weights(levels, pkl, G, scaled):
         for j in np.flatnonzero(B.any(axis=0)):
             out[:, j:] += poly[:, : N - j] * B[:, j : j + 1]
         poly = out
-    H = (mult[:, None] * poly) @ inv  # (M, T): sum_s P(c, s) / (l + s), the multinomial in
+    H = (mult[:, None] * poly) @ inv  # (M, T + 1): sum_s P(c, s) / (l + s), multinomial in
     adv = _composition_advantages(v, G, c, True, eps)  # (K, M)
     return G * adv @ H, G * H.sum(0)
 
 
 def _weights(levels, pkl, o):
-    """(Abar (K, T), W (T,)): G E[w_1 A_1 | class] and G E[w_1 | class] for o's loss_type."""
-    T = pkl.shape[1]
+    """(Abar (K, T + 1), W (T + 1,)): G E[w_1 A_1 | class], G E[w_1 | class] for o's loss_type."""
+    T1 = pkl.shape[1]
     G = o["num_generations"]
     scaled = o["scale_rewards"] != "none"
-    ell = np.arange(1, T + 1, dtype=np.float64)
+    ell = np.arange(T1, dtype=np.float64)
+    counted = ell > 0
     lt = o["loss_type"]
     if lt in ("bnpo", "dapo") and G is not None:
         return _global_mean_weights(levels, pkl, G, scaled)
@@ -296,11 +323,12 @@ def _weights(levels, pkl, o):
         q, levels, G, baseline="mean", scale="std" if scaled else "none", eps=TRL_STD_EPS
     )
     if lt == "grpo":
-        W = 1.0 / ell
+        W = np.divide(1.0, ell, out=np.zeros(T1), where=counted)
     elif lt == "dr_grpo":
-        W = np.full(T, 1.0 / o["max_completion_length"])
-    else:  # the global token mean of an infinite group: G w_1 -> 1/E[L]
-        W = np.full(T, 1.0 / float(pkl.sum(0) @ ell))
+        W = np.where(counted, 1.0 / o["max_completion_length"], 0.0)
+    else:  # the global token mean of an infinite group: G w_1 -> 1/E[counted tokens]
+        mean_tokens = float(pkl.sum(0) @ ell)
+        W = np.where(counted, 1.0 / mean_tokens if mean_tokens > 0 else 0.0, 0.0)
     return a[:, None] * W[None, :], W
 
 
@@ -311,13 +339,13 @@ def _node_terms(tree: _Tree, pi: list, beta: float, o):
     """(P, D - beta Wbar kappa per level): the per-token coefficient of every (prefix, token)."""
     P = _prefix(tree, pi)
     leafp = _leaf_probs(tree, pi, P)
-    levels, index, pkl = _classes(tree, leafp)
+    levels, index, col, pkl = _classes(tree, leafp, o["mask_truncated_completions"])
     Abar, W = _weights(levels, pkl, o)
     D = [None] * tree.T
     Wb = [None] * tree.T
     for t in range(tree.T - 1, -1, -1):
-        Da = Abar[index[t], t]
-        Wa = np.broadcast_to(W[t], Da.shape)
+        Da = Abar[index[t], col[t]]
+        Wa = W[col[t]]
         if t < tree.T - 1:
             Dn = (pi[t + 1] * D[t + 1]).sum(-1)
             Wn = (pi[t + 1] * Wb[t + 1]).sum(-1)
@@ -418,7 +446,10 @@ def expected_tree_update(
     **options
         TRL 1.16.0's GRPO options (:data:`TREE_OPTIONS`): ``num_generations``,
         ``scale_rewards``, ``loss_type``, ``use_bias_correction_kl``, ``epsilon``,
-        ``num_iterations``, ``max_completion_length`` (512; ``None``: the tree's depth).
+        ``num_iterations``, ``max_completion_length`` (512; ``None``: the tree's depth),
+        ``mask_truncated_completions`` (False: a completion without an EOS keeps its tokens
+        in the loss; True: they leave the loss and the token counts, its reward stays in the
+        group's mean and std).
 
     Returns
     -------
@@ -602,6 +633,13 @@ def _jacobian_growth(f, z) -> tuple[float, float]:
     return float(np.max(np.linalg.eigvals(jac).real)), 1e-7 * max(1.0, float(np.abs(jac).max()))
 
 
+def _masked_split(tree) -> bool:
+    """Some reached last-level prefix has two truncated tokens on the reference's support."""
+    P = _prefix(tree, tree.ref)[-1][..., None]
+    n = ((tree.ref[-1] > 0) & _truncated(tree) & (P > 0)).sum(-1)
+    return bool((n >= 2).any())
+
+
 def _closed_form(tree, o, beta):
     """(b, why) when the landing point is the myopic equilibrium at b, else None."""
     if o["scale_rewards"] != "none":
@@ -613,6 +651,10 @@ def _closed_form(tree, o, beta):
     )
     lt = o["loss_type"]
     neutral = lt == "dr_grpo" or (lt in ("bnpo", "dapo") and G is None) or lengths_equal
+    if o["mask_truncated_completions"]:
+        P_last = _prefix(tree, tree.ref)[-1][..., None] * tree.ref[-1]
+        if (P_last[_truncated(tree)] > 0).any():
+            return None  # the truncated completions weigh 0: no longer a constant weight
     if not neutral:
         return None
     b = beta if G is None else beta * G / (G - 1)
@@ -775,6 +817,13 @@ def tree_landing_point(
         if o["scale_rewards"] != "none" and o["loss_type"] != "dr_grpo":
             why += ", with the group's std scale"
         why += "; a root of the exact expected update"
+        if o["mask_truncated_completions"] and _masked_split(tree):
+            why += (
+                "; mask_truncated_completions leaves no loss on the tokens that end a completion "
+                "without an EOS, so how a prefix splits its mass among them is held by nothing "
+                "but the others' advantages: a set of fixed points, not one (the Jacobian has a "
+                "zero eigenvalue; this is the one reached from the myopic start)"
+            )
     pol = [
         np.where(np.broadcast_to(reach[t][..., None], p.shape), p, q)
         for t, (p, q) in enumerate(zip(pol, tree.ref, strict=True))

@@ -59,7 +59,7 @@ def _dense_reward(f, T, size, eos):
     return out
 
 
-def _mp_update(logits, ref, f, beta, G, loss_type, scaled, corrected, lmax, eos=EOS):
+def _mp_update(logits, ref, f, beta, G, loss_type, scaled, corrected, lmax, eos=EOS, masked=False):
     T, size = len(ref), len(ref[0])
     beta = mp.mpf(beta)
     eps = mp.mpf("1e-4")
@@ -84,13 +84,16 @@ def _mp_update(logits, ref, f, beta, G, loss_type, scaled, corrected, lmax, eos=
         if w_group == 0:
             continue
         v = [mp.mpf(f[y]) for y in group]
-        L = [len(y) for y in group]
+        # mask_truncated_completions: a completion without an EOS has no tokens in the loss
+        L = [0 if masked and y[-1] != eos else len(y) for y in group]
         m = mp.fsum(v) / G
         adv = [x - m for x in v]
         if scaled:
             s = mp.sqrt(mp.fsum((x - m) ** 2 for x in v) / (G - 1)) + eps
             adv = [a / s for a in adv]
         for i, y in enumerate(group):
+            if L[i] == 0:
+                continue
             if loss_type == "grpo":
                 w = mp.mpf(1) / (G * L[i])
             elif loss_type in ("bnpo", "dapo"):
@@ -155,6 +158,28 @@ def test_tree_update_against_mpmath_enumeration(loss_type, G, scale_rewards):
     _compare(got, want)
     for u in got:
         assert np.abs(u.sum(-1)).max() < 1e-16
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+@pytest.mark.parametrize("scale_rewards", ["none", "group"])
+def test_masked_truncated_completions_against_mpmath(loss_type, scale_rewards):
+    got = expected_tree_update(
+        "grpo",
+        TH2,
+        REF2,
+        RW2,
+        0.3,
+        eos_token=EOS,
+        num_generations=3,
+        loss_type=loss_type,
+        scale_rewards=scale_rewards,
+        max_completion_length=2,
+        mask_truncated_completions=True,
+    )
+    want = _mp_update(
+        TH2, REF2, F2, 0.3, 3, loss_type, scale_rewards != "none", True, 2, masked=True
+    )
+    _compare(got, want)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
@@ -363,6 +388,22 @@ def test_numeric_landing_points_are_fixed_points_of_the_mean_field_path(opts):
     np.testing.assert_allclose(pe[1][:2], lp.policy[1][:2], rtol=1e-10)
 
 
+def test_masking_truncated_completions_leaves_a_set_of_fixed_points():
+    """No loss on the truncated tokens: the split between them is held by nothing."""
+    opts = dict(loss_type="dapo", scale_rewards="none", num_generations=4)
+    lp = tree_landing_point(
+        "grpo", REF2, RW2, 0.5, eos_token=EOS, mask_truncated_completions=True, **opts
+    )
+    th = [np.log(p) for p in lp.policy]
+    u = expected_tree_update(
+        "grpo", th, REF2, RW2, 0.5, eos_token=EOS, mask_truncated_completions=True, **opts
+    )
+    assert max(np.abs(x).max() for x in u) < 1e-12
+    assert not lp.stable and "a set of fixed points" in lp.reason
+    plain = tree_landing_point("grpo", REF2, RW2, 0.5, eos_token=EOS, **opts)
+    assert plain.stable and "set of fixed points" not in plain.reason
+
+
 def test_length_bias_of_the_per_sequence_mean():
     """Correct answers short or long, wrong ones likewise: grpo's 1/L weighting pushes toward
     short correct and long wrong completions (arXiv:2503.20783), dr_grpo does not."""
@@ -477,7 +518,7 @@ def test_logits_on_a_zero_of_ref_are_refused():
 # --------------------------------------------------------------------------- TRL's own code
 
 
-def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax):
+def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax, masked=False):
     """Every ordered group through TRL 1.16.0's lines: the advantages (grpo_trainer.py
     2765-2787, its `nanstd`), the completion mask up to and with the EOS (1881-1885), the
     per-token loss (3099-3105, 3119, 3150) and each loss_type's aggregation (3153-3173, dapo's
@@ -496,6 +537,10 @@ def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax):
         eos_idx = torch.full((G,), T, dtype=torch.long)
         eos_idx[is_eos.any(dim=1)] = is_eos.int().argmax(dim=1)[is_eos.any(dim=1)]
         mask = (torch.arange(T).expand(G, -1) <= eos_idx.unsqueeze(1)).double()
+        alive = mask.clone()
+        if masked:  # lines 2487-2492: the last token is neither EOS nor pad
+            is_truncated = torch.tensor([y[-1] != EOS for y in group])
+            mask = mask * (~is_truncated).unsqueeze(1).double()
         logps, ref_logps = [], []
         for i in range(G):
             row, rrow = [], []
@@ -507,7 +552,7 @@ def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax):
             logps.append(torch.stack(row))
             ref_logps.append(torch.stack(rrow))
         per_token_logps, ref_per_token_logps = torch.stack(logps), torch.stack(ref_logps)
-        weight = torch.exp((per_token_logps.detach() * mask).sum())
+        weight = torch.exp((per_token_logps.detach() * alive).sum())
         rewards = torch.tensor([f[y] for y in group], dtype=torch.float64)
         mean = torch.nanmean(rewards.view(-1, G), dim=1).repeat_interleave(G)
         std = utils.nanstd(rewards.view(-1, G), dim=1).repeat_interleave(G)
@@ -538,7 +583,8 @@ def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax):
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
 @pytest.mark.parametrize("scale_rewards", ["none", "group"])
-def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards):
+@pytest.mark.parametrize("masked", [False, True])
+def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards, masked):
     got = expected_tree_update(
         "grpo",
         TH2,
@@ -550,8 +596,9 @@ def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards):
         loss_type=loss_type,
         scale_rewards=scale_rewards,
         max_completion_length=4,
+        mask_truncated_completions=masked,
     )
-    want = _trl_tree_update(TH2, REF2, F2, 0.3, 2, loss_type, scale_rewards, 4)
+    want = _trl_tree_update(TH2, REF2, F2, 0.3, 2, loss_type, scale_rewards, 4, masked)
     for t in range(2):
         reach = np.array([True, True, False]) if t == 1 else slice(None)
         np.testing.assert_allclose(got[t][reach], want[t][reach], rtol=1e-12, atol=1e-15)
