@@ -334,6 +334,24 @@ def test_the_myopic_equilibrium_is_not_the_sequence_pistar():
     )
     mean_star = sum((len(y)) * w[y] / z for y in comps)
     assert lp.pistar_mean_length == pytest.approx(mean_star, rel=1e-13)
+    # and the sequence-level pi* is no zero of the update: its conditionals, from w
+    star = [first, np.array(REF2[1])]
+    for a in (0, 1):
+        mass = np.array([w[(a, b)] for b in range(3)])
+        star[1][a] = mass / mass.sum()
+    u = expected_tree_update(
+        "grpo",
+        [np.log(p) for p in star],
+        REF2,
+        RW2,
+        0.4,
+        eos_token=EOS,
+        num_generations=None,
+        scale_rewards="none",
+        loss_type="dr_grpo",
+        max_completion_length=2,
+    )
+    assert np.abs(u[0]).max() > 1e-3 and np.abs(u[1][:2]).max() < 1e-15
 
 
 def test_a_depth_one_tree_lands_at_pistar_of_beta_g_over_g_minus_1():
