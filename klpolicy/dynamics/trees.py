@@ -433,7 +433,8 @@ def expected_tree_update(
         The policy's logits per prefix, ``logits[t]`` of shape ``(V,)*(t+1)`` as ``ref``;
         ``-inf`` wherever ``ref`` is 0, a finite entry in every row.
     ref : list of array_like
-        The reference's token tree (the conditionals of :mod:`klpolicy.sequences`).
+        The reference's token tree (the conditionals of :mod:`klpolicy.sequences`); rows
+        below an EOS are never read but must be distributions, as in every token tree.
     reward : array_like, shape (V,)*T
         The reward on whole sequences. A completion that ends at EOS at position ``t`` has
         the reward ``reward[a_0, ..., a_t, eos, ..., eos]`` (EOS-padded); the other entries
@@ -471,7 +472,10 @@ def expected_tree_update(
     ``scale_rewards="batch"`` equals ``"group"`` (one group per batch); ``epsilon`` and
     ``num_iterations`` do not enter an on-policy step. ``dapo``'s normaliser is the
     generation batch's token count (TRL 1.16.0 ``grpo_trainer.py`` line 2498, 3169-3173):
-    for one group, one process and no accumulation, ``bnpo``'s.
+    for one group, one process and no accumulation, ``bnpo``'s. Everything here is one
+    group per batch: with many prompts' groups in one generation batch (or micro-batch,
+    for ``bnpo``) the token count is a sum over many completions, nearly a constant, and
+    the global token mean approaches its infinite-group (length-neutral) form.
 
     References
     ----------
