@@ -782,8 +782,10 @@ def tree_landing_point(
         bt = None
         start = _log_levels(tree, _myopic(tree, b_start, corrected))
         th, stable, ok = _solve(tree, cells, start, b, o)
-        if not ok:
-            th, stable, ok = _solve(tree, cells, _log_levels(tree, tree.ref), b, o)
+        if not (ok and stable):  # then from the reference, where training starts
+            again = _solve(tree, cells, _log_levels(tree, tree.ref), b, o)
+            if again[2] and (again[1] or not ok):
+                th, stable, ok = again
         if not ok:
             return TreeLanding(
                 rule=rule,
