@@ -74,8 +74,9 @@ from .rules import GRPO_OPTIONS, TRL_STD_EPS, Option
 
 __all__ = ["TREE_OPTIONS", "TREE_RULES", "expected_tree_update", "tree_landing_point"]
 
-#: The rules that have a token-tree form here (GRPO's ``loss_type`` is what varies on a tree).
-TREE_RULES = ("grpo",)
+#: The rules that have a token-tree form here (GRPO's ``loss_type`` is what varies on a tree;
+#: ``"gspo"`` is GRPO with TRL's ``importance_sampling_level="sequence"``).
+TREE_RULES = ("grpo", "gspo")
 #: The most (compositions x polynomial length^2 x levels) of one global-token-mean sum.
 MAX_TREE_WORK = 2_000_000_000
 
@@ -341,29 +342,42 @@ def _node_terms(tree: _Tree, pi: list, beta: float, o):
     leafp = _leaf_probs(tree, pi, P)
     levels, index, col, pkl = _classes(tree, leafp, o["mask_truncated_completions"])
     Abar, W = _weights(levels, pkl, o)
-    D = [None] * tree.T
-    Wb = [None] * tree.T
+    corrected = o["use_bias_correction_kl"]
+    sequence = o.get("importance_sampling_level") == "sequence" and corrected and beta > 0
+    k3 = []
+    for t in range(tree.T):
+        on = pi[t] > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x = np.where(on, tree.ref[t] / np.where(on, pi[t], 1.0), 1.0)
+        k3.append(np.where(on, x - 1.0 - np.log(np.where(x > 0, x, 1.0)), 0.0))
+    if sequence:  # the sequence's k3 sum K(y) up to every cell, for the ratio's share K/L
+        K = [k3[0]]
+        for t in range(1, tree.T):
+            K.append(K[-1][..., None] + k3[t])
+    D, Wb, X = [None] * tree.T, [None] * tree.T, [None] * tree.T
     for t in range(tree.T - 1, -1, -1):
         Da = Abar[index[t], col[t]]
         Wa = W[col[t]]
+        Xa = Wa * K[t] / (t + 1) if sequence else None
         if t < tree.T - 1:
-            Dn = (pi[t + 1] * D[t + 1]).sum(-1)
-            Wn = (pi[t + 1] * Wb[t + 1]).sum(-1)
-            Da = np.where(tree.leaf[t], Da, Dn)
-            Wa = np.where(tree.leaf[t], Wa, Wn)
-        D[t], Wb[t] = Da, Wa
+            Da = np.where(tree.leaf[t], Da, (pi[t + 1] * D[t + 1]).sum(-1))
+            Wa = np.where(tree.leaf[t], Wa, (pi[t + 1] * Wb[t + 1]).sum(-1))
+            if sequence:
+                Xa = np.where(tree.leaf[t], Xa, (pi[t + 1] * X[t + 1]).sum(-1))
+        D[t], Wb[t], X[t] = Da, Wa, Xa
     coef = []
     for t in range(tree.T):
         on = pi[t] > 0
         q = tree.ref[t]
         with np.errstate(divide="ignore", invalid="ignore"):
-            if o["use_bias_correction_kl"]:
-                kappa = np.where(
-                    on, np.log(np.where(on, pi[t], 1.0)) - np.log(np.where(on, q, 1.0)), 0.0
-                )
-            else:
-                kappa = np.where(on, 1.0 - q / np.where(on, pi[t], 1.0), 0.0)
-        coef.append(np.where(on, D[t] - beta * Wb[t] * kappa, 0.0))
+            dk3 = np.where(on, 1.0 - q / np.where(on, pi[t], 1.0), 0.0)  # d k3 / d log pi
+        if sequence:  # k3 times the sequence ratio: the sequence's mean k3 on every token
+            kl = Wb[t] * dk3 + X[t]
+        elif corrected:  # k3 times the token's ratio: d k3 + k3 = log(pi/ref)
+            kl = Wb[t] * (dk3 + k3[t])
+        else:
+            kl = Wb[t] * dk3
+        coef.append(np.where(on, D[t] - beta * kl, 0.0))
     return P, coef
 
 
@@ -394,6 +408,8 @@ def _resolve(rule, options, beta, tree):
         k: (opt.check(k, options[k]) if k in options else opt.default)
         for k, opt in TREE_OPTIONS.items()
     }
+    # TRL's name for what tells the two rules apart (GRPOConfig, grpo_config.py line 760)
+    o["importance_sampling_level"] = "sequence" if rule == "gspo" else "token"
     lmax = o["max_completion_length"]
     if lmax is None:
         lmax = o["max_completion_length"] = tree.T
@@ -648,6 +664,8 @@ def _closed_form(tree, o, beta):
     """(b, why) when the landing point is the myopic equilibrium at b, else None."""
     if o["scale_rewards"] != "none":
         return None
+    if o["importance_sampling_level"] == "sequence" and o["use_bias_correction_kl"]:
+        return None  # GSPO's sequence ratio spreads the sequence's k3 over its tokens
     G = o["num_generations"]
     lengths_equal = tree.eos is None or all(
         not (tree.leaf[t] & (tree.ref[t] > 0) & (_prefix(tree, tree.ref)[t][..., None] > 0)).any()
@@ -822,6 +840,11 @@ def tree_landing_point(
         }[o["loss_type"]]
         if o["scale_rewards"] != "none" and o["loss_type"] != "dr_grpo":
             why += ", with the group's std scale"
+        if o["importance_sampling_level"] == "sequence" and o["use_bias_correction_kl"]:
+            why += (
+                "; GSPO's sequence ratio multiplies each token's k3, so every token also "
+                "carries its sequence's mean k3 (the later tokens' KL among it)"
+            )
         why += "; a root of the exact expected update"
         if o["mask_truncated_completions"] and _masked_split(tree):
             why += (

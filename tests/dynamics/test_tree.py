@@ -59,7 +59,20 @@ def _dense_reward(f, T, size, eos):
     return out
 
 
-def _mp_update(logits, ref, f, beta, G, loss_type, scaled, corrected, lmax, eos=EOS, masked=False):
+def _mp_update(
+    logits,
+    ref,
+    f,
+    beta,
+    G,
+    loss_type,
+    scaled,
+    corrected,
+    lmax,
+    eos=EOS,
+    masked=False,
+    sequence=False,
+):
     T, size = len(ref), len(ref[0])
     beta = mp.mpf(beta)
     eps = mp.mpf("1e-4")
@@ -100,13 +113,21 @@ def _mp_update(logits, ref, f, beta, G, loss_type, scaled, corrected, lmax, eos=
                 w = mp.mpf(1) / sum(L)
             else:
                 w = mp.mpf(1) / (G * lmax)
+            k3 = [
+                q[y[:t]][y[t]] / pi[y[:t]][y[t]] - 1 - mp.log(q[y[:t]][y[t]] / pi[y[:t]][y[t]])
+                for t in range(len(y))
+            ]
             for t in range(len(y)):
                 h, a = y[:t], y[t]
                 p, r = pi[h][a], q[h][a]
                 dk3 = 1 - r / p
                 coef = -adv[i] + beta * dk3
-                if corrected:
-                    coef += beta * (r / p - 1 - mp.log(r / p))
+                if corrected and sequence:
+                    # GSPO: k3_t times exp(mean_s log ratio_s); its gradient at token t is
+                    # (sum_s k3_s) / L (e_a - pi_h); the policy term's L (1/L) cancels
+                    coef += beta * mp.fsum(k3) / L[i]
+                elif corrected:
+                    coef += beta * k3[t]
                 for j in range(size):
                     total[h][j] -= w_group * w * coef * ((1 if j == a else 0) - pi[h][j])
     return [
@@ -180,6 +201,30 @@ def test_masked_truncated_completions_against_mpmath(loss_type, scale_rewards):
         TH2, REF2, F2, 0.3, 3, loss_type, scale_rewards != "none", True, 2, masked=True
     )
     _compare(got, want)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+@pytest.mark.parametrize("G", [2, 3])
+def test_gspo_tree_update_against_mpmath(loss_type, G):
+    got = expected_tree_update(
+        "gspo",
+        TH2,
+        REF2,
+        RW2,
+        0.4,
+        eos_token=EOS,
+        num_generations=G,
+        loss_type=loss_type,
+        max_completion_length=2,
+    )
+    want = _mp_update(TH2, REF2, F2, 0.4, G, loss_type, True, True, 2, sequence=True)
+    _compare(got, want)
+    # without the ratio on the KL, the sequence-level ratio changes nothing on-policy
+    plain = dict(num_generations=G, loss_type=loss_type, use_bias_correction_kl=False)
+    a = expected_tree_update("gspo", TH2, REF2, RW2, 0.4, eos_token=EOS, **plain)
+    b = expected_tree_update("grpo", TH2, REF2, RW2, 0.4, eos_token=EOS, **plain)
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo"])
@@ -363,10 +408,10 @@ def test_a_depth_one_tree_lands_at_pistar_of_beta_g_over_g_minus_1():
     assert lp.length_bias == 0.0
 
 
-def _natural_path(th, beta, steps, lr, **kw):
+def _natural_path(th, beta, steps, lr, rule="grpo", **kw):
     """The mean-field path: the exact expected step, iterated (per-prefix natural steps)."""
     for _ in range(steps):
-        u = expected_tree_update("grpo", th, REF2, RW2, beta, eos_token=EOS, **kw)
+        u = expected_tree_update(rule, th, REF2, RW2, beta, eos_token=EOS, **kw)
         pi = [np.exp(a - a.max(-1, keepdims=True)) for a in th]
         pi = [p / p.sum(-1, keepdims=True) for p in pi]
         P = [np.ones(()), pi[0] * (np.arange(3) != EOS)]
@@ -381,6 +426,14 @@ def _natural_path(th, beta, steps, lr, **kw):
     "opts",
     [
         dict(loss_type="grpo", scale_rewards="none", num_generations=4),
+        dict(
+            rule="gspo",
+            loss_type="dr_grpo",
+            scale_rewards="none",
+            num_generations=4,
+            max_completion_length=2,
+        ),
+        dict(rule="gspo", loss_type="grpo", scale_rewards="group", num_generations=3),
         dict(loss_type="bnpo", scale_rewards="none", num_generations=3),
         dict(loss_type="dapo", scale_rewards="group", num_generations=4),
         dict(loss_type="grpo", scale_rewards="group", num_generations=None, beta=1.0),
@@ -393,13 +446,14 @@ def _natural_path(th, beta, steps, lr, **kw):
 def test_numeric_landing_points_are_fixed_points_of_the_mean_field_path(opts):
     opts = dict(opts)
     beta = opts.pop("beta", 0.5)
-    lp = tree_landing_point("grpo", REF2, RW2, beta, eos_token=EOS, **opts)
+    rule = opts.pop("rule", "grpo")
+    lp = tree_landing_point(rule, REF2, RW2, beta, eos_token=EOS, **opts)
     assert lp.kind == "fixed_point" and lp.stable and lp.interior
     th = [np.log(p) for p in lp.policy]
-    u = expected_tree_update("grpo", th, REF2, RW2, beta, eos_token=EOS, **opts)
+    u = expected_tree_update(rule, th, REF2, RW2, beta, eos_token=EOS, **opts)
     assert max(np.abs(x).max() for x in u) < 1e-12
     # the exact expected step, iterated from the reference, arrives there
-    end = _natural_path([np.log(q) for q in REF2], beta, 400, 0.5, **opts)
+    end = _natural_path([np.log(q) for q in REF2], beta, 400, 0.5, rule=rule, **opts)
     pe = [np.exp(a - a.max(-1, keepdims=True)) for a in end]
     pe = [p / p.sum(-1, keepdims=True) for p in pe]
     np.testing.assert_allclose(pe[0], lp.policy[0], rtol=1e-10)
@@ -462,7 +516,7 @@ LOG2 = [np.log(q) for q in REF2]
     [
         (
             lambda: expected_tree_update("rloo", LOG2, REF2, RW2, 0.1),
-            r"`rule` must be one of 'grpo'",
+            r"`rule` must be one of 'grpo', 'gspo'",
         ),
         (
             lambda: expected_tree_update("grpo", LOG2, REF2, RW2, 0.1, lr=1),
@@ -536,7 +590,9 @@ def test_logits_on_a_zero_of_ref_are_refused():
 # --------------------------------------------------------------------------- TRL's own code
 
 
-def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax, masked=False):
+def _trl_tree_update(
+    th, ref, f, beta, G, loss_type, scale_rewards, lmax, masked=False, sequence=False
+):
     """Every ordered group through TRL 1.16.0's lines: the advantages (grpo_trainer.py
     2765-2787, its `nanstd`), the completion mask up to and with the EOS (1881-1885), the
     per-token loss (3099-3105, 3119, 3150) and each loss_type's aggregation (3153-3173, dapo's
@@ -578,7 +634,11 @@ def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax, masked
         if scale_rewards != "none":
             adv = adv / (std + 1e-4)
         advantages = adv.unsqueeze(1)
-        coef_1 = torch.exp(per_token_logps - per_token_logps.detach())
+        log_ratio = per_token_logps - per_token_logps.detach()
+        if sequence:  # importance_sampling_level="sequence", lines 3086-3088
+            log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+            log_ratio = log_ratio.unsqueeze(-1)
+        coef_1 = torch.exp(log_ratio)
         per_token_kl = (
             torch.exp(ref_per_token_logps - per_token_logps)
             - (ref_per_token_logps - per_token_logps)
@@ -603,8 +663,13 @@ def _trl_tree_update(th, ref, f, beta, G, loss_type, scale_rewards, lmax, masked
 @pytest.mark.parametrize("scale_rewards", ["none", "group"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards, masked):
+    for rule in ("grpo", "gspo"):
+        _against_trl(rule, loss_type, scale_rewards, masked)
+
+
+def _against_trl(rule, loss_type, scale_rewards, masked):
     got = expected_tree_update(
-        "grpo",
+        rule,
         TH2,
         REF2,
         RW2,
@@ -616,7 +681,9 @@ def test_tree_update_against_trl_code_and_autograd(loss_type, scale_rewards, mas
         max_completion_length=4,
         mask_truncated_completions=masked,
     )
-    want = _trl_tree_update(TH2, REF2, F2, 0.3, 2, loss_type, scale_rewards, 4, masked)
+    want = _trl_tree_update(
+        TH2, REF2, F2, 0.3, 2, loss_type, scale_rewards, 4, masked, sequence=rule == "gspo"
+    )
     for t in range(2):
         reach = np.array([True, True, False]) if t == 1 else slice(None)
         np.testing.assert_allclose(got[t][reach], want[t][reach], rtol=1e-12, atol=1e-15)
