@@ -443,8 +443,12 @@ def expected_tree_update(
 
     Parameters
     ----------
-    rule : {"grpo"}
-        The rule (:data:`TREE_RULES`).
+    rule : {"grpo", "gspo"}
+        The rule (:data:`TREE_RULES`): ``"gspo"`` is TRL's GRPO with
+        ``importance_sampling_level="sequence"`` (Zheng et al. 2025, arXiv:2507.18071): the
+        ratio is :math:`\exp(\frac1L\sum_t \log\rho_t)`, which on-policy leaves the policy
+        term as it is and, on the ratio-corrected k3, gives every token of a sequence the
+        sequence's mean k3 (:math:`\kappa_t = 1 - \pi_{ref}/\pi + \frac1L\sum_s k3_s`).
     logits : list of array_like
         The policy's logits per prefix, ``logits[t]`` of shape ``(V,)*(t+1)`` as ``ref``;
         ``-inf`` wherever ``ref`` is 0, a finite entry in every row.
@@ -477,7 +481,7 @@ def expected_tree_update(
     Raises
     ------
     ValueError
-        For a rule other than ``"grpo"``, an unknown option (listed with its default), an
+        For a rule outside :data:`TREE_RULES`, an unknown option (listed with its default), an
         option's bad value, a ``max_completion_length`` shorter than the tree's depth, a
         negative ``beta``, ``ref``/``reward``/``logits`` whose shapes do not match, an
         ``eos_token`` outside the vocabulary, or a finite global-token-mean group whose
