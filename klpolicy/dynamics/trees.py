@@ -840,9 +840,11 @@ def tree_landing_point(
             "which depends on the others' lengths",
             "dapo": "the global token mean weights every token by 1/(the group's token count), "
             "which depends on the others' lengths",
-            "dr_grpo": "the constant normaliser with the standard-deviation scale",
+            "dr_grpo": "dr_grpo's constant normaliser G L_max",
         }[o["loss_type"]]
-        if o["scale_rewards"] != "none" and o["loss_type"] != "dr_grpo":
+        if o["mask_truncated_completions"]:
+            why += " (the truncated completions' tokens masked)"
+        if o["scale_rewards"] != "none":
             why += ", with the group's std scale"
         if o["importance_sampling_level"] == "sequence" and o["use_bias_correction_kl"]:
             why += (
