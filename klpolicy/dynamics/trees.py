@@ -77,8 +77,9 @@ __all__ = ["TREE_OPTIONS", "TREE_RULES", "expected_tree_update", "tree_landing_p
 #: The rules that have a token-tree form here (GRPO's ``loss_type`` is what varies on a tree;
 #: ``"gspo"`` is GRPO with TRL's ``importance_sampling_level="sequence"``).
 TREE_RULES = ("grpo", "gspo")
-#: The most (compositions x polynomial length^2 x levels) of one global-token-mean sum.
-MAX_TREE_WORK = 2_000_000_000
+#: The most (compositions x polynomial length^2 x levels) of one global-token-mean sum with
+#: the std scale (about 4 ns each here: 5e8 is 2 s).
+MAX_TREE_WORK = 500_000_000
 
 
 def _max_length(name, x):

@@ -574,6 +574,19 @@ LOG2 = [np.log(q) for q in REF2]
             r"`scale_rewards`.*'all'",
         ),
         (lambda: tree_landing_point("grpo", REF2, RW2, 0.1, eos_token=-1), r"`eos_token`"),
+        (
+            lambda: expected_tree_update(
+                "grpo",
+                LOG2,
+                REF2,
+                RW2,
+                0.1,
+                eos_token=EOS,
+                num_generations=200,
+                loss_type="bnpo",
+            ),
+            r"`num_generations` 200 with 3 distinct rewards and lengths up to 2",
+        ),
     ],
 )
 def test_bad_input(call, match):
