@@ -731,3 +731,23 @@ def test_a_hundred_leaf_tree_lands_stably_in_closed_form():
         scale_rewards="none",
     )
     assert max(np.abs(x).max() for x in u) * 8 * 512 < 1e-13  # in units of 1/(G L_max)
+
+
+def test_plain_k3_lands_at_the_myopic_forward_kl_equilibrium():
+    """Without the ratio the per-token term follows KL(ref || pi) at each prefix."""
+    kw = dict(
+        eos_token=EOS,
+        num_generations=3,
+        scale_rewards="none",
+        loss_type="dr_grpo",
+        use_bias_correction_kl=False,
+    )
+    lp = tree_landing_point("grpo", REF2, RW2, 0.6, **kw)
+    assert lp.kind == "myopic_forward_kl" and lp.stable
+    u = expected_tree_update("grpo", [np.log(p) for p in lp.policy], REF2, RW2, 0.6, **kw)
+    assert max(np.abs(x).max() for x in u) * 3 * 512 < 1e-13
+    # at each last-level prefix: pi_j = b ref_j / (lambda - r_j), b = 0.6 * 3/2
+    for a in (0, 1):
+        r = np.array([F2[(a, 0)], F2[(a, 1)], F2[(a, 2)]])
+        lam = 0.9 * REF2[1][a] / lp.policy[1][a] + r
+        np.testing.assert_allclose(lam, lam[0], rtol=1e-12)
