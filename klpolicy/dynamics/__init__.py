@@ -19,28 +19,37 @@ Modules
     :func:`landing_point`.
 ``paths``
     :func:`trajectory`.
+``trees``
+    :func:`expected_tree_update`, :func:`tree_landing_point`: GRPO's ``loss_type`` on token
+    trees with EOS and variable lengths, and the length bias.
 ``solvers``
     the fixed-point solvers and :func:`beta_fit`.
 ``results``
-    :class:`Landing`, :class:`FixedPoint`, :class:`Trajectory`.
+    :class:`Landing`, :class:`FixedPoint`, :class:`Trajectory`, :class:`TreeLanding`.
 """
 
 from .landing import landing_point
 from .paths import trajectory
-from .results import FixedPoint, Landing, Trajectory
+from .results import FixedPoint, Landing, Trajectory, TreeLanding
 from .rules import RULES, Rule, rule_names
 from .solvers import beta_fit
+from .trees import TREE_OPTIONS, TREE_RULES, expected_tree_update, tree_landing_point
 from .update import expected_update
 
 __all__ = [
     "RULES",
+    "TREE_OPTIONS",
+    "TREE_RULES",
     "FixedPoint",
     "Landing",
     "Rule",
     "Trajectory",
+    "TreeLanding",
     "beta_fit",
+    "expected_tree_update",
     "expected_update",
     "landing_point",
     "rule_names",
     "trajectory",
+    "tree_landing_point",
 ]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["FixedPoint", "Landing", "Trajectory"]
+__all__ = ["FixedPoint", "Landing", "Trajectory", "TreeLanding"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +129,91 @@ class Trajectory:
     beta_fit: NDArray[np.float64]
     ref: NDArray[np.float64]
     landing: Landing
+
+
+@dataclass(frozen=True)
+class TreeLanding:
+    """Where on-policy GRPO training on a token tree lands, and how long its completions are.
+
+    Attributes
+    ----------
+    rule : str
+        ``"grpo"``.
+    options : dict
+        Every option (TRL's names, defaults filled in, ``max_completion_length`` resolved).
+    policy : list of ndarray or None
+        The landing point's conditionals (the reference's rows at prefixes it never
+        reaches); ``None`` when there is none (``beta = 0``, a run-off).
+    kind : str
+        ``"myopic"`` (the closed form: the per-node reverse-KL optimum with the policy's own
+        expected reward below each token, at ``beta_token``), ``"myopic_forward_kl"`` (the
+        same with the plain k3's forward KL), ``"fixed_point"`` (a root of the exact
+        update), ``"greedy"`` (``beta = 0``) or ``"run_off"``.
+    stable : bool
+        Every eigenvalue of the Jacobian of the per-prefix natural field (the update divided
+        by ``P(h) pi`` at each reached prefix, the free logits) has negative real part.
+    interior : bool
+        The policy keeps every token of the reference's support at every reached prefix.
+    kl : float
+        The sequence-level ``KL(policy || ref)`` in nats.
+    mean_length : float or None
+        ``E[L]`` of the landing law, in tokens (an EOS counts, as in TRL's mask).
+    pistar_mean_length : float or None
+        ``E[L]`` of the sequence-level ``pi* = ref exp(r / beta) / Z`` at the configured beta.
+    length_bias : float or None
+        ``mean_length - pistar_mean_length``: positive, the trainer lands on longer
+        completions than pi*; negative, shorter.
+    neutral_mean_length : float or None
+        ``E[L]`` of the landing point with ``loss_type="dr_grpo"`` and the same options
+        (the length-neutral aggregation).
+    aggregation_bias : float or None
+        ``mean_length - neutral_mean_length``: what the aggregation over tokens alone does
+        to the length (0 for ``dr_grpo``).
+    beta_token : float or None
+        For the closed forms: the coefficient ``b`` of the per-token KL of the myopic
+        equilibrium (``beta G/(G-1)``; ``beta`` for the infinite group).
+    reason : str
+        Why it lands there, in words.
+    """
+
+    rule: str
+    options: dict
+    policy: list | None
+    kind: str
+    stable: bool
+    interior: bool
+    kl: float
+    mean_length: float | None
+    pistar_mean_length: float | None
+    length_bias: float | None
+    neutral_mean_length: float | None
+    aggregation_bias: float | None
+    beta_token: float | None
+    reason: str
+
+    def __str__(self) -> str:
+        lt = self.options.get("loss_type")
+        head = f"{self.rule} (loss_type={lt!r})"
+        if self.policy is None:
+            where = "has no landing point" if self.kind == "greedy" else "runs off"
+            return f"{head} {where}: {self.reason}"
+        what = {
+            "myopic": f"lands at the myopic equilibrium at b = {self.beta_token:.6g}"
+            if self.beta_token is not None
+            else "lands at the myopic equilibrium",
+            "myopic_forward_kl": "lands at the myopic forward-KL equilibrium",
+            "fixed_point": "lands at a fixed point",
+        }.get(self.kind, "lands")
+        unstable = "" if self.stable else " (unstable)"
+        bias = self.length_bias
+        way = "longer" if bias > 0 else "shorter"
+        agg = (
+            ""
+            if self.aggregation_bias is None
+            else f" (aggregation alone: {self.aggregation_bias:+.3g})"
+        )
+        return (
+            f"{head} {what}{unstable}: mean length {self.mean_length:.4g} tokens, "
+            f"{abs(bias):.3g} {way} than pi*'s {self.pistar_mean_length:.4g}{agg}, "
+            f"KL {self.kl:.4g} nats: {self.reason}"
+        )
