@@ -104,6 +104,8 @@ class TestbedResult:
         trl, transformers, torch, klpolicy versions.
     wall_time : float
         Seconds the training took.
+    completion_text : tuple of str
+        Each completion as text (the task's words joined by spaces); empty if unknown.
     """
 
     trainer: str
@@ -126,6 +128,116 @@ class TestbedResult:
     beta_fit: float
     versions: dict
     wall_time: float
+    completion_text: tuple = ()
+
+    def kl_path(self) -> tuple[NDArray, NDArray, NDArray | None]:
+        r"""The law's distance to pi* and to the predicted point, from the reference on.
+
+        .. math::
+
+            \big(t_k,\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi^*_\beta),\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
+            \qquad t_0 = 0,\ \pi_{t_0} = \pi_{\text{ref}}
+
+        Returns
+        -------
+        steps : ndarray of int, shape (k + 1,)
+            0, then :attr:`law_steps`.
+        to_pistar : ndarray, shape (k + 1,)
+            ``KL(law || pistar)`` at each of them (float64).
+        to_predicted : ndarray or None
+            ``KL(law || predicted)`` at each, or None where there is no predicted point.
+
+        Examples
+        --------
+        >>> r = run("trl-rloo", steps=1, seed=0)  # doctest: +SKIP
+        >>> r.kl_path()[0]  # doctest: +SKIP
+        array([0, 1])
+        """
+        laws = np.vstack([self.ref_law[None, :], np.asarray(self.laws, dtype=np.float64)])
+        steps = np.concatenate([[0], np.asarray(self.law_steps, dtype=np.int64)])
+        to_pistar = np.array([float(kl_divergence(q, self.pistar)) for q in laws])
+        to_pred = None
+        if self.predicted is not None:
+            to_pred = np.array([float(kl_divergence(q, self.predicted)) for q in laws])
+        return steps, to_pistar, to_pred
+
+    def plot(self, axes=None):
+        r"""Draw the run: its distances over the steps, and the final law beside the targets.
+
+        Left: :meth:`kl_path`, ``KL(law || predicted)`` and ``KL(law || pi*)`` at each
+        recorded step (step 0 is the reference), on a log scale. Right: the final law, the
+        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion.
+
+        Parameters
+        ----------
+        axes : pair of matplotlib Axes, optional
+            Where to draw; by default a new figure of two panels in
+            :func:`klpolicy.plotting.lecture_style`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Notes
+        -----
+        matplotlib is imported here, not with the module.
+
+        Examples
+        --------
+        >>> r = run("trl-grpo", steps=2, seed=0)  # doctest: +SKIP
+        >>> fig = r.plot()  # doctest: +SKIP
+        >>> [ax.get_title() for ax in fig.axes]  # doctest: +SKIP
+        ['Distance to the targets', 'The final law']
+        """
+        import matplotlib
+        import matplotlib.pyplot as plt
+
+        from klpolicy.plotting import lecture_style
+
+        if axes is None:
+            with matplotlib.rc_context(lecture_style()):
+                fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained")
+                self._draw(axes)
+            return fig
+        if len(axes) != 2:
+            raise ValueError(f"`axes` must be a pair of Axes; found {len(axes)}")
+        self._draw(axes)
+        return axes[0].figure
+
+    def _draw(self, axes):
+        colours = {"law": "#000000", "pred": "#D55E00", "pistar": "#0072B2"}
+        left, right = axes
+        steps, to_pistar, to_pred = self.kl_path()
+        beta = self.config.get("beta")
+        star = r"$\pi^*_\beta$" + ("" if beta is None else f" ($\\beta$={beta:g})")
+        pred_name = "predicted"
+        if self.predicted_beta_eff is not None:
+            pred_name += f" ($\\beta_{{eff}}$={self.predicted_beta_eff:g})"
+        positive = np.all(to_pistar > 0) and (to_pred is None or np.all(to_pred > 0))
+        if to_pred is not None:
+            left.plot(steps, to_pred, marker="o", color=colours["pred"], label=f"to {pred_name}")
+        left.plot(steps, to_pistar, marker="s", color=colours["pistar"], label=f"to {star}")
+        if positive:
+            left.set_yscale("log")
+        left.set_xlabel("step")
+        left.set_ylabel(r"KL($\pi_t$ || target) (nats)")
+        left.set_title("Distance to the targets")
+        left.legend(loc="best")
+        n = len(self.completions)
+        x = np.arange(n)
+        series = [("final law", self.final_law, colours["law"])]
+        if self.predicted is not None:
+            series.append((pred_name, self.predicted, colours["pred"]))
+        series.append((star, self.pistar, colours["pistar"]))
+        width = 0.8 / len(series)
+        for i, (name, p, c) in enumerate(series):
+            right.bar(x + (i - (len(series) - 1) / 2) * width, p, width, color=c, label=name)
+        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+        right.set_xticks(x, names, rotation=90 if n > 12 else 0)
+        right.set_xlabel("completion")
+        right.set_ylabel("probability")
+        right.set_title("The final law")
+        right.legend(loc="best")
 
     def to_json(self) -> str:
         """The result as one JSON object (arrays as lists, non-finite floats as strings)."""
@@ -348,4 +460,5 @@ def run(
             "klpolicy": klpolicy.__version__,
         },
         wall_time=wall,
+        completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in ref.completions),
     )
