@@ -27,13 +27,19 @@ class Adapter:
     Attributes
     ----------
     rule : str
-        The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it.
+        The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it, or
+        ``"dpo-finite-data"``: the exact optimum of the finite preference dataset
+        (:func:`klpolicy.preference.population_optimum` on its counts).
     config, trainer : str
         TRL's config and trainer class names (``trl.<name>``).
     rule_options : tuple of str
-        The config fields passed to :func:`klpolicy.dynamics.landing_point` (same names).
+        The config fields the prediction reads (for the dynamics rows, passed to
+        :func:`klpolicy.dynamics.landing_point` under the same names).
     defaults : dict
         Config values the testbed sets unless the caller does.
+    testbed_options : dict
+        Options the testbed reads itself (not TRL config fields), with their defaults:
+        for ``"trl-dpo"``, ``pairs`` (the dataset's size) and ``bt_temperature``.
     """
 
     rule: str
@@ -41,6 +47,7 @@ class Adapter:
     trainer: str
     rule_options: tuple
     defaults: dict = field(default_factory=dict)
+    testbed_options: dict = field(default_factory=dict)
 
 
 ADAPTERS = {
@@ -62,6 +69,20 @@ ADAPTERS = {
         trainer="RLOOTrainer",
         rule_options=("num_generations", "normalize_advantages"),
         defaults={"beta": 0.5, "num_generations": 2, "learning_rate": 1e-2},
+    ),
+    "trl-dpo": Adapter(
+        rule="dpo-finite-data",
+        config="DPOConfig",
+        trainer="DPOTrainer",
+        rule_options=(
+            "loss_type",
+            "f_divergence_type",
+            "ld_alpha",
+            "use_weighting",
+            "sync_ref_model",
+        ),
+        defaults={"beta": 0.5, "learning_rate": 1e-2},
+        testbed_options={"pairs": 256, "bt_temperature": 1.0},
     ),
 }
 
@@ -106,6 +127,9 @@ class TestbedResult:
         Seconds the training took.
     completion_text : tuple of str
         Each completion as text (the task's words joined by spaces); empty if unknown.
+    preference_counts : ndarray or None
+        ``"trl-dpo"``: the dataset as counts ``C[winner, loser]`` over :attr:`completions`
+        (the trainer saw each pair ``C[i, j]`` times); None for the other trainers.
     """
 
     trainer: str
@@ -129,6 +153,7 @@ class TestbedResult:
     versions: dict
     wall_time: float
     completion_text: tuple = ()
+    preference_counts: NDArray | None = None
 
     def kl_path(self) -> tuple[NDArray, NDArray, NDArray | None]:
         r"""The law's distance to pi* and to the predicted point, from the reference on.
@@ -272,6 +297,59 @@ def _check_trl():
     return trl
 
 
+def _response_law(law, eos: int):
+    """DPO's outcomes: the completions that end at EOS, and their law normalised over them.
+
+    TRL 1.16.0's DPOTrainer appends the EOS token to every chosen and rejected text
+    (trl/trainer/dpo_trainer.py:1062), so a response is a completion that stopped at EOS
+    (or a longest completion with EOS appended): one more token than the task's depth.
+    """
+    keep = [i for i, c in enumerate(law.completions) if c[-1] == eos]
+    lp = law.logprobs[keep]
+    lp = lp - (lp.max() + np.log(np.sum(np.exp(lp - lp.max()))))
+    return tuple(law.completions[i] for i in keep), np.exp(lp)
+
+
+def _finite_data_problem(counts: NDArray) -> tuple[NDArray, NDArray]:
+    r"""A dataset of counts ``C[winner, loser]`` as a preference matrix and a pair law.
+
+    .. math::
+
+        P_{ij} = \frac{C_{ij}}{C_{ij} + C_{ji}}\ (\tfrac12 \text{ where never compared}),
+        \qquad \mu_{ij} = \frac{C_{ij} + C_{ji}}{2N}
+
+    so that :math:`(\mu_{ij} + \mu_{ji}) P_{ij} = C_{ij}/N`: the population DPO loss of
+    ``(P, mu)`` is the dataset's mean DPO loss, and its optimum the dataset's.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    seen = c + c.T
+    p = np.where(seen > 0, c / np.where(seen > 0, seen, 1.0), 0.5)
+    np.fill_diagonal(p, 0.5)
+    return p, seen / (2.0 * c.sum())
+
+
+def _dpo_dataset(task, completions, counts):
+    """The preference rows of ``counts``: prompt, chosen and rejected texts (EOS written out)."""
+    words = task.vocabulary
+
+    def text(c):
+        return " " + " ".join(words[t] for t in c)
+
+    rows = {"prompt": [], "chosen": [], "rejected": []}
+    for i, j in zip(*np.nonzero(counts), strict=True):
+        for _ in range(int(counts[i, j])):
+            rows["prompt"].append(task.prompt)
+            rows["chosen"].append(text(completions[i]))
+            rows["rejected"].append(text(completions[j]))
+    return rows
+
+
+def _positive_int(name, val):
+    if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
+    return int(val)
+
+
 def run(
     trainer: str,
     task: Task | None = None,
@@ -294,13 +372,14 @@ def run(
     Parameters
     ----------
     trainer : str
-        A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``).
+        A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
     task : Task, optional
         The task; :func:`bandit_task` by default.
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
-        The trainer's seed (the initial weights come from ``task.model_seed``).
+        The trainer's seed (the initial weights come from ``task.model_seed``); for
+        ``"trl-dpo"`` also the seed of the preference dataset.
     device : str, optional
         ``None`` or ``"cpu"`` trains on the CPU (``use_cpu``); otherwise the accelerator's.
     law_every : int
@@ -309,7 +388,9 @@ def run(
         ``torch.set_num_threads`` for the run (``None`` leaves it).
     **trainer_options
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
-        ``loss_type``, ``learning_rate``, ...), over the adapter's defaults.
+        ``loss_type``, ``learning_rate``, ...), over the adapter's defaults; and the
+        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
+        and ``bt_temperature``, default 1).
 
     Returns
     -------
@@ -318,16 +399,37 @@ def run(
     Raises
     ------
     ValueError
-        For an unknown ``trainer``, ``steps`` or ``law_every`` below 1, or an unknown option.
+        For an unknown ``trainer``, ``steps`` or ``law_every`` below 1, an unknown option,
+        ``pairs`` below 1, a ``bt_temperature`` that is not positive and finite, or a
+        preference dataset whose comparisons do not connect every response.
     RuntimeError
         For a TRL outside ``>=1.16.0,<1.17``.
 
     Notes
     -----
-    The trainer is TRL's, unmodified: a dataset of the task's prompt repeated, a reward
-    function reading ``completion_ids``, ``max_completion_length = task.max_new_tokens``,
-    ``report_to=[]``. The predicted point is :func:`klpolicy.dynamics.landing_point` for the
-    config's own values of the rule's options, so both read one configuration.
+    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset of the task's prompt
+    repeated, a reward function reading ``completion_ids``, ``max_completion_length =
+    task.max_new_tokens``, ``report_to=[]``; the predicted point is
+    :func:`klpolicy.dynamics.landing_point` for the config's own values of the rule's
+    options, so both read one configuration.
+
+    DPO: TRL 1.16.0 appends EOS to each chosen and rejected text
+    (trl/trainer/dpo_trainer.py:1062), so its outcomes are the *responses*, the
+    completions that end at EOS (for the bandit, each one-token answer followed by EOS, and
+    EOS alone); the law recorded is the policy's law of them, normalised over them
+    (:math:`\tilde\pi(y) \propto \pi(y)\,\pi(\mathrm{EOS} \mid y)`), which the DPO margins
+    see exactly (the normaliser cancels in each pair's log-ratio difference). ``pairs``
+    pairs are drawn from the reference's response law (seed ``seed``) and labelled by
+    Bradley-Terry on the reward at temperature :math:`T` (``bt_temperature``):
+    :math:`P(y_1 \succ y_2) = \sigma((r_1 - r_2)/T)`. The batch is the whole dataset
+    (``per_device_train_batch_size = pairs``), so each step is a full-batch step on the
+    dataset's mean loss. The predicted point is that loss's exact minimiser,
+    :func:`klpolicy.preference.population_optimum` (``loss="sigmoid"``, TRL's ``beta``)
+    on the counts' preference matrix and pair law (see ``_finite_data_problem``);
+    ``pistar`` is the population optimum, :math:`\tilde\pi_{\text{ref}}\, e^{r/(T\beta)}/Z`.
+    Only the plain sigmoid loss is predicted (``loss_type=["sigmoid"]``, reverse KL, no
+    ``ld_alpha``, WPO weighting or reference sync); for any other configuration
+    ``predicted`` is None.
 
     Examples
     --------
@@ -337,11 +439,12 @@ def run(
     """
     if trainer not in ADAPTERS:
         raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
-    for name, val in (("steps", steps), ("law_every", law_every)):
-        if isinstance(val, bool) or int(val) != val or val < 1:
-            raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
+    steps = _positive_int("steps", steps)
+    law_every = _positive_int("law_every", law_every)
     adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
+    trainer_options = dict(trainer_options)
+    extra = {k: trainer_options.pop(k, v) for k, v in adapter.testbed_options.items()}
     trl = _check_trl()
     import dataclasses as dc
 
@@ -351,8 +454,6 @@ def run(
 
     import klpolicy
 
-    if num_threads is not None:
-        torch.set_num_threads(int(num_threads))
     config_cls = getattr(trl, adapter.config)
     fields = {f.name for f in dc.fields(config_cls)}
     bad = sorted(set(trainer_options) - fields)
@@ -360,20 +461,31 @@ def run(
         raise ValueError(
             f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
         )
+    is_dpo = adapter.trainer == "DPOTrainer"
+    if is_dpo:
+        extra["pairs"] = _positive_int("pairs", extra["pairs"])
+        t = extra["bt_temperature"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < np.inf:
+            raise ValueError(f"`bt_temperature` must be positive and finite; found {t!r}")
+        extra["bt_temperature"] = float(t)
+    if num_threads is not None:
+        torch.set_num_threads(int(num_threads))
     options = dict(adapter.defaults) | dict(trainer_options)
-    G = int(options["num_generations"])
-    options.setdefault("per_device_train_batch_size", 8 * G)
+    if is_dpo:
+        options.setdefault("per_device_train_batch_size", extra["pairs"])
+    else:
+        options.setdefault("per_device_train_batch_size", 8 * int(options["num_generations"]))
+        options["max_completion_length"] = task.max_new_tokens
     tmp = tempfile.mkdtemp(prefix="klpolicy-testbed-")
     config = config_cls(
         output_dir=tmp,
-        max_steps=int(steps),
-        max_completion_length=task.max_new_tokens,
+        max_steps=steps,
         report_to=[],
         use_cpu=device in (None, "cpu"),
         bf16=False,
         seed=int(seed),
         save_strategy="no",
-        logging_steps=max(int(steps), 1),
+        logging_steps=steps,
         disable_tqdm=True,
         **options,
     )
@@ -381,78 +493,145 @@ def run(
     model = task.model()
     prompt_ids = task.prompt_ids()
     eos = task.eos_token_id
+    depth = task.max_new_tokens + (1 if is_dpo else 0)
 
     def law_of(m):
         was = m.training
         m.eval()
-        law = sequence_law(m, prompt_ids, max_new_tokens=task.max_new_tokens, eos_token_id=eos)
+        law = sequence_law(m, prompt_ids, max_new_tokens=depth, eos_token_id=eos)
         m.train(was)
-        return law
+        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
 
-    ref = law_of(model)  # the saved initial weights: TRL's reference model
-    reward = np.array([task.reward(c) for c in ref.completions], dtype=np.float64)
+    completions, ref_law = law_of(model)  # the saved initial weights: TRL's reference model
+    if is_dpo:  # a response longer than the task's depth is a completion with EOS appended
+        reward = np.array(
+            [task.reward(c[:-1] if len(c) > task.max_new_tokens else c) for c in completions],
+            dtype=np.float64,
+        )
+    else:
+        reward = np.array([task.reward(c) for c in completions], dtype=np.float64)
+    beta = float(config.beta)
+    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
     laws, law_steps = [], []
 
     class _LawCallback(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
             if state.global_step % law_every == 0 or state.global_step == steps:
-                laws.append(law_of(model).probs)
+                laws.append(law_of(model)[1])
                 law_steps.append(state.global_step)
 
-    def reward_fn(prompts, completions, completion_ids, **kw):
-        return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
-
-    n_rows = max(int(config.per_device_train_batch_size), 1) * 4
-    dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
     # TRL 1.16.0 builds its reference model from the policy's path
-    # (trl/trainer/grpo_trainer.py:1003), so the initial model goes through a local folder.
+    # (trl/trainer/grpo_trainer.py:1003, dpo_trainer.py:926), so the initial model goes
+    # through a local folder.
     model_dir = f"{tmp}/initial-model"
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    kwargs = {}
+    if is_dpo:
+        from klpolicy.preference import (
+            bradley_terry,
+            population_optimum,
+            sample_preference_counts,
+        )
+
+        temp = extra["bt_temperature"]
+        counts = sample_preference_counts(
+            bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+        )
+        pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
+        plain = (
+            list(config.loss_type) == ["sigmoid"]
+            and config.f_divergence_type == "reverse_kl"
+            and config.ld_alpha is None
+            and not config.use_weighting
+            and not config.sync_ref_model
+        )
+        if plain:
+            p_hat, mu_hat = _finite_data_problem(counts)
+            try:
+                pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
+                    f"dataset's DPO optimum ({exc}); use more `pairs`"
+                ) from None
+            landing = (
+                f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
+                f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
+                f"{temp * beta:g} is its population limit"
+            )
+        else:
+            pred = None
+            landing = (
+                f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
+            )
+        dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
+        pred_beta_eff = None
+    else:
+        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
+        pistar = optimal_policy(ref_law, reward, beta)
+        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+        landing, pred_beta_eff = str(land), land.beta_eff
+
+        def reward_fn(prompts, completions, completion_ids, **kw):
+            return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
+
+        n_rows = max(int(config.per_device_train_batch_size), 1) * 4
+        dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
+        kwargs["reward_funcs"] = reward_fn
     tr = getattr(trl, adapter.trainer)(
         model=model_dir,
-        reward_funcs=reward_fn,
         args=config,
         train_dataset=dataset,
         processing_class=tok,
         callbacks=[_LawCallback()],
+        **kwargs,
     )
+    if is_dpo:  # the texts must tokenize back to the responses they were written from
+        want = sorted(
+            (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
+        )
+        got = sorted(
+            {
+                (tuple(a), tuple(b))
+                for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
+            }
+        )
+        if got != want:
+            raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
     tr.remove_callback(transformers.PrinterCallback)  # keeps stdout for `--json`
     tr.remove_callback(transformers.ProgressCallback)
     t0 = time.perf_counter()
     tr.train()
     wall = time.perf_counter() - t0
-    final = law_of(tr.model).probs
+    final = law_of(tr.model)[1]
     if not law_steps or law_steps[-1] != steps:
         laws.append(final)
         law_steps.append(steps)
-    beta = float(config.beta)
-    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
-    land = landing_point(adapter.rule, ref.probs, reward, beta, **rule_opts)
-    pistar = optimal_policy(ref.probs, reward, beta)
-    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
     kept = {
         k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
     } | rule_opts
+    if is_dpo:
+        kept |= extra
     return TestbedResult(
         trainer=trainer,
         config=kept,
-        steps=int(steps),
+        steps=steps,
         seed=int(seed),
-        completions=ref.completions,
-        ref_law=ref.probs,
+        completions=completions,
+        ref_law=ref_law,
         reward=reward,
         law_steps=np.array(law_steps),
         laws=np.array(laws),
         final_law=final,
         predicted=pred,
-        predicted_beta_eff=land.beta_eff,
-        landing=str(land),
+        predicted_beta_eff=pred_beta_eff,
+        landing=landing,
         pistar=pistar,
         kl_to_predicted=None if pred is None else float(kl_divergence(final, pred)),
         kl_to_pistar=float(kl_divergence(final, pistar)),
-        kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref.probs, pred)),
-        beta_fit=float(beta_fit(final, ref.probs, reward)),
+        kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref_law, pred)),
+        beta_fit=float(beta_fit(final, ref_law, reward)),
         versions={
             "trl": trl.__version__,
             "transformers": transformers.__version__,
@@ -460,5 +639,6 @@ def run(
             "klpolicy": klpolicy.__version__,
         },
         wall_time=wall,
-        completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in ref.completions),
+        completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in completions),
+        preference_counts=counts if is_dpo else None,
     )
