@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,9 +241,23 @@ class TestbedResult:
         if self.predicted_beta_eff is not None:
             pred_name += f" ($\\beta_{{eff}}$={self.predicted_beta_eff:g})"
         positive = np.all(to_pistar > 0) and (to_pred is None or np.all(to_pred > 0))
+        few = len(steps) <= 40  # a marker per recorded step, unless they would pile up
         if to_pred is not None:
-            left.plot(steps, to_pred, marker="o", color=colours["pred"], label=f"to {pred_name}")
-        left.plot(steps, to_pistar, marker="s", color=colours["pistar"], label=f"to {star}")
+            left.plot(
+                steps,
+                to_pred,
+                marker="o" if few else None,
+                color=colours["pred"],
+                label=f"to {pred_name}",
+            )
+        left.plot(
+            steps,
+            to_pistar,
+            marker="s" if few else None,
+            linestyle="--",
+            color=colours["pistar"],
+            label=f"to {star}",
+        )
         if positive:
             left.set_yscale("log")
         left.set_xlabel("step")
@@ -344,6 +360,29 @@ def _dpo_dataset(task, completions, counts):
     return rows
 
 
+@contextlib.contextmanager
+def _quiet():
+    """No progress bars from transformers or datasets, and no transformers v6 deprecation
+    notes (TRL 1.16.0 calls ``gradient_checkpointing_*``), while the testbed trains."""
+    import datasets
+    import transformers.utils.logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=".*deprecated and will be removed in v6", category=FutureWarning
+            )
+            yield
+    finally:
+        if bars[0]:
+            hf_logging.enable_progress_bar()
+        if bars[1]:
+            datasets.enable_progress_bars()
+
+
 def _positive_int(name, val):
     if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
         raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
@@ -439,6 +478,12 @@ def run(
     """
     if trainer not in ADAPTERS:
         raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
+    with _quiet():
+        return _run(trainer, task, steps, seed, device, law_every, num_threads, trainer_options)
+
+
+def _run(trainer, task, steps, seed, device, law_every, num_threads, trainer_options):
+    """:func:`run`'s body, run under :func:`_quiet`."""
     steps = _positive_int("steps", steps)
     law_every = _positive_int("law_every", law_every)
     adapter = ADAPTERS[trainer]
