@@ -379,6 +379,7 @@ def test_the_tutorial_index_has_a_core_and_an_advanced_track():
         "13_your_kl_term",
         "15_negative_kl",
         "17_beta_you_get",
+        "18_where_trainer_lands",
         "20_preference_games",
     ]
     # every tutorial is on exactly one track (a listed one that does not exist yet is

@@ -45,7 +45,7 @@ def _tolerance(written: str) -> float:
 # tutorials whose exercises include a "derive" (pen and paper, checked by the library) and a
 # "predict" one (say what a number or figure will show before running it); a new tutorial
 # joins this list once it has both
-THINKING = {f"{i:02d}" for i in range(1, 18)} | {"19", "20"}
+THINKING = {f"{i:02d}" for i in range(1, 21)}
 
 # the exercises of tutorials that need an optional dependency run only where it is installed
 _ALL = [(p, i) for p in TUTORIALS for i in range(len(_solutions(p)))]

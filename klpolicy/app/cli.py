@@ -635,13 +635,19 @@ def _add_testbed_parser(sub) -> None:
         "testbed", help="train a tiny transformers model with a real trainer (needs klpolicy[trl])"
     )
     tsub = tb.add_subparsers(dest="testbed_command", required=True, metavar="COMMAND")
-    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo) on the bandit task")
-    r.add_argument("trainer", metavar="TRAINER", help="trl-grpo or trl-rloo")
+    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo, trl-dpo) on the bandit task")
+    r.add_argument("trainer", metavar="TRAINER", help="trl-grpo, trl-rloo or trl-dpo")
     r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
     r.add_argument("--num-generations", type=int, help="group size G (default 2)")
     r.add_argument("--scale-rewards", help='GRPO: "group", "batch" or "none" (default "none")')
     r.add_argument("--loss-type", help="GRPO's loss_type (TRL's default dapo)")
     r.add_argument("--learning-rate", type=float, help="the optimiser's lr (default 0.01)")
+    r.add_argument("--pairs", type=int, help="DPO: preference pairs drawn (default 256)")
+    r.add_argument(
+        "--bt-temperature",
+        type=float,
+        help="DPO: the Bradley-Terry labels' temperature (default 1)",
+    )
     r.add_argument("--steps", type=int, default=300, help="optimiser steps (default 300)")
     r.add_argument("--seed", type=int, default=0, help="the trainer's seed (default 0)")
     r.add_argument(
@@ -657,7 +663,15 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
 
     if args.trainer not in ADAPTERS:
         raise ValueError(f"`TRAINER` must be one of {sorted(ADAPTERS)}; found {args.trainer!r}")
-    names = ("beta", "num_generations", "scale_rewards", "loss_type", "learning_rate")
+    names = (
+        "beta",
+        "num_generations",
+        "scale_rewards",
+        "loss_type",
+        "learning_rate",
+        "pairs",
+        "bt_temperature",
+    )
     options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     out = None
     if args.out is not None:

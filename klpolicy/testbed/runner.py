@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,13 +30,19 @@ class Adapter:
     Attributes
     ----------
     rule : str
-        The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it.
+        The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it, or
+        ``"dpo-finite-data"``: the exact optimum of the finite preference dataset
+        (:func:`klpolicy.preference.population_optimum` on its counts).
     config, trainer : str
         TRL's config and trainer class names (``trl.<name>``).
     rule_options : tuple of str
-        The config fields passed to :func:`klpolicy.dynamics.landing_point` (same names).
+        The config fields the prediction reads (for the dynamics rows, passed to
+        :func:`klpolicy.dynamics.landing_point` under the same names).
     defaults : dict
         Config values the testbed sets unless the caller does.
+    testbed_options : dict
+        Options the testbed reads itself (not TRL config fields), with their defaults:
+        for ``"trl-dpo"``, ``pairs`` (the dataset's size) and ``bt_temperature``.
     """
 
     rule: str
@@ -42,6 +50,7 @@ class Adapter:
     trainer: str
     rule_options: tuple
     defaults: dict = field(default_factory=dict)
+    testbed_options: dict = field(default_factory=dict)
 
 
 ADAPTERS = {
@@ -63,6 +72,20 @@ ADAPTERS = {
         trainer="RLOOTrainer",
         rule_options=("num_generations", "normalize_advantages"),
         defaults={"beta": 0.5, "num_generations": 2, "learning_rate": 1e-2},
+    ),
+    "trl-dpo": Adapter(
+        rule="dpo-finite-data",
+        config="DPOConfig",
+        trainer="DPOTrainer",
+        rule_options=(
+            "loss_type",
+            "f_divergence_type",
+            "ld_alpha",
+            "use_weighting",
+            "sync_ref_model",
+        ),
+        defaults={"beta": 0.5, "learning_rate": 1e-2},
+        testbed_options={"pairs": 256, "bt_temperature": 1.0},
     ),
 }
 
@@ -105,6 +128,11 @@ class TestbedResult:
         trl, transformers, torch, klpolicy versions.
     wall_time : float
         Seconds the training took.
+    completion_text : tuple of str
+        Each completion as text (the task's words joined by spaces); empty if unknown.
+    preference_counts : ndarray or None
+        ``"trl-dpo"``: the dataset as counts ``C[winner, loser]`` over :attr:`completions`
+        (the trainer saw each pair ``C[i, j]`` times); None for the other trainers.
     """
 
     trainer: str
@@ -127,6 +155,131 @@ class TestbedResult:
     beta_fit: float
     versions: dict
     wall_time: float
+    completion_text: tuple = ()
+    preference_counts: NDArray | None = None
+
+    def kl_path(self) -> tuple[NDArray, NDArray, NDArray | None]:
+        r"""The law's distance to pi* and to the predicted point, from the reference on.
+
+        .. math::
+
+            \big(t_k,\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi^*_\beta),\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
+            \qquad t_0 = 0,\ \pi_{t_0} = \pi_{\text{ref}}
+
+        Returns
+        -------
+        steps : ndarray of int, shape (k + 1,)
+            0, then :attr:`law_steps`.
+        to_pistar : ndarray, shape (k + 1,)
+            ``KL(law || pistar)`` at each of them (float64).
+        to_predicted : ndarray or None
+            ``KL(law || predicted)`` at each, or None where there is no predicted point.
+
+        Examples
+        --------
+        >>> r = run("trl-rloo", steps=1, seed=0)  # doctest: +SKIP
+        >>> r.kl_path()[0]  # doctest: +SKIP
+        array([0, 1])
+        """
+        laws = np.vstack([self.ref_law[None, :], np.asarray(self.laws, dtype=np.float64)])
+        steps = np.concatenate([[0], np.asarray(self.law_steps, dtype=np.int64)])
+        to_pistar = np.array([float(kl_divergence(q, self.pistar)) for q in laws])
+        to_pred = None
+        if self.predicted is not None:
+            to_pred = np.array([float(kl_divergence(q, self.predicted)) for q in laws])
+        return steps, to_pistar, to_pred
+
+    def plot(self, axes=None):
+        r"""Draw the run: its distances over the steps, and the final law beside the targets.
+
+        Left: :meth:`kl_path`, ``KL(law || predicted)`` and ``KL(law || pi*)`` at each
+        recorded step (step 0 is the reference), on a log scale. Right: the final law, the
+        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion.
+
+        Parameters
+        ----------
+        axes : pair of matplotlib Axes, optional
+            Where to draw; by default a new figure of two panels in
+            :func:`klpolicy.plotting.lecture_style`.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Notes
+        -----
+        matplotlib is imported here, not with the module.
+
+        Examples
+        --------
+        >>> r = run("trl-grpo", steps=2, seed=0)  # doctest: +SKIP
+        >>> fig = r.plot()  # doctest: +SKIP
+        >>> [ax.get_title() for ax in fig.axes]  # doctest: +SKIP
+        ['Distance to the targets', 'The final law']
+        """
+        import matplotlib
+        import matplotlib.pyplot as plt
+
+        from klpolicy.plotting import lecture_style
+
+        if axes is None:
+            with matplotlib.rc_context(lecture_style()):
+                fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained")
+                self._draw(axes)
+            return fig
+        if len(axes) != 2:
+            raise ValueError(f"`axes` must be a pair of Axes; found {len(axes)}")
+        self._draw(axes)
+        return axes[0].figure
+
+    def _draw(self, axes):
+        colours = {"law": "#000000", "pred": "#D55E00", "pistar": "#0072B2"}
+        left, right = axes
+        steps, to_pistar, to_pred = self.kl_path()
+        beta = self.config.get("beta")
+        star = r"$\pi^*_\beta$" + ("" if beta is None else f" ($\\beta$={beta:g})")
+        pred_name = "predicted"
+        if self.predicted_beta_eff is not None:
+            pred_name += f" ($\\beta_{{eff}}$={self.predicted_beta_eff:g})"
+        positive = np.all(to_pistar > 0) and (to_pred is None or np.all(to_pred > 0))
+        few = len(steps) <= 40  # a marker per recorded step, unless they would pile up
+        if to_pred is not None:
+            left.plot(
+                steps,
+                to_pred,
+                marker="o" if few else None,
+                color=colours["pred"],
+                label=f"to {pred_name}",
+            )
+        left.plot(
+            steps,
+            to_pistar,
+            marker="s" if few else None,
+            linestyle="--",
+            color=colours["pistar"],
+            label=f"to {star}",
+        )
+        if positive:
+            left.set_yscale("log")
+        left.set_xlabel("step")
+        left.set_ylabel(r"KL($\pi_t$ || target) (nats)")
+        left.set_title("Distance to the targets")
+        left.legend(loc="best")
+        n = len(self.completions)
+        x = np.arange(n)
+        series = [("final law", self.final_law, colours["law"])]
+        if self.predicted is not None:
+            series.append((pred_name, self.predicted, colours["pred"]))
+        series.append((star, self.pistar, colours["pistar"]))
+        width = 0.8 / len(series)
+        for i, (name, p, c) in enumerate(series):
+            right.bar(x + (i - (len(series) - 1) / 2) * width, p, width, color=c, label=name)
+        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+        right.set_xticks(x, names, rotation=90 if n > 12 else 0)
+        right.set_xlabel("completion")
+        right.set_ylabel("probability")
+        right.set_title("The final law")
+        right.legend(loc="best")
 
     def to_json(self) -> str:
         """The result as one JSON object (arrays as lists, non-finite floats as strings)."""
@@ -161,18 +314,97 @@ def _check_trl():
     return trl
 
 
+def _response_law(law, eos: int):
+    """DPO's outcomes: the completions that end at EOS, and their law normalised over them.
+
+    TRL 1.16.0's DPOTrainer appends the EOS token to every chosen and rejected text
+    (trl/trainer/dpo_trainer.py:1062), so a response is a completion that stopped at EOS
+    (or a longest completion with EOS appended): one more token than the task's depth.
+    """
+    keep = [i for i, c in enumerate(law.completions) if c[-1] == eos]
+    lp = law.logprobs[keep]
+    lp = lp - (lp.max() + np.log(np.sum(np.exp(lp - lp.max()))))
+    return tuple(law.completions[i] for i in keep), np.exp(lp)
+
+
+def _finite_data_problem(counts: NDArray) -> tuple[NDArray, NDArray]:
+    r"""A dataset of counts ``C[winner, loser]`` as a preference matrix and a pair law.
+
+    .. math::
+
+        P_{ij} = \frac{C_{ij}}{C_{ij} + C_{ji}}\ (\tfrac12 \text{ where never compared}),
+        \qquad \mu_{ij} = \frac{C_{ij} + C_{ji}}{2N}
+
+    so that :math:`(\mu_{ij} + \mu_{ji}) P_{ij} = C_{ij}/N`: the population DPO loss of
+    ``(P, mu)`` is the dataset's mean DPO loss, and its optimum the dataset's.
+    """
+    c = np.asarray(counts, dtype=np.float64)
+    seen = c + c.T
+    p = np.where(seen > 0, c / np.where(seen > 0, seen, 1.0), 0.5)
+    np.fill_diagonal(p, 0.5)
+    return p, seen / (2.0 * c.sum())
+
+
+def _dpo_dataset(task, completions, counts):
+    """The preference rows of ``counts``: prompt, chosen and rejected texts (EOS written out)."""
+    words = task.vocabulary
+
+    def text(c):
+        return " " + " ".join(words[t] for t in c)
+
+    rows = {"prompt": [], "chosen": [], "rejected": []}
+    for i, j in zip(*np.nonzero(counts), strict=True):
+        for _ in range(int(counts[i, j])):
+            rows["prompt"].append(task.prompt)
+            rows["chosen"].append(text(completions[i]))
+            rows["rejected"].append(text(completions[j]))
+    return rows
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No progress bars from transformers or datasets, and no transformers v6 deprecation
+    notes (TRL 1.16.0 calls ``gradient_checkpointing_*``), while the testbed trains."""
+    import datasets
+    import transformers.utils.logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled(), datasets.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=".*deprecated and will be removed in v6", category=FutureWarning
+            )
+            yield
+    finally:
+        if bars[0]:
+            hf_logging.enable_progress_bar()
+        if bars[1]:
+            datasets.enable_progress_bars()
+
+
+def _positive_int(name, val):
+    if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
+    return int(val)
+
+
 #: The largest group the testbed builds: TRL holds ``8 * num_generations`` completions a step.
 MAX_GENERATIONS = 4096
 #: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
 MAX_SEED = 2**32 - 1
+#: The most preference pairs a DPO run draws (its dataset is held in memory).
+MAX_PAIRS = 10**6
 
 
 def _checked(adapter: Adapter, steps, seed, law_every, device, options: dict):
     """The run's numbers checked before anything is built (a bad one would train, then fail).
 
-    ``steps`` and ``law_every`` are counts, ``seed`` in ``[0, 2**32 - 1]``, ``beta`` finite
-    and ``>= 0``, ``learning_rate`` finite and ``> 0``, ``num_generations`` in
-    ``[2, MAX_GENERATIONS]``; the dynamics rule's own options by the rule's checks.
+    ``steps`` and ``law_every`` are counts up to 10**8, ``seed`` in ``[0, 2**32 - 1]``,
+    ``beta`` finite and ``>= 0``, ``learning_rate`` finite and ``> 0``,
+    ``num_generations`` in ``[2, MAX_GENERATIONS]``; the dynamics rule's own options
+    (``scale_rewards``, ``loss_type``) by the rule's checks.
     """
     steps = V.as_count("steps", steps, lo=1)
     law_every = V.as_count("law_every", law_every, lo=1)
@@ -191,10 +423,14 @@ def _checked(adapter: Adapter, steps, seed, law_every, device, options: dict):
         out["num_generations"] = V.as_count(
             "num_generations", out["num_generations"], lo=2, hi=MAX_GENERATIONS
         )
+    if "pairs" in out:  # DPO's dataset is held in memory, one row a pair
+        out["pairs"] = V.as_count("pairs", out["pairs"], lo=1, hi=MAX_PAIRS)
+    if "bt_temperature" in out:
+        out["bt_temperature"] = V.as_scalar("bt_temperature", out["bt_temperature"], "(0, inf)")
     if device not in (None, "cpu", "cuda"):
         raise ValueError(f'`device` must be None, "cpu" or "cuda"; got {device!r}')
-    given = {k: out[k] for k in adapter.rule_options if k in out}
-    RULES[adapter.rule].resolve(given)  # a bad scale_rewards or loss_type, by the rule's words
+    if adapter.rule in RULES:  # a bad scale_rewards or loss_type, by the rule's own words
+        RULES[adapter.rule].resolve({k: out[k] for k in adapter.rule_options if k in out})
     return steps, seed, law_every, out
 
 
@@ -221,13 +457,14 @@ def run(
     Parameters
     ----------
     trainer : str
-        A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``).
+        A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
     task : Task, optional
         The task; :func:`bandit_task` by default.
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
-        The trainer's seed (the initial weights come from ``task.model_seed``).
+        The trainer's seed (the initial weights come from ``task.model_seed``); for
+        ``"trl-dpo"`` also the seed of the preference dataset.
     device : {None, "cpu", "cuda"}
         ``None`` or ``"cpu"`` trains on the CPU (TRL's ``use_cpu``); ``"cuda"`` on the GPU
         that accelerate picks (refused when torch sees none).
@@ -240,7 +477,9 @@ def run(
         only what it prints.
     **trainer_options
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
-        ``loss_type``, ``learning_rate``, ...), over the adapter's defaults.
+        ``loss_type``, ``learning_rate``, ...), over the adapter's defaults; and the
+        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
+        and ``bt_temperature``, default 1).
 
     Returns
     -------
@@ -253,17 +492,38 @@ def run(
         ``law_every`` below 1, a ``seed`` outside ``[0, 2**32 - 1]``, a negative or
         non-finite ``beta``, a ``learning_rate`` that is not finite and positive,
         ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
-        the dynamics rule does not know. After training: a law that is not finite (the run
-        diverged).
+        the dynamics rule does not know, ``pairs`` below 1, a ``bt_temperature`` that is
+        not positive and finite, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
+        without a GPU), or a preference dataset whose comparisons do not connect every
+        response. After training: a law that is not finite (the run diverged).
     RuntimeError
         For a TRL outside ``>=1.16.0,<1.17``.
 
     Notes
     -----
-    The trainer is TRL's, unmodified: a dataset of the task's prompt repeated, a reward
-    function reading ``completion_ids``, ``max_completion_length = task.max_new_tokens``,
-    ``report_to=[]``. The predicted point is :func:`klpolicy.dynamics.landing_point` for the
-    config's own values of the rule's options, so both read one configuration.
+    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset of the task's prompt
+    repeated, a reward function reading ``completion_ids``, ``max_completion_length =
+    task.max_new_tokens``, ``report_to=[]``; the predicted point is
+    :func:`klpolicy.dynamics.landing_point` for the config's own values of the rule's
+    options, so both read one configuration.
+
+    DPO: TRL 1.16.0 appends EOS to each chosen and rejected text
+    (trl/trainer/dpo_trainer.py:1062), so its outcomes are the *responses*, the
+    completions that end at EOS (for the bandit, each one-token answer followed by EOS, and
+    EOS alone); the law recorded is the policy's law of them, normalised over them
+    (:math:`\tilde\pi(y) \propto \pi(y)\,\pi(\mathrm{EOS} \mid y)`), which the DPO margins
+    see exactly (the normaliser cancels in each pair's log-ratio difference). ``pairs``
+    pairs are drawn from the reference's response law (seed ``seed``) and labelled by
+    Bradley-Terry on the reward at temperature :math:`T` (``bt_temperature``):
+    :math:`P(y_1 \succ y_2) = \sigma((r_1 - r_2)/T)`. The batch is the whole dataset
+    (``per_device_train_batch_size = pairs``), so each step is a full-batch step on the
+    dataset's mean loss. The predicted point is that loss's exact minimiser,
+    :func:`klpolicy.preference.population_optimum` (``loss="sigmoid"``, TRL's ``beta``)
+    on the counts' preference matrix and pair law (see ``_finite_data_problem``);
+    ``pistar`` is the population optimum, :math:`\tilde\pi_{\text{ref}}\, e^{r/(T\beta)}/Z`.
+    Only the plain sigmoid loss is predicted (``loss_type=["sigmoid"]``, reverse KL, no
+    ``ld_alpha``, WPO weighting or reference sync); for any other configuration
+    ``predicted`` is None.
 
     Examples
     --------
@@ -277,7 +537,18 @@ def run(
     steps, seed, law_every, trainer_options = _checked(
         adapter, steps, seed, law_every, device, trainer_options
     )
+    with _quiet():
+        return _run(
+            trainer, task, steps, seed, device, law_every, num_threads, progress, trainer_options
+        )
+
+
+def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, trainer_options):
+    """:func:`run`'s body (its arguments checked), run under :func:`_quiet`."""
+    adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
+    trainer_options = dict(trainer_options)
+    extra = {k: trainer_options.pop(k, v) for k, v in adapter.testbed_options.items()}
     trl = _check_trl()
     import dataclasses as dc
 
@@ -287,12 +558,6 @@ def run(
 
     import klpolicy
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f'`device` is "cuda" but torch {torch.__version__} sees no CUDA device; use "cpu"'
-        )
-    if num_threads is not None:
-        torch.set_num_threads(int(num_threads))
     config_cls = getattr(trl, adapter.config)
     fields = {f.name for f in dc.fields(config_cls)}
     bad = sorted(set(trainer_options) - fields)
@@ -300,20 +565,35 @@ def run(
         raise ValueError(
             f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
         )
+    is_dpo = adapter.trainer == "DPOTrainer"
+    if is_dpo:
+        extra["pairs"] = _positive_int("pairs", extra["pairs"])
+        t = extra["bt_temperature"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < np.inf:
+            raise ValueError(f"`bt_temperature` must be positive and finite; found {t!r}")
+        extra["bt_temperature"] = float(t)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f'`device` is "cuda" but torch {torch.__version__} sees no CUDA device; use "cpu"'
+        )
+    if num_threads is not None:
+        torch.set_num_threads(int(num_threads))
     options = dict(adapter.defaults) | dict(trainer_options)
-    G = int(options["num_generations"])
-    options.setdefault("per_device_train_batch_size", 8 * G)
+    if is_dpo:
+        options.setdefault("per_device_train_batch_size", extra["pairs"])
+    else:
+        options.setdefault("per_device_train_batch_size", 8 * int(options["num_generations"]))
+        options["max_completion_length"] = task.max_new_tokens
     tmp = tempfile.mkdtemp(prefix="klpolicy-testbed-")
     config = config_cls(
         output_dir=tmp,
-        max_steps=int(steps),
-        max_completion_length=task.max_new_tokens,
+        max_steps=steps,
         report_to=[],
         use_cpu=device in (None, "cpu"),
         bf16=False,
         seed=int(seed),
         save_strategy="no",
-        logging_steps=max(int(steps), 1),
+        logging_steps=steps,
         disable_tqdm=not progress,
         **options,
     )
@@ -321,49 +601,119 @@ def run(
     model = task.model()
     prompt_ids = task.prompt_ids()
     eos = task.eos_token_id
+    depth = task.max_new_tokens + (1 if is_dpo else 0)
 
     def law_of(m):
         was = m.training
         m.eval()
-        law = sequence_law(m, prompt_ids, max_new_tokens=task.max_new_tokens, eos_token_id=eos)
+        law = sequence_law(m, prompt_ids, max_new_tokens=depth, eos_token_id=eos)
         m.train(was)
-        return law
+        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
 
-    ref = law_of(model)  # the saved initial weights: TRL's reference model
-    reward = np.array([task.reward(c) for c in ref.completions], dtype=np.float64)
+    completions, ref_law = law_of(model)  # the saved initial weights: TRL's reference model
+    if is_dpo:  # a response longer than the task's depth is a completion with EOS appended
+        reward = np.array(
+            [task.reward(c[:-1] if len(c) > task.max_new_tokens else c) for c in completions],
+            dtype=np.float64,
+        )
+    else:
+        reward = np.array([task.reward(c) for c in completions], dtype=np.float64)
+    beta = float(config.beta)
+    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
     laws, law_steps = [], []
 
     class _LawCallback(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kw):
             if state.global_step % law_every == 0 or state.global_step == steps:
-                laws.append(law_of(model).probs)
+                laws.append(law_of(model)[1])
                 law_steps.append(state.global_step)
 
-    def reward_fn(prompts, completions, completion_ids, **kw):
-        return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
-
-    n_rows = max(int(config.per_device_train_batch_size), 1) * 4
-    dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
     # TRL 1.16.0 builds its reference model from the policy's path
-    # (trl/trainer/grpo_trainer.py:1003), so the initial model goes through a local folder.
+    # (trl/trainer/grpo_trainer.py:1003, dpo_trainer.py:926), so the initial model goes
+    # through a local folder.
     model_dir = f"{tmp}/initial-model"
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    kwargs = {}
+    if is_dpo:
+        from klpolicy.preference import (
+            bradley_terry,
+            population_optimum,
+            sample_preference_counts,
+        )
+
+        temp = extra["bt_temperature"]
+        counts = sample_preference_counts(
+            bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+        )
+        pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
+        plain = (
+            list(config.loss_type) == ["sigmoid"]
+            and config.f_divergence_type == "reverse_kl"
+            and config.ld_alpha is None
+            and not config.use_weighting
+            and not config.sync_ref_model
+        )
+        if plain:
+            p_hat, mu_hat = _finite_data_problem(counts)
+            try:
+                pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
+            except ValueError as exc:
+                raise ValueError(
+                    f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
+                    f"dataset's DPO optimum ({exc}); use more `pairs`"
+                ) from None
+            landing = (
+                f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
+                f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
+                f"{temp * beta:g} is its population limit"
+            )
+        else:
+            pred = None
+            landing = (
+                f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
+            )
+        dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
+        pred_beta_eff = None
+    else:
+        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
+        pistar = optimal_policy(ref_law, reward, beta)
+        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+        landing, pred_beta_eff = str(land), land.beta_eff
+
+        def reward_fn(prompts, completions, completion_ids, **kw):
+            return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
+
+        n_rows = max(int(config.per_device_train_batch_size), 1) * 4
+        dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
+        kwargs["reward_funcs"] = reward_fn
     tr = getattr(trl, adapter.trainer)(
         model=model_dir,
-        reward_funcs=reward_fn,
         args=config,
         train_dataset=dataset,
         processing_class=tok,
         callbacks=[_LawCallback()],
+        **kwargs,
     )
+    if is_dpo:  # the texts must tokenize back to the responses they were written from
+        want = sorted(
+            (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
+        )
+        got = sorted(
+            {
+                (tuple(a), tuple(b))
+                for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
+            }
+        )
+        if got != want:
+            raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
     tr.remove_callback(transformers.PrinterCallback)  # keeps stdout for `--json`
     if not progress:
         tr.remove_callback(transformers.ProgressCallback)
     t0 = time.perf_counter()
     tr.train()
     wall = time.perf_counter() - t0
-    final = law_of(tr.model).probs
+    final = law_of(tr.model)[1]
     if not np.isfinite(final).all():
         raise ValueError(
             f"the run diverged: the policy's law is not finite after {steps} steps; "
@@ -372,33 +722,30 @@ def run(
     if not law_steps or law_steps[-1] != steps:
         laws.append(final)
         law_steps.append(steps)
-    beta = float(config.beta)
-    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
-    land = landing_point(adapter.rule, ref.probs, reward, beta, **rule_opts)
-    pistar = optimal_policy(ref.probs, reward, beta)
-    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
     kept = {
         k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
     } | rule_opts
+    if is_dpo:
+        kept |= extra
     return TestbedResult(
         trainer=trainer,
         config=kept,
-        steps=int(steps),
+        steps=steps,
         seed=int(seed),
-        completions=ref.completions,
-        ref_law=ref.probs,
+        completions=completions,
+        ref_law=ref_law,
         reward=reward,
         law_steps=np.array(law_steps),
         laws=np.array(laws),
         final_law=final,
         predicted=pred,
-        predicted_beta_eff=land.beta_eff,
-        landing=str(land),
+        predicted_beta_eff=pred_beta_eff,
+        landing=landing,
         pistar=pistar,
         kl_to_predicted=None if pred is None else float(kl_divergence(final, pred)),
         kl_to_pistar=float(kl_divergence(final, pistar)),
-        kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref.probs, pred)),
-        beta_fit=float(beta_fit(final, ref.probs, reward)),
+        kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref_law, pred)),
+        beta_fit=float(beta_fit(final, ref_law, reward)),
         versions={
             "trl": trl.__version__,
             "transformers": transformers.__version__,
@@ -406,4 +753,6 @@ def run(
             "klpolicy": klpolicy.__version__,
         },
         wall_time=wall,
+        completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in completions),
+        preference_counts=counts if is_dpo else None,
     )

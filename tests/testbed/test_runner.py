@@ -1,14 +1,21 @@
 import json
+import re
 
+import mpmath as mp
 import numpy as np
 import pytest
 
 pytest.importorskip("trl")
+import torch
 
 from klpolicy import kl_divergence, optimal_policy
 from klpolicy.app.cli import main
 from klpolicy.dynamics import beta_fit, landing_point
 from klpolicy.testbed import ADAPTERS, bandit_task, run, sequence_law
+
+from .._mpref import assert_mp_close
+from .._mpref import optimal_policy as mp_optimal_policy
+from ..preference._mp_optima import derivatives, minimise
 
 
 def test_bandit_reference_is_the_initial_models_law():
@@ -19,7 +26,7 @@ def test_bandit_reference_is_the_initial_models_law():
     assert [t.reward(c) for c in law.completions] == [0, 0, 0, 1.0, 0.5, 0.25, 0]
 
 
-@pytest.mark.parametrize("trainer", sorted(ADAPTERS))
+@pytest.mark.parametrize("trainer", ["trl-grpo", "trl-rloo"])
 def test_short_run_reports_consistent_numbers(trainer):
     r = run(trainer, steps=2, seed=0)
     assert r.laws.shape == (2, 7) and list(r.law_steps) == [1, 2]
@@ -42,6 +49,51 @@ def test_short_run_reports_consistent_numbers(trainer):
     assert d["versions"]["trl"].startswith("1.16")
 
 
+def _mp_finite_data_optimum(ref, counts, beta):
+    # recipe: the dataset's mean DPO loss sum_ij C_ij softplus(-(x_i - x_j)), x = beta g,
+    # minimised by damped Newton in mpmath from x = 0 (tests/preference/_mp_optima.py),
+    # then pi = ref e^{x / beta} / Z
+    n = len(ref)
+    with mp.workdps(40):
+        w = [[mp.mpf(int(counts[i, j])) * (i != j) for j in range(n)] for i in range(n)]
+        x = minimise(*derivatives("sigmoid", {}), w)
+        logits = [mp.log(mp.mpf(float(ref[i]))) + x[i] / mp.mpf(beta) for i in range(n)]
+        top = max(logits)
+        z = mp.fsum(mp.exp(v - top) for v in logits)
+        return [mp.exp(v - top) / z for v in logits]
+
+
+def test_dpo_short_run_on_a_drawn_dataset():
+    t = bandit_task()
+    r = run("trl-dpo", steps=2, seed=3, pairs=128, bt_temperature=2.0)
+    # the outcomes are the responses TRL scores: each answer followed by EOS, and EOS alone
+    assert r.completions == ((0, 1), (1,), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1))
+    assert r.completion_text[3] == "a [EOS]" and list(r.reward) == [0, 0, 0, 1.0, 0.5, 0.25, 0]
+    # the reference law of the responses, from the initial model's own logits:
+    # pi(y | q) pi(EOS | q y), normalised over the seven responses
+    m = t.model().eval()
+    with torch.no_grad():
+        first = torch.log_softmax(m(torch.tensor([[2]])).logits[0, -1].double(), -1)
+        pairs = torch.tensor([[2, y] for y in range(7) if y != 1])
+        then_eos = torch.log_softmax(m(pairs).logits[:, -1].double(), -1)[:, 1]
+    lp = np.array([first[0] + then_eos[0], first[1], *(first[2:] + then_eos[1:]).tolist()])
+    np.testing.assert_allclose(r.ref_law, np.exp(lp) / np.exp(lp).sum(), rtol=1e-6)
+    # the dataset: 128 pairs; the prediction is its exact optimum, pi* the population one,
+    # pi* = ref e^{r / (T beta)} / Z at T = 2, beta = 0.5
+    assert r.preference_counts.sum() == 128 and r.config["pairs"] == 128
+    assert_mp_close(
+        r.predicted, _mp_finite_data_optimum(r.ref_law, r.preference_counts, 0.5), rtol=1e-9
+    )
+    assert_mp_close(r.pistar, mp_optimal_policy(r.ref_law, r.reward, 1.0), rtol=1e-12)
+    assert r.predicted_beta_eff is None and "128 pairs" in r.landing
+    assert r.kl_to_predicted == pytest.approx(kl_divergence(r.final_law, r.predicted), rel=1e-12)
+    assert r.laws.shape == (2, 7) and r.final_law.sum() == pytest.approx(1.0, rel=1e-12)
+    # two steps moved the law toward the prediction
+    assert r.kl_to_predicted < r.kl_ref_to_predicted
+    d = json.loads(r.to_json())
+    assert d["preference_counts"] == r.preference_counts.tolist()
+
+
 def test_bad_trainer_and_option():
     with pytest.raises(ValueError, match="`trainer`"):
         run("trl-ppo", steps=1, seed=0)
@@ -49,6 +101,26 @@ def test_bad_trainer_and_option():
         run("trl-grpo", steps=1, seed=0, no_such_field=1)
     with pytest.raises(ValueError, match="`steps`"):
         run("trl-grpo", steps=0, seed=0)
+    with pytest.raises(ValueError, match="`pairs`"):
+        run("trl-grpo", steps=1, seed=0, pairs=10)  # a DPO option
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"pairs": 0}, "`pairs` must be an integer >= 1; found 0"),
+        ({"pairs": 2.5}, "`pairs` must be an integer >= 1; found 2.5"),
+        ({"bt_temperature": 0.0}, "`bt_temperature` must be positive and finite; found 0.0"),
+        (
+            {"bt_temperature": float("inf")},
+            "`bt_temperature` must be positive and finite; found inf",
+        ),
+        ({"num_generations": 2}, "unknown option `num_generations` for trl-dpo"),
+    ],
+)
+def test_dpo_bad_options(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run("trl-dpo", steps=1, seed=0, **options)
 
 
 @pytest.mark.parametrize(
@@ -148,3 +220,13 @@ def test_runs_on_cuda():
     r = run("trl-grpo", steps=2, seed=0, device="cuda")
     assert r.final_law.sum() == pytest.approx(1.0, rel=1e-6)
     assert r.final_law @ r.reward > r.ref_law @ r.reward
+
+
+@pytest.mark.slow
+def test_dpo_lands_at_the_finite_data_optimum():
+    # measured (CPU, seed 0, 256 pairs, beta 0.5, T 1, lr 0.01): KL to the dataset's optimum
+    # 1.3e-4 at step 25, 3.0e-7 at 100 (1.1e-14 at 300); to pi* 0.639; ref to optimum 1.76
+    r = run("trl-dpo", steps=100, seed=0)
+    assert r.kl_to_predicted < 1e-5
+    assert r.kl_to_pistar > 0.5
+    assert r.kl_ref_to_predicted > 1.0
