@@ -384,12 +384,6 @@ def _quiet():
             datasets.enable_progress_bars()
 
 
-def _positive_int(name, val):
-    if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
-    return int(val)
-
-
 #: The largest group the testbed builds: TRL holds ``8 * num_generations`` completions a step.
 MAX_GENERATIONS = 4096
 #: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
@@ -566,12 +560,11 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
             f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
         )
     is_dpo = adapter.trainer == "DPOTrainer"
-    if is_dpo:
-        extra["pairs"] = _positive_int("pairs", extra["pairs"])
-        t = extra["bt_temperature"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < np.inf:
-            raise ValueError(f"`bt_temperature` must be positive and finite; found {t!r}")
-        extra["bt_temperature"] = float(t)
+    if is_dpo:  # checked in _checked when given; the defaults as numbers
+        extra["pairs"], extra["bt_temperature"] = (
+            int(extra["pairs"]),
+            float(extra["bt_temperature"]),
+        )
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f'`device` is "cuda" but torch {torch.__version__} sees no CUDA device; use "cpu"'

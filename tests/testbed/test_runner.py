@@ -108,12 +108,12 @@ def test_bad_trainer_and_option():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"pairs": 0}, "`pairs` must be an integer >= 1; found 0"),
-        ({"pairs": 2.5}, "`pairs` must be an integer >= 1; found 2.5"),
-        ({"bt_temperature": 0.0}, "`bt_temperature` must be positive and finite; found 0.0"),
+        ({"pairs": 0}, "`pairs` must be an integer >= 1; got 0"),
+        ({"pairs": 2.5}, "`pairs` must be an integer >= 1; got 2.5"),
+        ({"bt_temperature": 0.0}, "`bt_temperature` must be a positive finite number; got 0.0"),
         (
             {"bt_temperature": float("inf")},
-            "`bt_temperature` must be positive and finite; found inf",
+            "`bt_temperature` must be a positive finite number; got inf",
         ),
         ({"num_generations": 2}, "unknown option `num_generations` for trl-dpo"),
     ],
