@@ -1007,9 +1007,10 @@ def _by_rows(ufunc, a: NDArray, col: NDArray, out: NDArray) -> NDArray:
     """``ufunc(a, col[:, None], out=out)`` for a (rows, n) array ``a`` and one value per row.
 
     numpy iterates such a broadcast in chunks of its ufunc buffer (8192 elements) and,
-    for rows shorter than that, takes 2.5-4x the time of the same operation with a
-    scalar (a (16, 4096) float32 subtraction: 40 us against 11; also a loop of one call
-    per row, each a few microseconds of overhead). A buffer of at most one row (a
+    for rows shorter than that, takes about twice the time of the same operation with
+    a scalar, or more (a loop of one call per row pays a few microseconds of overhead per row;
+    the times: ``docs/performance.md``, "Small costs behind two design choices"). A
+    buffer of at most one row (a
     multiple of 16, as numpy asks) lets it run row by row at a scalar's speed. An
     elementwise operation gives the same bits whatever the buffer (no reduction runs
     under the changed size); the buffer is restored at once, as it is thread-local.

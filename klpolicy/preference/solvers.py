@@ -556,9 +556,9 @@ def _polish(
 
     The float64 gradient's rounding, about ``eps sum_j |w_ij phi'_ij|``, is far above its
     value where the pair terms cancel: the iteration stops with ``x`` off by that rounding
-    over the curvature (4.0e-12 measured, at scores up to 18), and an entry of the policy,
-    ``ref e^{x / beta} / Z``, by ``|x / beta|`` times that (1.29e-10 relative at an entry
-    of 1.2e-251, beta 1/32). Newton's step from the extended gradient, on the float64 Hessian at ``x``
+    over the curvature, ``dx``, and an entry of the policy, ``ref e^{x / beta} / Z``, off
+    by about ``|dx| / beta`` relative (the figures: ``docs/derivations/pair_solvers.md``,
+    section 4). Newton's step from the extended gradient, on the float64 Hessian at ``x``
     (``hess``, scaled by ``dsc`` on the free coordinates: ample for a step that small),
     removes it, down to the rounding of ``x`` itself. The step is taken only where that
     Hessian is positive definite and the step is below 1e-6; one above 1e-9 (outside the
