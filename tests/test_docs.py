@@ -7,6 +7,7 @@ The Sphinx build itself (tutorials executed, warnings as errors) runs in CI's do
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -14,6 +15,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -434,3 +436,94 @@ def test_tutorial_figures_use_the_lecture_style(path):
         assert style and style.start() < first_draw, f"{path.name} draws before the lecture style"
     small = [int(n) for n in re.findall(r"fontsize=(\d+)", code) if int(n) < 14]
     assert small == [], f"{path.name} sets fontsize {small}"
+
+
+# ---------------------------------------------------------------- numpydoc validation
+
+_AUTODOC = re.compile(r"^\.\. currentmodule:: (\S+)|\.\. autosummary::\n((?:   .*\n|\n)+)", re.M)
+
+
+def _documented_objects() -> list[str]:
+    """The import paths of what the API pages document: every autosummary entry and, for a
+    class (the class template documents ``:members:``), its own public members. Modules are
+    left out, as numpydoc's Sphinx hook does not validate them."""
+    out = []
+    for page in sorted(API.glob("*.md")):
+        current = "klpolicy"
+        for match in _AUTODOC.finditer(page.read_text(encoding="utf-8")):
+            if match.group(1):
+                current = match.group(1)
+                continue
+            for line in match.group(2).splitlines():
+                entry = line.strip().lstrip("~")
+                if not entry or entry.startswith(":"):
+                    continue
+                full = entry if entry.startswith("klpolicy.") else f"{current}.{entry}"
+                modname, _, attr = full.rpartition(".")
+                try:
+                    obj = getattr(_import(modname), attr)
+                except pytest.skip.Exception:  # an optional dependency is missing here
+                    continue
+                if inspect.ismodule(obj):
+                    continue
+                out.append(full)
+                if inspect.isclass(obj):
+                    out += [f"{full}.{a}" for a in vars(obj) if not a.startswith("_")]
+    return out
+
+
+def _conf_value(name: str):
+    """A literal assigned in docs/conf.py (read, not executed: conf.py sets the environment)."""
+    tree = ast.parse((DOCS / "conf.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"docs/conf.py does not set {name}")
+
+
+@pytest.mark.slow
+def test_docstrings_pass_the_numpydoc_checks_the_docs_build_turns_on():
+    # the same validator numpydoc's Sphinx hook runs, on the same objects, for the checks
+    # docs/conf.py turns on: a failure here is a warning (an error under -W) in the build
+    validate = pytest.importorskip("numpydoc.validate").validate
+    checks = _conf_value("numpydoc_validation_checks")
+    assert {"PR02", "PR08", "RT02", "RT03", "SS02"} <= checks
+    objects = _documented_objects()
+    assert len(objects) > 400  # every page read
+    failures = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated aliases warn when loaded
+        for name in objects:
+            for code, message in validate(name)["errors"]:
+                if code in checks:
+                    failures.append(f"{name}: {code} {message}")
+    assert failures == [], "\n".join(failures)
+
+
+def test_the_numpydoc_check_reads_conf_and_finds_failures():
+    validate = pytest.importorskip("numpydoc.validate").validate
+    assert "RT03" in _conf_value("numpydoc_validation_checks")
+
+    def bad(x):
+        """lower-case summary.
+
+        Parameters
+        ----------
+        x : int
+            an input.
+        y : int
+            Not a parameter.
+
+        Returns
+        -------
+        int
+        """
+        return x
+
+    bad.__module__ = __name__
+    globals()["_numpydoc_bad"] = bad
+    bad.__qualname__ = bad.__name__ = "_numpydoc_bad"
+    codes = {code for code, _ in validate(f"{__name__}._numpydoc_bad")["errors"]}
+    assert {"SS02", "PR02", "PR08", "RT03"} <= codes

@@ -30,7 +30,7 @@ _KLUNIT = np.array([(k - 1) / math.factorial(k) for k in range(2, 2 + _N_TERMS)]
 
 
 def _horner_x2(x: NDArray, coeffs: NDArray) -> NDArray:
-    """x^2 * sum_j coeffs[j] x^j by Horner's rule."""
+    """The polynomial ``x^2 * sum_j coeffs[j] x^j``, by Horner's rule."""
     acc = np.full_like(x, coeffs[-1])
     for c in coeffs[-2::-1]:
         acc = acc * x + c

@@ -219,7 +219,7 @@ def _solve(
 
 
 def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Tilt:
-    """pi*_beta and its statistics for validated inputs (probability axis last).
+    """The optimum pi*_beta and its statistics for validated inputs (probability axis last).
 
     ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
     (greedy limit) and inf (reference) alongside finite positive values.
@@ -299,7 +299,7 @@ def optimal_policy(
         ``validate=False`` skips them (the caller guarantees valid input).
         numpy input is always checked (the checks are fused into the kernel).
     workers : int, optional
-        numpy input: threads over row blocks (scipy.fft's convention: ``None``
+        Threads over row blocks, for numpy input (scipy.fft's convention: ``None``
         or 1 one thread, -1 every core). The result is the same to the bit.
 
     Returns
@@ -565,7 +565,7 @@ def objective(
     ----------
     pi : array_like
         The policy to evaluate (probabilities along ``axis``).
-    ref, reward, beta, axis, validate, workers
+    ref, reward, beta, axis
         As in :func:`optimal_policy`.
 
     Returns

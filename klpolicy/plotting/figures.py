@@ -57,7 +57,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def lecture_style() -> dict[str, Any]:
-    """rcParams for slides: large fonts, thick lines, the Okabe-Ito cycle.
+    """The rcParams for slides: large fonts, thick lines, the Okabe-Ito cycle.
 
     Every text is at least 14 pt at the figure's own size (7.5 x 4.8 inches, about
     half a 16:9 slide), labels use mathtext (real subscripts: ``$\\pi^*_\\beta$``),
@@ -334,6 +334,7 @@ def beta_sweep(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -479,6 +480,7 @@ def frontier(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -611,6 +613,7 @@ def kl_budget(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -728,6 +731,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -881,6 +885,7 @@ def estimator_histograms(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -996,6 +1001,7 @@ def fixed_points(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------

@@ -123,7 +123,7 @@ def population_loss(
     mu : array_like, optional
         Pair law: ``None`` (``ref x ref``), a vector or an ``(n, n)`` joint law.
     divergence : str, optional
-        f-DPO: the f-divergence whose score replaces each log-ratio (TRL's
+        The f-divergence whose score replaces each log-ratio (f-DPO; TRL's
         ``f_divergence_type``: ``"reverse_kl"`` (default, DPO), ``"forward_kl"``,
         ``"js_divergence"``, ``"alpha_divergence"``, or any key of
         :data:`klpolicy.DIVERGENCES` but ``"tv"``); see

@@ -568,7 +568,8 @@ def sampler_law(
     order : {"transformers", "vllm"}
         Whose processing order (see the module notes for what differs).
     min_tokens_to_keep : int, optional
-        transformers' ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
+        The least number of tokens each filter keeps, as transformers'
+        ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
         sampling). Must be 1 with ``order="vllm"``.
     defaults : str, mapping or GenerationConfig-like, optional
         Where the settings left ``None`` come from: ``None`` (default: they are

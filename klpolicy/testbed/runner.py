@@ -202,6 +202,8 @@ def run(
     Returns
     -------
     TestbedResult
+        What the run measured: the laws along training, the predicted landing point and
+        the KLs between them.
 
     Raises
     ------

@@ -143,7 +143,8 @@ def _describe(kind, value, current, n_steps, target, horizon):
     )
 
 
-def check_kl_controller(
+# numpydoc takes a first parameter named cls for a classmethod's and drops it: cls is "unknown"
+def check_kl_controller(  # numpydoc ignore=PR02
     cls: Any,
     *,
     kind: str | None = None,
