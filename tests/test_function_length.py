@@ -28,17 +28,6 @@ ALLOWED = {
     ("preference/family.py", "population_loss"): (
         "the same dispatch as population_optimum (issue 36 item 1)"
     ),
-    ("preference/solvers.py", "_margin_newton"): (
-        "the second-order descent of docs/derivations/pair_solvers.md; its closures share "
-        "the iterate's state (the loss change, the line search, the step clipping)"
-    ),
-    ("core/roots.py", "monotone_root"): (
-        "one safeguarded Newton-bisection loop over all rows; its bracket updates share "
-        "the loop's arrays"
-    ),
-    ("core/closed_form.py", "beta_for_kl"): (
-        "the inverse's limits, bracket and polish over all rows at once; not split yet"
-    ),
     ("testbed/runner.py", "run"): "the testbed, new in this release and being extended",
 }
 
