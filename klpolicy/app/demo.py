@@ -314,6 +314,11 @@ FIGURES: dict[str, tuple[Callable[[Any], None], tuple[str, ...]]] = {
 def available_figures() -> list[str]:
     """Names of the headline figures whose modules are installed, in drawing order.
 
+    Returns
+    -------
+    list of str
+        The figure names, in drawing order.
+
     Examples
     --------
     >>> from klpolicy.app.demo import available_figures

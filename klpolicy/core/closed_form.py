@@ -80,6 +80,11 @@ def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int, names=("ref", "reward
 
     ``names`` are the caller's names for the two arguments (e.g. ``("pi_old",
     "advantage")``), used in every error message.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        ``ref`` and ``reward``, validated and broadcast.
     """
     ref_a = V.as_probabilities(names[0], ref, axis)
     rew_a = V.as_rewards(names[1], reward, axis)
@@ -98,6 +103,11 @@ def _setup(
     last. ``axis_neg`` is the negative position of the probability axis in the
     caller's layout, for :func:`_restore`. ``names`` are the caller's names
     for the three arguments, used in every error message.
+
+    Returns
+    -------
+    tuple
+        ``(ref, reward, beta, axis_neg)``.
     """
     ref_a, rew_a = _prepare(ref, reward, axis, names[:2])
     ndim = ref_a.ndim
@@ -227,6 +237,11 @@ def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Ti
     ``mean``, ``var``); the others are ``None``. Rows take the one-exp fast path
     of :mod:`klpolicy.core._tilt` where it is provably as accurate as the careful
     log-space path, and the careful path otherwise.
+
+    Returns
+    -------
+    Tilt
+        ``pi`` and the statistics named in ``want``.
     """
     return _kernel.tilt(ref, reward, beta, want)
 

@@ -66,6 +66,11 @@ def lecture_style() -> dict[str, Any]:
     Use as ``with matplotlib.rc_context(lecture_style()): ...``, or for a whole
     notebook ``matplotlib.pyplot.rcParams.update(lecture_style())``.
 
+    Returns
+    -------
+    dict
+        The rcParams, for ``matplotlib.rc_context``.
+
     Examples
     --------
     >>> from klpolicy.plotting import lecture_style

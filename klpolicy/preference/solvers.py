@@ -103,6 +103,11 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
     to its own row's weights, whatever the weights' span and the outcomes' order: the
     Jacobi-scaled system is solved with the heaviest outcome pinned, then refined twice
     on the residual written as ``rhs_i - sum_j sym_ij (g_i - g_j)``.
+
+    Returns
+    -------
+    ndarray
+        The solution ``g``, 0 off the support.
     """
     sym, support = _check_inputs("sym", sym, support)
     rhs = V.as_finite_array("rhs", rhs).astype(np.float64, copy=False)
@@ -137,6 +142,11 @@ def consistent_potentials(logit: NDArray, compared: NDArray, support: NDArray) -
     Laplacian); it is accepted when it reproduces every compared pair's log-odds to
     rounding. ``None`` when a compared pair is deterministic (infinite log-odds), when the
     compared pairs do not connect the support, or when the log-odds are not additive.
+
+    Returns
+    -------
+    ndarray or None
+        The potentials, or None where no potentials fit every compared pair.
     """
     idx = np.flatnonzero(support)
     if idx.size <= 1:
@@ -263,6 +273,11 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
 
     Returns ``g`` on the support (``-inf`` for outcomes whose mass tends to 0 in
     the deterministic limit) and 0 off it.
+
+    Returns
+    -------
+    ndarray
+        The log-ratios ``g``.
     """
     V.as_choice("kind", kind, ("dpo",))
     w, support = _check_inputs("w", w, support)

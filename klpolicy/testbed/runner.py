@@ -128,7 +128,13 @@ class TestbedResult:
     wall_time: float
 
     def to_json(self) -> str:
-        """The result as one JSON object (arrays as lists, non-finite floats as strings)."""
+        """The result as one JSON object (arrays as lists, non-finite floats as strings).
+
+        Returns
+        -------
+        str
+            The JSON text.
+        """
 
         def conv(x):
             if isinstance(x, np.ndarray):
