@@ -28,7 +28,6 @@ ALLOWED = {
     ("preference/family.py", "population_loss"): (
         "the same dispatch as population_optimum (issue 36 item 1)"
     ),
-    ("testbed/runner.py", "run"): "the testbed, new in this release and being extended",
 }
 
 

@@ -239,8 +239,6 @@ def run(
     adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
     trl = _check_trl()
-    import dataclasses as dc
-
     import torch
     import transformers
     from datasets import Dataset
@@ -249,30 +247,7 @@ def run(
 
     if num_threads is not None:
         torch.set_num_threads(int(num_threads))
-    config_cls = getattr(trl, adapter.config)
-    fields = {f.name for f in dc.fields(config_cls)}
-    bad = sorted(set(trainer_options) - fields)
-    if bad:
-        raise ValueError(
-            f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
-        )
-    options = dict(adapter.defaults) | dict(trainer_options)
-    G = int(options["num_generations"])
-    options.setdefault("per_device_train_batch_size", 8 * G)
-    tmp = tempfile.mkdtemp(prefix="klpolicy-testbed-")
-    config = config_cls(
-        output_dir=tmp,
-        max_steps=int(steps),
-        max_completion_length=task.max_new_tokens,
-        report_to=[],
-        use_cpu=device in (None, "cpu"),
-        bf16=False,
-        seed=int(seed),
-        save_strategy="no",
-        logging_steps=max(int(steps), 1),
-        disable_tqdm=True,
-        **options,
-    )
+    config, tmp = _trainer_config(trl, trainer, adapter, task, steps, seed, device, trainer_options)
     tok = task.tokenizer()
     model = task.model()
     prompt_ids = task.prompt_ids()
@@ -322,6 +297,53 @@ def run(
     if not law_steps or law_steps[-1] != steps:
         laws.append(final)
         law_steps.append(steps)
+    versions = {
+        "trl": trl.__version__,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "klpolicy": klpolicy.__version__,
+    }
+    trained = (steps, seed, np.array(law_steps), np.array(laws), final, wall)
+    return _compare(trainer, adapter, config, ref, reward, trained, versions)
+
+
+def _trainer_config(trl, trainer, adapter, task, steps, seed, device, trainer_options):
+    """The TRL config of the run and its output folder (a new temporary one): the adapter's
+    defaults, the caller's options (each a field of the config, else a ValueError), one
+    step's batch of eight groups by default."""
+    import dataclasses as dc
+
+    config_cls = getattr(trl, adapter.config)
+    fields = {f.name for f in dc.fields(config_cls)}
+    bad = sorted(set(trainer_options) - fields)
+    if bad:
+        raise ValueError(
+            f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
+        )
+    options = dict(adapter.defaults) | dict(trainer_options)
+    G = int(options["num_generations"])
+    options.setdefault("per_device_train_batch_size", 8 * G)
+    tmp = tempfile.mkdtemp(prefix="klpolicy-testbed-")
+    config = config_cls(
+        output_dir=tmp,
+        max_steps=int(steps),
+        max_completion_length=task.max_new_tokens,
+        report_to=[],
+        use_cpu=device in (None, "cpu"),
+        bf16=False,
+        seed=int(seed),
+        save_strategy="no",
+        logging_steps=max(int(steps), 1),
+        disable_tqdm=True,
+        **options,
+    )
+    return config, tmp
+
+
+def _compare(trainer, adapter, config, ref, reward, trained, versions) -> TestbedResult:
+    """The trained law against the prediction: the landing point of the adapter's rule at
+    the config's own options, the closed form ``pi*``, and the KLs between them."""
+    steps, seed, law_steps, laws, final, wall = trained
     beta = float(config.beta)
     rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
     land = landing_point(adapter.rule, ref.probs, reward, beta, **rule_opts)
@@ -338,8 +360,8 @@ def run(
         completions=ref.completions,
         ref_law=ref.probs,
         reward=reward,
-        law_steps=np.array(law_steps),
-        laws=np.array(laws),
+        law_steps=law_steps,
+        laws=laws,
         final_law=final,
         predicted=pred,
         predicted_beta_eff=land.beta_eff,
@@ -349,11 +371,6 @@ def run(
         kl_to_pistar=float(kl_divergence(final, pistar)),
         kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref.probs, pred)),
         beta_fit=float(beta_fit(final, ref.probs, reward)),
-        versions={
-            "trl": trl.__version__,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "klpolicy": klpolicy.__version__,
-        },
+        versions=versions,
         wall_time=wall,
     )
