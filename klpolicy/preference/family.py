@@ -184,32 +184,15 @@ def population_loss(
     1.0
     """
     if not isinstance(loss, str) and isinstance(loss, Sequence) and len(loss) > 0:
-        names = [get_loss(n).name for n in loss]
-        weights = _loss_weights(loss_weights, len(names))
-        known = {o.name for n in names for o in LOSSES[n].options}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(
-                f"no loss in `loss` {names} has the option `{unknown[0]}`; their options: "
-                + (", ".join(f"`{k}`" for k in sorted(known)) or "none")
-            )
-        total = 0.0
-        for n, wk in zip(names, weights):
-            own = {k: v for k, v in options.items() if k in {o.name for o in LOSSES[n].options}}
-            total += wk * population_loss(
-                policy,
-                ref,
-                preferences,
-                beta,
-                loss=n,
-                mu=mu,
-                divergence=divergence,
-                alpha=alpha,
-                alpha_clamp=alpha_clamp,
-                trl_version=trl_version,
-                **own,
-            )
-        return total
+        common = dict(
+            mu=mu,
+            divergence=divergence,
+            alpha=alpha,
+            alpha_clamp=alpha_clamp,
+            trl_version=trl_version,
+        )
+        problem = (policy, ref, preferences, beta)
+        return _weighted_population_loss(problem, loss, loss_weights, common, options)
     if loss_weights is not None:
         raise ValueError(
             f"`loss_weights` go with a list of losses (TRL's loss_type list); got "
@@ -262,23 +245,7 @@ def population_loss(
     w = _win_weights(ref_a, preferences, mu)
     g = _log_ratio(policy, ref_a, w)
     if row.batch_dependent:
-        eps = o["label_smoothing"]
-
-        def psi(d):
-            return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
-
-        if row.name in ("aot_pair", "aot_unpaired"):
-            idx = np.arange(g.size)
-            keep = (w.sum(1) + w.sum(0)) > 0
-            return _quantile_coupling(
-                g[idx[keep]], w.sum(1)[keep], g[idx[keep]], w.sum(0)[keep], psi
-            )
-        i, j = np.nonzero(w > 0)
-        with np.errstate(divide="ignore"):
-            lref = np.log(ref_a)
-        ref_odds = lref[i] - lref[j]
-        pol_odds = (g[i] - g[j]) + ref_odds
-        return _quantile_coupling(pol_odds, w[i, j], ref_odds, w[i, j], psi)
+        return _sorting_loss(row.name, g, w, ref_a, b, o["label_smoothing"])
     ell = row._kernel[0]
     mask = w > 0
     with np.errstate(over="ignore"):
@@ -288,6 +255,44 @@ def population_loss(
         else:
             vals = ell(g[:, None] + 0 * g[None, :], g[None, :] + 0 * g[:, None], b, o)
     return float(np.sum(np.where(mask, w * np.where(mask, vals, 0.0), 0.0)))
+
+
+def _weighted_population_loss(problem, loss, loss_weights, common, options) -> float:
+    """TRL's ``loss_type`` list with ``loss_weights``: the weighted sum of the losses'
+    population values, each with its own options (an option no loss has is a ValueError)."""
+    names = [get_loss(n).name for n in loss]
+    weights = _loss_weights(loss_weights, len(names))
+    known = {o.name for n in names for o in LOSSES[n].options}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"no loss in `loss` {names} has the option `{unknown[0]}`; their options: "
+            + (", ".join(f"`{k}`" for k in sorted(known)) or "none")
+        )
+    total = 0.0
+    for n, wk in zip(names, weights):
+        own = {k: v for k, v in options.items() if k in {o.name for o in LOSSES[n].options}}
+        total += wk * population_loss(*problem, loss=n, **common, **own)
+    return total
+
+
+def _sorting_loss(name, g, w, ref_a, b, eps) -> float:
+    """The sorting losses (``aot``, ``aot_pair``, ``aot_unpaired``): the quantile coupling of
+    the chosen and rejected log-ratio (or log-odds) laws under the pair weights."""
+
+    def psi(d):
+        return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
+
+    if name in ("aot_pair", "aot_unpaired"):
+        idx = np.arange(g.size)
+        keep = (w.sum(1) + w.sum(0)) > 0
+        return _quantile_coupling(g[idx[keep]], w.sum(1)[keep], g[idx[keep]], w.sum(0)[keep], psi)
+    i, j = np.nonzero(w > 0)
+    with np.errstate(divide="ignore"):
+        lref = np.log(ref_a)
+    ref_odds = lref[i] - lref[j]
+    pol_odds = (g[i] - g[j]) + ref_odds
+    return _quantile_coupling(pol_odds, w[i, j], ref_odds, w[i, j], psi)
 
 
 # ---------------------------------------------------------------------------
@@ -1176,29 +1181,8 @@ def population_optimum(
             )
         return _length_normalised_optimum(ref_a, x, lengths, b)
     if f_dpo or name == "chi_po":
-        if name == "chi_po":
-            if f_dpo:
-                raise ValueError(
-                    "`divergence` is fixed by `loss` 'chi_po' (its link is the chi2_kl score); "
-                    f"got divergence={divergence!r}"
-                )
-            divergence, base = "chi2_kl", "sigmoid"
-        else:
-            resolve_divergence(divergence, alpha)  # the name and alpha, checked first
-            check_f_loss(row, divergence, trl_version)  # TRL's refusals
-            base = name
-        if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
-            raise ValueError(
-                f"`loss` {name!r} is not a function of score differences: its f-DPO population "
-                "optimum is not the f-regularised optimum, and population_optimum computes it "
-                "for the margin losses only (sigmoid, robust, hinge, ipo, exo_pair, discopop)"
-            )
-        # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
-        # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
-        pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
-        return f_population_optimum(
-            pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp, trl_version=trl_version
-        )
+        f_options = (divergence, alpha, alpha_clamp, f_dpo)
+        return _f_dpo_optimum(row, ref_a, preferences, b, mu, o, f_options, trl_version)
     if name in ("aot", "aot_pair", "aot_unpaired"):
         raise ValueError(
             f"`loss` {name!r} sorts log-ratios across the batch: its population version is "
@@ -1225,21 +1209,7 @@ def population_optimum(
         _check_connected(joint + joint.T, np.flatnonzero(support))
         return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
-        if not np.isfinite(1.0 / b):
-            raise ValueError(
-                f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
-                f"loss {name!r} (its population loss depends on beta, not only on a scale, "
-                f"and 1 / beta overflows); got {float(b)!r}"
-            )
-        joint = V.as_pair_law(mu, ref_a)
-        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
-        with np.errstate(invalid="ignore"):
-            terms = (joint + joint.T) * (p - p.T)
-        skew = np.array([math.fsum(t) for t in terms.tolist()])
-        g = _separable_optimum(name, ref_a, w, b, o, skew)
-        with np.errstate(over="ignore"):
-            pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
-        return pi / pi.sum()
+        return _per_outcome_optimum(name, ref_a, preferences, mu, w, b, o)
     if name == "robust":
         q = _robust_denoised(ref_a, preferences, mu, o["label_smoothing"])
         if q is not None:  # a drawn pair at P = eps or 1 - eps: sigmoid's loss on q, see Notes
@@ -1259,6 +1229,59 @@ def population_optimum(
         w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
     )
     return _tilt_scores(ref_a, x, b)
+
+
+def _f_dpo_optimum(row, ref_a, preferences, b, mu, o, f_options, trl_version):
+    """f-DPO (and ``chi_po``) with a margin loss: the f-regularised optimum at ``c * beta``
+    for the implied reward of the same loss under the reverse KL (see
+    :func:`population_optimum`'s Notes); a ValueError for a loss that is not a function of
+    score differences. ``f_options``: ``(divergence, alpha, alpha_clamp, f_dpo)``."""
+    divergence, alpha, alpha_clamp, f_dpo = f_options
+    name = row.name
+    if name == "chi_po":
+        if f_dpo:
+            raise ValueError(
+                "`divergence` is fixed by `loss` 'chi_po' (its link is the chi2_kl score); "
+                f"got divergence={divergence!r}"
+            )
+        divergence, base = "chi2_kl", "sigmoid"
+    else:
+        resolve_divergence(divergence, alpha)  # the name and alpha, checked first
+        check_f_loss(row, divergence, trl_version)  # TRL's refusals
+        base = name
+    if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
+        raise ValueError(
+            f"`loss` {name!r} is not a function of score differences: its f-DPO population "
+            "optimum is not the f-regularised optimum, and population_optimum computes it "
+            "for the margin losses only (sigmoid, robust, hinge, ipo, exo_pair, discopop)"
+        )
+    # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
+    # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
+    pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
+    return f_population_optimum(
+        pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp, trl_version=trl_version
+    )
+
+
+def _per_outcome_optimum(name, ref_a, preferences, mu, w, b, o):
+    """The optimum of a per-outcome loss (``nca_pair``, ``bco_pair``, ``sppo_hard``):
+    :func:`_separable_optimum` on the outcomes' skews ``c_i - r_i``, formed pair by pair."""
+    support = ref_a > 0
+    if not np.isfinite(1.0 / b):
+        raise ValueError(
+            f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
+            f"loss {name!r} (its population loss depends on beta, not only on a scale, "
+            f"and 1 / beta overflows); got {float(b)!r}"
+        )
+    joint = V.as_pair_law(mu, ref_a)
+    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    with np.errstate(invalid="ignore"):
+        terms = (joint + joint.T) * (p - p.T)
+    skew = np.array([math.fsum(t) for t in terms.tolist()])
+    g = _separable_optimum(name, ref_a, w, b, o, skew)
+    with np.errstate(over="ignore"):
+        pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
+    return pi / pi.sum()
 
 
 class OptimumSet(NamedTuple):
