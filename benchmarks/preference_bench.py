@@ -6,12 +6,14 @@ problem. hinge: against the previous method, a plain HiGHS solve of the same pro
 linear programs (the least loss, then the least weighted spread at that loss; sparse, one
 row per drawn pair), with the peak memory of each (the resident set's growth, measured in
 a forked child; Linux) and whether the two return the same policy. Problems: ``ref``
-Dirichlet(1), preferences P[i, j] uniform in (0.2, 0.8) above the diagonal, beta 0.5. Each
+Dirichlet(1), preferences P[i, j] uniform in (0.2, 0.8) above the diagonal, beta 0.5;
+``--chain-sizes``: hinge on a deterministic chain (P[i, j] = 1 for i < j, ``ref`` uniform,
+beta 0.5), whose integral scores span n - 1, so that the descent takes n steps. Each
 time is the minimum of ``--repeat`` runs; absolute times are machine-dependent, the ratios
 are what to compare.
 
     python benchmarks/preference_bench.py [--sizes 40 100 1000] [--hinge-sizes 40 100 200]
-        [--baseline-max 100] [--repeat 3]
+        [--baseline-max 100] [--chain-sizes 200] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ def problem(n: int, seed: int = 0):
     p = upper + np.tril(1.0 - upper.T, -1)
     np.fill_diagonal(p, 0.5)
     return ref, p
+
+
+def chain(n: int):
+    """A deterministic chain: outcome i beats every j > i with probability 1."""
+    p = np.triu(np.ones((n, n)), 1)
+    p += np.tril(1.0 - p.T, -1)
+    np.fill_diagonal(p, 0.5)
+    return np.full(n, 1.0 / n), p
 
 
 def hinge_by_highs(ref, p, beta):
@@ -131,6 +141,7 @@ def main() -> None:
         default=100,
         help="largest size for the HiGHS baseline (about 15 min at 200 on a 2-core machine)",
     )
+    parser.add_argument("--chain-sizes", type=int, nargs="*", default=[])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     print(f"{'n':>6} {'dpo_optimum':>12} {'nca_pair':>10} {'ratio':>7}")
@@ -163,6 +174,12 @@ def main() -> None:
             f"{n:>6} {new:>8.3f}s {new_mem:>6.1f}MiB {old:>9.3f}s {old_mem:>6.1f}MiB "
             f"{old / new:>8.1f}x {same!s:>12}"
         )
+    for n in args.chain_sizes:
+        ref, p = chain(n)
+        t = best_time(
+            lambda ref=ref, p=p: population_optimum(ref, p, 0.5, loss="hinge"), args.repeat
+        )
+        print(f"{n:>6} {t:>8.3f}s  (hinge, deterministic chain)")
 
 
 if __name__ == "__main__":

@@ -76,6 +76,31 @@ autodoc_default_options = {"member-order": "bysource"}
 numpydoc_show_class_members = False
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
+# numpydoc's validation of every docstring the API pages document, for the checks every one
+# of them passes (tests/test_docs.py runs the same validator on the same objects, quickly):
+# layout (GL01-GL10 but GL02, GL06-GL08), a summary that starts with a capital and has
+# no leading whitespace (SS02, SS04), parameters that exist, with types and descriptions that
+# start with a capital and end with a period (PR02, PR05, PR06, PR08-PR10), a Returns
+# section that says what a function returns (RT01-RT05, YD01), and See Also entries that
+# are well formed (SA02-SA04). Not on, with the count of objects that fail today: ES01
+# (no extended summary, 329), EX01 (no example, 325), SA01 (no See Also, 538), PR01
+# (a parameter undocumented, 97: most are the fields of result classes, documented as
+# Attributes), PR03/PR04/PR07 (order, types, descriptions
+# of parameters documented together), SS01/SS03/SS05/SS06/GL02 (the summaries of data,
+# of result fields, "Alias for field number 0", and of constants whose #: comment is two
+# lines).
+numpydoc_validation_checks = {
+    "GL01", "GL03", "GL05", "GL09", "GL10",
+    "SS02", "SS04",
+    "PR02", "PR05", "PR06", "PR08", "PR09", "PR10",
+    "RT01", "RT02", "RT03", "RT04", "RT05", "YD01",
+    "SA02", "SA03", "SA04",
+}  # fmt: skip
+# four functions of klpolicy.dynamics lack a Returns section (RT01); that package is being
+# rewritten on another branch: give them one there and drop this line
+numpydoc_validation_exclude = {
+    r"^klpolicy\.dynamics\.(rule_names|Rule\.resolve|solvers\.family_roots|solvers\.fixed_points)$"
+}
 
 # ---------------------------------------------------------------- MyST and notebooks
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence"]

@@ -7,6 +7,7 @@ The Sphinx build itself (tutorials executed, warnings as errors) runs in CI's do
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
@@ -14,6 +15,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -436,3 +438,117 @@ def test_tutorial_figures_use_the_lecture_style(path):
         assert style and style.start() < first_draw, f"{path.name} draws before the lecture style"
     small = [int(n) for n in re.findall(r"fontsize=(\d+)", code) if int(n) < 14]
     assert small == [], f"{path.name} sets fontsize {small}"
+
+
+# ---------------------------------------------------------------- numpydoc validation
+
+_AUTODOC = re.compile(r"^\.\. currentmodule:: (\S+)|\.\. autosummary::\n((?:   .*\n|\n)+)", re.M)
+
+
+def _documented_objects() -> list[tuple[str, str, object]]:
+    """``(import path, page module, object)`` of what the API pages document: every
+    autosummary entry and, for a class (the class template documents ``:members:``), its
+    own public members. Modules are left out, as numpydoc's Sphinx hook does not validate
+    them."""
+    out = []
+    for page in sorted(API.glob("*.md")):
+        current = "klpolicy"
+        for match in _AUTODOC.finditer(page.read_text(encoding="utf-8")):
+            if match.group(1):
+                current = match.group(1)
+                continue
+            for line in match.group(2).splitlines():
+                entry = line.strip().lstrip("~")
+                if not entry or entry.startswith(":"):
+                    continue
+                full = entry if entry.startswith("klpolicy.") else f"{current}.{entry}"
+                modname, _, attr = full.rpartition(".")
+                try:
+                    obj = getattr(_import(modname), attr)
+                except pytest.skip.Exception:  # an optional dependency is missing here
+                    continue
+                if inspect.ismodule(obj):
+                    continue
+                out.append((full, current, obj))
+                if inspect.isclass(obj):
+                    out += [
+                        (f"{full}.{a}", current, v) for a, v in vars(obj).items() if a[0] != "_"
+                    ]
+    return out
+
+
+def _numpydoc_errors(full: str, page_module: str, obj) -> list:
+    """numpydoc's errors on ``obj`` as the docs build sees it: a constant (data) with the
+    docstring autodoc gives it, its ``#:`` comment in the page's module, else its type's."""
+    from numpydoc.docscrape import get_doc_object
+    from numpydoc.validate import validate
+
+    module_data = full == f"{page_module}.{full.rpartition('.')[2]}"
+    if not module_data or inspect.isclass(obj) or callable(obj):
+        return validate(full)["errors"]
+    from sphinx.pycode import ModuleAnalyzer
+
+    analyzer = ModuleAnalyzer.for_module(page_module)
+    analyzer.analyze()
+    comment = analyzer.attr_docs.get(("", full.rpartition(".")[2]))
+    text = "\n".join(comment) if comment else (getattr(obj, "__doc__", None) or "")
+    return validate(get_doc_object(obj, what="data", doc=text))["errors"]
+
+
+def _conf_value(name: str):
+    """A literal assigned in docs/conf.py (read, not executed: conf.py sets the environment)."""
+    tree = ast.parse((DOCS / "conf.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"docs/conf.py does not set {name}")
+
+
+@pytest.mark.slow
+def test_docstrings_pass_the_numpydoc_checks_the_docs_build_turns_on():
+    # the same validator numpydoc's Sphinx hook runs, on the same objects, for the checks
+    # docs/conf.py turns on: a failure here is a warning (an error under -W) in the build
+    pytest.importorskip("numpydoc")
+    pytest.importorskip("sphinx")
+    checks = _conf_value("numpydoc_validation_checks")
+    assert {"PR02", "PR08", "RT01", "RT02", "RT03", "SS02"} <= checks
+    excluded = [re.compile(p) for p in _conf_value("numpydoc_validation_exclude")]
+    objects = [o for o in _documented_objects() if not any(p.search(o[0]) for p in excluded)]
+    assert len(objects) > 400  # every page read
+    failures = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated aliases warn when loaded
+        for name, page_module, obj in objects:
+            for code, message in _numpydoc_errors(name, page_module, obj):
+                if code in checks:
+                    failures.append(f"{name}: {code} {message}")
+    assert failures == [], "\n".join(failures)
+
+
+def test_the_numpydoc_check_reads_conf_and_finds_failures():
+    validate = pytest.importorskip("numpydoc.validate").validate
+    assert "RT03" in _conf_value("numpydoc_validation_checks")
+
+    def bad(x):
+        """lower-case summary.
+
+        Parameters
+        ----------
+        x : int
+            an input.
+        y : int
+            Not a parameter.
+
+        Returns
+        -------
+        int
+        """
+        return x
+
+    bad.__module__ = __name__
+    globals()["_numpydoc_bad"] = bad
+    bad.__qualname__ = bad.__name__ = "_numpydoc_bad"
+    codes = {code for code, _ in validate(f"{__name__}._numpydoc_bad")["errors"]}
+    assert {"SS02", "PR02", "PR08", "RT03"} <= codes

@@ -712,6 +712,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     stderr); 1 for an unexpected failure inside klpolicy (one line
     ``klpolicy: internal error: ...``; please report it). A bare ``klpolicy``
     prints the list of commands and returns 0.
+
+    Returns
+    -------
+    int
+        The exit status: 0 on success, 2 for an invalid argument, 130 when interrupted,
+        141 when the reader of the output left.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["check"]:  # its own parser; imported lazily (it needs hypothesis)

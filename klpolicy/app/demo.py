@@ -104,7 +104,10 @@ def frontier_problem() -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    ref, reward : ndarray, shape (5,)
+    ref : ndarray, shape (5,)
+        The reference policy.
+    reward : ndarray, shape (5,)
+        The rewards, 0 to 1 in steps of 0.25.
 
     Examples
     --------
@@ -132,8 +135,10 @@ def token_problem(beta: float = 0.5) -> tuple[list[np.ndarray], list[np.ndarray]
 
     Returns
     -------
-    policy, ref : list of ndarray
-        The optimal and the reference token trees (``[t]`` of shape ``(3,)*(t+1)``).
+    policy : list of ndarray
+        The optimal token tree (``[t]`` of shape ``(3,)*(t+1)``).
+    ref : list of ndarray
+        The reference token tree, of the same shapes.
 
     Examples
     --------
@@ -308,6 +313,11 @@ FIGURES: dict[str, tuple[Callable[[Any], None], tuple[str, ...]]] = {
 
 def available_figures() -> list[str]:
     """Names of the headline figures whose modules are installed, in drawing order.
+
+    Returns
+    -------
+    list of str
+        The figure names, in drawing order.
 
     Examples
     --------

@@ -25,12 +25,24 @@ def _fmt(x: float, width: int = 10) -> str:
 
 
 def beta_label(b: float) -> str:
-    """``beta`` as a column label: ``inf`` or the shortest round-trip form."""
+    """``beta`` as a column label: ``inf`` or the shortest round-trip form.
+
+    Returns
+    -------
+    str
+        The label.
+    """
     return "inf" if math.isinf(b) else f"{b:g}"
 
 
 def solve_table(ref: Sequence[float], reward: Sequence[float], betas: Sequence[float]) -> dict:
     """Everything ``klpolicy solve`` prints, as a dictionary (the ``--json`` payload).
+
+    Returns
+    -------
+    dict
+        ``ref``, ``reward`` and ``columns``: one per beta, with its policy, log-ratios,
+        KL, expected reward and soft value.
 
     Examples
     --------

@@ -4,11 +4,15 @@
 :mod:`~klpolicy.core.closed_form` computes it and every quantity of it exactly
 (soft value, KL, expected reward, frontier, the inverse ``beta_for_kl``);
 :mod:`~klpolicy.core.divergences` computes KL, entropy, cross-entropy and total
-variation. The numpy kernel (its blocked fast path) lives in ``_tilt``, the careful
-kernel every array library shares in ``_careful``, the precise numerics in
-``_numerics`` and the generic input checks in ``_validation``; other subpackages
-reach those through :mod:`klpolicy.core.internal` only. Core imports nothing else
-from klpolicy. Everything here is re-exported by :mod:`klpolicy`.
+variation; :mod:`~klpolicy.core.fdivergences` the f-divergences and their registry,
+:mod:`~klpolicy.core.f_optima` the optima they regularise. The numpy kernel (its
+blocked fast path) lives in ``_tilt``, the careful kernel every array library shares
+in ``_careful``, the same closed form for torch, JAX and CuPy in ``_xp``, the precise
+numerics in ``_numerics``, the vectorised root finder in ``roots``, the stability test
+of fixed points in ``_flows``, the lazy ``scipy.special`` in ``_lazy`` and the generic
+input checks in ``_validation``; other subpackages reach those through
+:mod:`klpolicy.core.internal` only. Core imports nothing else from klpolicy.
+Everything public here is re-exported by :mod:`klpolicy`.
 """
 
 from .closed_form import (

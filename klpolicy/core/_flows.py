@@ -25,6 +25,11 @@ def ascent_growth_rate(full_field, th: NDArray) -> tuple[float, float]:
     the full Jacobian less the gauge's zero), by central differences of step 1e-5
     (truncation about 1e-10, rounding about 1e-11, relative). A real part above
     ``1e-7 * max(1, max |J|)`` is beyond both: training leaves the point.
+
+    Returns
+    -------
+    (float, float)
+        The largest real part and the rounding it is resolved to.
     """
     if th.size < 2:
         return -np.inf, 0.0

@@ -1,8 +1,8 @@
 """``scipy.special``, imported on first use, so that ``import klpolicy`` costs numpy's import.
 
 ``from klpolicy.core.internal import special`` then ``special.expit(x)``: the attribute
-access imports :mod:`scipy.special` (about 0.3 s, most of it scipy's array-API layer)
-the first time a function that needs it runs.
+access imports :mod:`scipy.special` the first time a function that needs it runs (what
+that import costs: ``docs/performance.md``, "Small costs behind two design choices").
 """
 
 import importlib

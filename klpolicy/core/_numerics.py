@@ -30,7 +30,13 @@ _KLUNIT = np.array([(k - 1) / math.factorial(k) for k in range(2, 2 + _N_TERMS)]
 
 
 def _horner_x2(x: NDArray, coeffs: NDArray) -> NDArray:
-    """x^2 * sum_j coeffs[j] x^j by Horner's rule."""
+    """The polynomial ``x^2 * sum_j coeffs[j] x^j``, by Horner's rule.
+
+    Returns
+    -------
+    ndarray
+        The polynomial at ``x``.
+    """
     acc = np.full_like(x, coeffs[-1])
     for c in coeffs[-2::-1]:
         acc = acc * x + c
@@ -38,7 +44,13 @@ def _horner_x2(x: NDArray, coeffs: NDArray) -> NDArray:
 
 
 def expm1mx(x: NDArray) -> NDArray:
-    """``exp(x) - 1 - x`` accurate to a few ulp, for arrays of any float dtype."""
+    """``exp(x) - 1 - x`` accurate to a few ulp, for arrays of any float dtype.
+
+    Returns
+    -------
+    ndarray
+        ``exp(x) - 1 - x``, in the dtype of ``x``.
+    """
     x = np.asarray(x)
     shape = x.shape
     x = x.reshape(-1)
@@ -53,7 +65,13 @@ def expm1mx(x: NDArray) -> NDArray:
 
 
 def kl_unit_series(u: NDArray) -> NDArray:
-    """``u exp(u) - exp(u) + 1`` by its Taylor series, for ``|u| < 0.2``."""
+    """``u exp(u) - exp(u) + 1`` by its Taylor series, for ``|u| < 0.2``.
+
+    Returns
+    -------
+    ndarray
+        The series at ``u``.
+    """
     return _horner_x2(u, _KLUNIT.astype(u.dtype))
 
 
@@ -65,6 +83,11 @@ def kl_terms(p: NDArray, q: NDArray, u: NDArray) -> NDArray:
     ``q == 0`` must be handled by the caller (they give 0 when ``p == 0`` and
     ``inf`` otherwise); entries with ``p == 0`` and ``q > 0`` (``u = -inf``)
     give ``q``.
+
+    Returns
+    -------
+    ndarray
+        The summands, of the shape of ``u``.
     """
     small = np.abs(u) < _SERIES_RADIUS
     with np.errstate(invalid="ignore"):
@@ -93,6 +116,11 @@ def normalised_log_ratio(p: NDArray, q: NDArray) -> NDArray:
     4e-24 beside a one-ulp difference of 1.1e-16 between ``p`` and ``q`` there.
     Elsewhere ``log p - log q - log(S_p / S_q)``. ``q = 0`` gives ``+inf`` (``p > 0``)
     or NaN (``p = 0``), ``p = 0 < q`` gives ``-inf``: callers mask as they need.
+
+    Returns
+    -------
+    ndarray
+        The log-ratio, of the shape of ``p``.
     """
     p = np.asarray(p, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64)

@@ -246,136 +246,191 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
     known (such float64 rows are not re-reduced); ``route=False`` leaves ``ok`` to the
     caller (the wide rows of a float32 sweep are routed together at its end).
     """
-    rows, n = ref.shape
-    dtype = ref.dtype
-    sw = _Sweep(rows, dtype)
-    step = _rows_per_block(n, dtype.itemsize)
+    rows = ref.shape[0]
     outer = scratch is None
-    scratch = _scratch() if outer else scratch
-
-    def buf(name, k):
-        return _buffer(scratch, name, dtype, k, n)
-
-    stats = bool(len(res))
-    routed = dtype.itemsize == 4 and ib64 is not None
-    need_z = "kl" in want or "u" in want
+    plan = _SweepPlan(
+        ref, reward, ib, want, pi_out, res, ib64, _scratch() if outer else scratch, pre
+    )
+    sw = _Sweep(rows, plan.dtype)
+    step = _rows_per_block(plan.n, plan.dtype.itemsize)
     if pre is not None:
         sw.qmin[...], sw.rmax[...], sw.rmin[...] = pre
-    ahead = False  # float32: route this block before its exponentials (the last needed float64)
-    two = None  # float32, pi only: the power of two a routed block's exp is scaled by (_pow2)
-    done = np.zeros(rows, bool) if routed else None  # float32 rows routed with their block
-    wide64 = _Wide(rows, "value" in res) if routed else None
-    quick = not stats and pre is None and not routed and dtype.itemsize == 8
-    beta_ok = (ib > 0) & (ib < np.inf) if quick else None
-    if quick:  # only the rows _quick_rows does not accept get these reductions
+    beta_ok = (ib > 0) & (ib < np.inf) if plan.quick else None
+    if plan.quick:  # only the rows _quick_rows does not accept get these reductions
         sw.qmin[...] = sw.rmax[...] = sw.rmin[...] = np.nan
+    ahead = False  # float32: route this block before its exponentials (the last needed float64)
     for start in range(0, rows, step):
         s = slice(start, min(start + step, rows))
-        q, r, ibs = ref[s], reward[s], ib[s]
-        k = q.shape[0]
-        w = pi_out[s] if pi_out is not None else buf("w", k)
-        z = buf("z", k) if need_z else w
-        qmin, total, rmax, rmin, c = sw.qmin[s], sw.total[s], sw.rmax[s], sw.rmin[s], sw.c[s]
-        # one beta for the block (the usual case): a scalar factor takes numpy's vector loop,
-        # a (k, 1) column a strided one about three times slower
-        ibc = ibs[0] if k == 1 or (ibs == ibs[0]).all() else ibs[:, None]
-        if quick:
-            _quick_rows(q, r, ibs, ibc, w, sw, s, beta_ok[s])
-            continue
-        ok = None
-        reduced = ahead or pre is not None
-        if reduced:
-            if pre is None:
-                q.min(axis=-1, out=qmin)
-                r.max(axis=-1, out=rmax)
-                r.min(axis=-1, out=rmin)
-            shifted = _set_shift(rmax, rmin, ibs, c, dtype.itemsize)
-            if routed:
-                two = None
-                ok = _fast_ok(q, r, ibs, sw, stats, s)
-                if not stats and not ok.all():  # pi only: float32 scales weights it cannot hold
-                    scaled = _fast_ok(q, r, ibs, sw, stats, s, scale=_pow2(n)[0])
-                    if (scaled & ~ok).any():
-                        ok, two = scaled, _pow2(n)[1]
-            if ok is not None and not ok.any():
-                pass
-            elif shifted:
-                _by_rows(np.subtract, r, c, z)
-                np.multiply(z, ibc, out=z)
-            else:
-                np.multiply(r, ibc, out=z)
-        else:
-            np.multiply(r, ibc, out=z)  # reads r while the output is first written
-            r.max(axis=-1, out=rmax)
-            r.min(axis=-1, out=rmin)
-            if _set_shift(rmax, rmin, ibs, c, dtype.itemsize):
-                _by_rows(np.subtract, r, c, z)
-                np.multiply(z, ibc, out=z)
-        if ok is None or ok.any():
-            np.exp(z, out=w)
-            if ok is not None and two is not None:  # exact (see _pow2)
-                np.multiply(w, two, out=w)
-            np.multiply(w, q, out=w)  # reads ref
-            if not reduced:
-                q.min(axis=-1, out=qmin)
-            if stats:  # the statistics divide by the sums: pairwise, as the careful path
-                q.sum(axis=-1, out=total)
-            elif pre is None:  # only checked (with ``pre``, by the caller): see _valid
-                _row_sums(q, total)
-            w_sum = w.sum(axis=-1, out=sw.w_sum[s])
-            _normalise_block(w, w_sum)  # w is now pi
-            if stats:
-                _block_stats(q, r, c, ibs, total, w_sum, w, z, s, res, buf, rmin, rmax)
-        else:
-            q.sum(axis=-1, out=total)
-        if ok is not None:  # routed ahead: the block's wide rows now, from the cache
-            if "value" in res:
-                ok &= _value_resolved(res["value"][s, 0], c, ibs)
-            wide = np.nonzero(~ok)[0]
-            ahead = bool(wide.size) or two is not None  # the next block likely alike
-            if wide.size:
-                _wide_rows(q, r, ib64[s], wide, want, w, res, s, scratch, sw, s, wide64)
-            sw.ok[s] = ok
-            done[s] = True
-        elif routed:  # a cheap look at the underflow bound decides how to take the next block
-            ahead = not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
-    later = ~done if routed else slice(None)
-    if quick and route:  # the rows their weights did not clear, by the general conditions
+        ahead = _sweep_block(plan, sw, s, ahead, beta_ok)
+    later = ~plan.done if plan.routed else slice(None)
+    if plan.quick and route:  # the rows their weights did not clear, by the general conditions
         sw.ok[...] = sw.quick
         rest = np.nonzero(~sw.quick)[0]
         if rest.size:
             sw.ok[rest] = _fast_ok(ref, reward, ib[rest], sw, False, s=rest, at=rest)
-    elif route and (not routed or later.any()):
-        ok = _fast_ok(ref, reward, ib, sw, stats)
+    elif route and (not plan.routed or later.any()):
+        ok = _fast_ok(ref, reward, ib, sw, plan.stats)
         if "value" in res:
             ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
         sw.ok[later] = ok[later]
-    if routed:  # rows of blocks computed optimistically that float32 does not hold
-        wide = np.nonzero(~sw.ok & later)[0]
-        if wide.size and not stats and pi_out is not None:  # pi only: these, weights scaled
-            scale, two = _pow2(n)
-            fit = wide[_fast_ok(ref, reward, ib[wide], sw, False, wide, wide, scale=scale)]
-            if fit.size:
-                out = _buffer(scratch, "fit", dtype, fit.size, n)
-                pi_out[fit] = _lean_pi(ref[fit], reward[fit], ib[fit, None], sw.c[fit], out, two)
-                sw.ok[fit] = True
-                wide = np.setdiff1d(wide, fit, assume_unique=True)
-        if wide.size:
-            every = slice(None)
-            _wide_rows(
-                ref, reward, ib64, wide, want, pi_out, res, every, scratch, sw, every, wide64
-            )
-        # the rows computed in float64, routed by float64's conditions, all at once
-        at = np.nonzero(wide64.went)[0]
-        if at.size:
-            red = _Wide.reductions(sw, at, wide64.c[at])
-            ok = _fast_ok(ref, reward, ib64[at], red, stats, at=at, itemsize=8)
-            if "value" in res:
-                ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
-            sw.ok[at] = ok
+    if plan.routed:
+        _route_wide_rows(plan, sw, later)
     if outer:
-        _trim(scratch)
+        _trim(plan.scratch)
     return sw
+
+
+class _SweepPlan:
+    """What one :func:`_sweep` computes and how, the same for every block: its inputs and
+    outputs, whether it computes statistics, routes float32 rows (``routed``) or takes the
+    float64 pi-only quick path (``quick``), and the float32 rows already routed."""
+
+    def __init__(self, ref, reward, ib, want, pi_out, res, ib64, scratch, pre) -> None:
+        self.ref, self.reward, self.ib, self.ib64 = ref, reward, ib, ib64
+        self.want, self.pi_out, self.res, self.scratch, self.pre = want, pi_out, res, scratch, pre
+        rows, self.n = ref.shape
+        self.dtype = ref.dtype
+        self.stats = bool(len(res))
+        self.routed = self.dtype.itemsize == 4 and ib64 is not None
+        self.need_z = "kl" in want or "u" in want
+        self.done = np.zeros(rows, bool) if self.routed else None  # float32 rows routed
+        self.wide64 = _Wide(rows, "value" in res) if self.routed else None
+        self.quick = not self.stats and pre is None and not self.routed and self.dtype.itemsize == 8
+
+    def buf(self, name, k):
+        """A scratch block of ``k`` rows of the sweep's width and dtype."""
+        return _buffer(self.scratch, name, self.dtype, k, self.n)
+
+
+def _sweep_block(plan: _SweepPlan, sw: _Sweep, s: slice, ahead: bool, beta_ok) -> bool:
+    """One block of rows ``s``: its exponents, weights, pi and statistics (and for float32,
+    its wide rows). Returns whether the next block is routed ahead of its exponentials."""
+    q, r, ibs = plan.ref[s], plan.reward[s], plan.ib[s]
+    k = q.shape[0]
+    w = plan.pi_out[s] if plan.pi_out is not None else plan.buf("w", k)
+    z = plan.buf("z", k) if plan.need_z else w
+    # one beta for the block (the usual case): a scalar factor takes numpy's vector loop,
+    # a (k, 1) column a strided one about three times slower
+    ibc = ibs[0] if k == 1 or (ibs == ibs[0]).all() else ibs[:, None]
+    if plan.quick:
+        _quick_rows(q, r, ibs, ibc, w, sw, s, beta_ok[s])
+        return ahead
+    qmin, total, rmax, rmin, c = sw.qmin[s], sw.total[s], sw.rmax[s], sw.rmin[s], sw.c[s]
+    reduced = ahead or plan.pre is not None
+    ok, two = _block_exponents(plan, sw, s, q, r, ibs, ibc, z, reduced, (qmin, rmax, rmin, c))
+    if ok is None or ok.any():
+        _block_weights(plan, sw, s, q, r, ibs, w, z, two, reduced, (qmin, total, rmax, rmin, c))
+    else:
+        q.sum(axis=-1, out=total)
+    if ok is not None:  # routed ahead: the block's wide rows now, from the cache
+        if "value" in plan.res:
+            ok &= _value_resolved(plan.res["value"][s, 0], c, ibs)
+        wide = np.nonzero(~ok)[0]
+        if wide.size:
+            _wide_rows(
+                q, r, plan.ib64[s], wide, plan.want, w, plan.res, s, plan.scratch, sw, s,
+                plan.wide64,
+            )  # fmt: skip
+        sw.ok[s] = ok
+        plan.done[s] = True
+        return bool(wide.size) or two is not None  # the next block likely alike
+    if plan.routed:  # a cheap look at the underflow bound decides how to take the next block
+        return not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
+    return ahead
+
+
+def _block_exponents(plan: _SweepPlan, sw, s, q, r, ibs, ibc, z, reduced, views):
+    """``z = (r - c) * ib`` for one block, with its shift ``c`` (:func:`_set_shift`).
+
+    float64 (and a float32 block not routed ahead) optimistically, ``r / beta`` first,
+    the reductions after; a block routed ahead (``reduced``) from its reductions first,
+    and for float32 the rows' route (``ok``: the rows float32 holds, :func:`_fast_ok`,
+    their exponentials scaled by ``two`` where only that makes them fit, :func:`_pow2`).
+    Returns ``(ok, two)``: ``(None, None)`` where the block is not routed here.
+    """
+    qmin, rmax, rmin, c = views
+    itemsize = plan.dtype.itemsize
+    if not reduced:
+        np.multiply(r, ibc, out=z)  # reads r while the output is first written
+        r.max(axis=-1, out=rmax)
+        r.min(axis=-1, out=rmin)
+        if _set_shift(rmax, rmin, ibs, c, itemsize):
+            _by_rows(np.subtract, r, c, z)
+            np.multiply(z, ibc, out=z)
+        return None, None
+    ok = two = None
+    if plan.pre is None:
+        q.min(axis=-1, out=qmin)
+        r.max(axis=-1, out=rmax)
+        r.min(axis=-1, out=rmin)
+    shifted = _set_shift(rmax, rmin, ibs, c, itemsize)
+    if plan.routed:
+        ok = _fast_ok(q, r, ibs, sw, plan.stats, s)
+        if not plan.stats and not ok.all():  # pi only: float32 scales weights it cannot hold
+            scaled = _fast_ok(q, r, ibs, sw, plan.stats, s, scale=_pow2(plan.n)[0])
+            if (scaled & ~ok).any():
+                ok, two = scaled, _pow2(plan.n)[1]
+    if ok is not None and not ok.any():
+        pass
+    elif shifted:
+        _by_rows(np.subtract, r, c, z)
+        np.multiply(z, ibc, out=z)
+    else:
+        np.multiply(r, ibc, out=z)
+    return ok, two
+
+
+def _block_weights(plan: _SweepPlan, sw, s, q, r, ibs, w, z, two, reduced, views) -> None:
+    """``w = ref * exp(z)`` (times ``two``, exact), normalised to ``pi`` in place, with the
+    row sums the validators check and the requested statistics (:func:`_block_stats`)."""
+    qmin, total, rmax, rmin, c = views
+    np.exp(z, out=w)
+    if two is not None:  # exact (see _pow2)
+        np.multiply(w, two, out=w)
+    np.multiply(w, q, out=w)  # reads ref
+    if not reduced:
+        q.min(axis=-1, out=qmin)
+    if plan.stats:  # the statistics divide by the sums: pairwise, as the careful path
+        q.sum(axis=-1, out=total)
+    elif plan.pre is None:  # only checked (with ``pre``, by the caller): see _valid
+        _row_sums(q, total)
+    w_sum = w.sum(axis=-1, out=sw.w_sum[s])
+    _normalise_block(w, w_sum)  # w is now pi
+    if plan.stats:
+        _block_stats(q, r, c, ibs, total, w_sum, w, z, s, plan.res, plan.buf, rmin, rmax)
+
+
+def _route_wide_rows(plan: _SweepPlan, sw: _Sweep, later) -> None:
+    """The float32 rows of blocks computed optimistically that float32 does not hold:
+    pi-only rows whose weights fit once scaled by a power of two stay float32
+    (:func:`_lean_pi`), the others are computed in float64 (:func:`_wide_rows`); then
+    every row computed in float64 is routed by float64's conditions, all at once."""
+    ref, reward, ib, ib64, res = plan.ref, plan.reward, plan.ib, plan.ib64, plan.res
+    pi_out, n = plan.pi_out, plan.n
+    wide = np.nonzero(~sw.ok & later)[0]
+    if wide.size and not plan.stats and pi_out is not None:  # pi only: these, weights scaled
+        scale, two = _pow2(n)
+        fit = wide[_fast_ok(ref, reward, ib[wide], sw, False, wide, wide, scale=scale)]
+        if fit.size:
+            out = _buffer(plan.scratch, "fit", plan.dtype, fit.size, n)
+            pi_out[fit] = _lean_pi(ref[fit], reward[fit], ib[fit, None], sw.c[fit], out, two)
+            sw.ok[fit] = True
+            wide = np.setdiff1d(wide, fit, assume_unique=True)
+    if wide.size:
+        every = slice(None)
+        _wide_rows(
+            ref, reward, ib64, wide, plan.want, pi_out, res, every, plan.scratch, sw, every,
+            plan.wide64,
+        )  # fmt: skip
+    # the rows computed in float64, routed by float64's conditions, all at once
+    wide64 = plan.wide64
+    at = np.nonzero(wide64.went)[0]
+    if at.size:
+        red = _Wide.reductions(sw, at, wide64.c[at])
+        ok = _fast_ok(ref, reward, ib64[at], red, plan.stats, at=at, itemsize=8)
+        if "value" in res:
+            ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
+        sw.ok[at] = ok
 
 
 # The smallest normal float64: a weight at or above it has its full 53 bits.
@@ -952,9 +1007,10 @@ def _by_rows(ufunc, a: NDArray, col: NDArray, out: NDArray) -> NDArray:
     """``ufunc(a, col[:, None], out=out)`` for a (rows, n) array ``a`` and one value per row.
 
     numpy iterates such a broadcast in chunks of its ufunc buffer (8192 elements) and,
-    for rows shorter than that, takes 2.5-4x the time of the same operation with a
-    scalar (a (16, 4096) float32 subtraction: 40 us against 11; also a loop of one call
-    per row, each a few microseconds of overhead). A buffer of at most one row (a
+    for rows shorter than that, takes about twice the time of the same operation with
+    a scalar, or more (a loop of one call per row pays a few microseconds of overhead per row;
+    the times: ``docs/performance.md``, "Small costs behind two design choices"). A
+    buffer of at most one row (a
     multiple of 16, as numpy asks) lets it run row by row at a scalar's speed. An
     elementwise operation gives the same bits whatever the buffer (no reduction runs
     under the changed size); the buffer is restored at once, as it is thread-local.

@@ -80,6 +80,11 @@ def _prepare(ref: ArrayLike, reward: ArrayLike, axis: int, names=("ref", "reward
 
     ``names`` are the caller's names for the two arguments (e.g. ``("pi_old",
     "advantage")``), used in every error message.
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        ``ref`` and ``reward``, validated and broadcast.
     """
     ref_a = V.as_probabilities(names[0], ref, axis)
     rew_a = V.as_rewards(names[1], reward, axis)
@@ -98,6 +103,11 @@ def _setup(
     last. ``axis_neg`` is the negative position of the probability axis in the
     caller's layout, for :func:`_restore`. ``names`` are the caller's names
     for the three arguments, used in every error message.
+
+    Returns
+    -------
+    tuple
+        ``(ref, reward, beta, axis_neg)``.
     """
     ref_a, rew_a = _prepare(ref, reward, axis, names[:2])
     ndim = ref_a.ndim
@@ -219,7 +229,7 @@ def _solve(
 
 
 def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Tilt:
-    """pi*_beta and its statistics for validated inputs (probability axis last).
+    """The optimum pi*_beta and its statistics for validated inputs (probability axis last).
 
     ``beta`` has shape (..., 1) broadcasting against ``ref``; it may contain 0
     (greedy limit) and inf (reference) alongside finite positive values.
@@ -227,6 +237,11 @@ def _tilt(ref: NDArray, reward: NDArray, beta: NDArray, want=_kernel.ALL) -> _Ti
     ``mean``, ``var``); the others are ``None``. Rows take the one-exp fast path
     of :mod:`klpolicy.core._tilt` where it is provably as accurate as the careful
     log-space path, and the careful path otherwise.
+
+    Returns
+    -------
+    Tilt
+        ``pi`` and the statistics named in ``want``.
     """
     return _kernel.tilt(ref, reward, beta, want)
 
@@ -299,7 +314,7 @@ def optimal_policy(
         ``validate=False`` skips them (the caller guarantees valid input).
         numpy input is always checked (the checks are fused into the kernel).
     workers : int, optional
-        numpy input: threads over row blocks (scipy.fft's convention: ``None``
+        Threads over row blocks, for numpy input (scipy.fft's convention: ``None``
         or 1 one thread, -1 every core). The result is the same to the bit.
 
     Returns
@@ -565,7 +580,7 @@ def objective(
     ----------
     pi : array_like
         The policy to evaluate (probabilities along ``axis``).
-    ref, reward, beta, axis, validate, workers
+    ref, reward, beta, axis
         As in :func:`optimal_policy`.
 
     Returns
@@ -794,6 +809,54 @@ def frontier(ref: ArrayLike, reward: ArrayLike, betas: ArrayLike, *, axis: int =
     )
 
 
+def _large_beta_guess(ref_b, rew_b, active, safe_t) -> NDArray:
+    """``log beta`` from the large-beta expansion ``KL ~ Var_ref(r) / (2 beta^2)``, the
+    solver's start, computed on rewards scaled by their spread so that tiny or huge rewards
+    do not under/overflow (``log spread`` where the expansion has no finite answer)."""
+    support = ref_b > 0
+    ref_n = ref_b / ref_b.sum(-1, keepdims=True)
+    top = np.max(np.where(support, rew_b, -np.inf), -1, keepdims=True)
+    spread = top - np.min(np.where(support, rew_b, np.inf), -1, keepdims=True)
+    spread = np.where(spread > 0, spread, 1.0)
+    mu = np.sum(ref_n * rew_b, -1, keepdims=True)
+    # off the support the scaled deviation can overflow (spread is the support's): drop it
+    with np.errstate(over="ignore", invalid="ignore"):
+        dev = np.where(support, (rew_b - mu) / spread, 0.0)
+        var_n = np.sum(ref_n * dev * dev, -1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a difference of logs: var / (2 kl) overflows for a subnormal kl
+        s = np.log(spread) + 0.5 * (np.log(np.where(active, var_n, 1.0)) - np.log(2 * safe_t))
+    return np.where(np.isfinite(s), s, np.log(spread))
+
+
+def _unconverged_rows(root, act, ref_r, rew_r, safe_t, s_flat, max_iter) -> None:
+    """The rows the root finder left: a true ``beta`` below the smallest float gets the
+    closer of 0 and 5e-324 (in ``s_flat``, as ``log beta``); a ``beta`` above the largest
+    float raises a ValueError, a row that did not converge a RuntimeError."""
+    # a true beta below the smallest float: the closer of 0 and 5e-324 (a Python loop,
+    # but only over such rows: kl within a few ulp of max_kl, where the KL is flat)
+    for i in np.flatnonzero(~root.converged & (root.outside < 0)):
+        r = int(act[i])
+        km = float(_greedy_kl(ref_r[r : r + 1], rew_r[r : r + 1])[0])
+        t_r = float(safe_t[r])
+        at_tiny = t_r * math.exp(float(root.f[i]))
+        s_flat[r] = -np.inf if abs(km - t_r) <= abs(at_tiny - t_r) else _LOG_TINY
+    if (~root.converged & (root.outside >= 0)).any():
+        bad = int(np.argmax(~root.converged & (root.outside >= 0)))
+        row = int(act[bad])
+        t_r = float(safe_t[row])
+        if root.outside[bad] > 0:
+            raise ValueError(
+                f"`kl` = {t_r:g} is reached only at a beta above the largest float64 "
+                f"(1.8e308) for row {row}; scale `reward` down"
+            )
+        raise RuntimeError(
+            f"beta_for_kl did not converge in {max_iter} iterations (first unconverged row "
+            f"{row}, relative KL error {math.expm1(abs(float(root.f[bad]))):.3g}); "
+            "raise `max_iter` or report the problem"
+        )
+
+
 def beta_for_kl(
     ref: ArrayLike,
     reward: ArrayLike,
@@ -899,23 +962,8 @@ def beta_for_kl(
     at_max = (tgt >= kmax) & ~at_zero
     active = ~(at_zero | at_max)
 
-    support = ref_b > 0
-    ref_n = ref_b / ref_b.sum(-1, keepdims=True)
-    # initial guess from the large-beta expansion KL ~ Var_ref(r) / (2 beta^2), computed on
-    # rewards scaled by their spread so that tiny or huge rewards do not under/overflow
-    top = np.max(np.where(support, rew_b, -np.inf), -1, keepdims=True)
-    spread = top - np.min(np.where(support, rew_b, np.inf), -1, keepdims=True)
-    spread = np.where(spread > 0, spread, 1.0)
-    mu = np.sum(ref_n * rew_b, -1, keepdims=True)
-    # off the support the scaled deviation can overflow (spread is the support's): drop it
-    with np.errstate(over="ignore", invalid="ignore"):
-        dev = np.where(support, (rew_b - mu) / spread, 0.0)
-        var_n = np.sum(ref_n * dev * dev, -1, keepdims=True)
     safe_t = np.where(active, tgt, 1.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # a difference of logs: var / (2 kl) overflows for a subnormal kl
-        s = np.log(spread) + 0.5 * (np.log(np.where(active, var_n, 1.0)) - np.log(2 * safe_t))
-    s = np.where(np.isfinite(s), s, np.log(spread))
+    s = _large_beta_guess(ref_b, rew_b, active, safe_t)
 
     # the solver works on rows (rows, n); only rows still iterating are recomputed
     n = ref_b.shape[-1]
@@ -946,28 +994,7 @@ def beta_for_kl(
     s_flat = np.zeros(ref_r.shape[0])
     s_flat[act] = root.x
     if not root.converged.all():
-        # a true beta below the smallest float: the closer of 0 and 5e-324 (a Python loop,
-        # but only over such rows: kl within a few ulp of max_kl, where the KL is flat)
-        for i in np.flatnonzero(~root.converged & (root.outside < 0)):
-            r = int(act[i])
-            km = float(_greedy_kl(ref_r[r : r + 1], rew_r[r : r + 1])[0])
-            t_r = float(safe_t.reshape(-1)[r])
-            at_tiny = t_r * math.exp(float(root.f[i]))
-            s_flat[r] = -np.inf if abs(km - t_r) <= abs(at_tiny - t_r) else _LOG_TINY
-        if (~root.converged & (root.outside >= 0)).any():
-            bad = int(np.argmax(~root.converged & (root.outside >= 0)))
-            row = int(act[bad])
-            t_r = float(safe_t.reshape(-1)[row])
-            if root.outside[bad] > 0:
-                raise ValueError(
-                    f"`kl` = {t_r:g} is reached only at a beta above the largest float64 "
-                    f"(1.8e308) for row {row}; scale `reward` down"
-                )
-            raise RuntimeError(
-                f"beta_for_kl did not converge in {max_iter} iterations (first unconverged row "
-                f"{row}, relative KL error {math.expm1(abs(float(root.f[bad]))):.3g}); "
-                "raise `max_iter` or report the problem"
-            )
+        _unconverged_rows(root, act, ref_r, rew_r, safe_t.reshape(-1), s_flat, max_iter)
     s = s_flat.reshape(lo_shape)
     s = s.reshape(lo_shape)
     beta = np.where(at_zero, np.inf, np.where(at_max, 0.0, np.exp(s)))

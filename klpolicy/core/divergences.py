@@ -93,6 +93,11 @@ def _kl_last(p: NDArray, q: NDArray, check=None) -> NDArray | None:
     Row blocks that stay in cache, one ``log`` per entry (see :func:`_kl_block`).
     With ``check`` (from :func:`_fast_pair`) the values are validated block by
     block, and ``None`` is returned when one is invalid.
+
+    Returns
+    -------
+    ndarray or None
+        The KL per row, in nats; None when ``check`` finds an invalid value.
     """
     shape = p.shape
     n = shape[-1]
@@ -296,7 +301,13 @@ def total_variation(
 
 
 def _entropy_last(p: NDArray) -> NDArray:
-    """-sum p log p along the last axis for a validated array; 0 log 0 = 0, float64."""
+    """-sum p log p along the last axis for a validated array; 0 log 0 = 0, float64.
+
+    Returns
+    -------
+    ndarray
+        The entropy per row, in nats.
+    """
     p64 = p.astype(np.float64, copy=False)
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = np.where(p64 > 0, -p64 * np.log(p64), 0.0)
@@ -311,6 +322,11 @@ def _cross_entropy_last(p: NDArray, q: NDArray) -> NDArray:
     that rows normalised only to rounding are treated as exactly normalised, as in
     :func:`kl_divergence`: ``q = [7.9e-146, 1]`` sums to 1 in float64, yet its second
     entry, normalised, is ``1 - 7.9e-146``.
+
+    Returns
+    -------
+    ndarray
+        The cross-entropy per row, in nats.
     """
     p64 = p.astype(np.float64, copy=False)
     q64 = q.astype(np.float64, copy=False)

@@ -293,6 +293,13 @@ def _solve_rows(
     Also ``log(pi*/ref)`` where the ratio is tiny (below ``1e-100``, or ``pi*`` below
     ``1e-300``: where ``pi*`` lost digits or underflowed), NaN elsewhere, for the
     divergence of the optimum (:func:`_divergence_last`).
+
+    The steps: rows whose rewards are constant keep ``ref``; rows whose ``beta`` is
+    beyond resolution are greedy or anchored at the next outcome (:func:`_beyond_rows`,
+    :func:`_greedy_beyond`); the others are solved for the normaliser in two stages
+    (:class:`_LiveRows`): the best outcome's coordinate in a bracket that holds the root
+    (:func:`_brackets`), then the coordinate of the outcome that moves the sum most,
+    in a bracket widened around stage 1's answer.
     """
     support = ref > 0
     total = ref.sum(axis=-1, keepdims=True)
@@ -312,41 +319,79 @@ def _solve_rows(
     # tail) unless f'(inf) is finite: there it is a power law of that distance (solved below)
     best_mask = support & (reward == top)
     beyond = np.all(best_mask | ~support | np.isinf(d), axis=-1)[live]
-    # (bottom mode: the best outcomes' height above the next outcome k2 is that overflowing
-    # d, at which their ratio is the power law (c d)^p; k2 is kept where the best outcomes'
-    # mass q_best (c d)^p < 1, and the row is then solved anchored at k2, the best outcomes'
-    # ratios held at that power law: ref = (1e-320, 1), alpha = 5, beta = 5e-324)
-    lifted = np.zeros(live.size, dtype=bool)
-    k2 = np.zeros(live.size, dtype=np.int64)
-    if beyond.any() and mode == "bottom":
-        rb = reward[live[beyond]]
-        below = support[live[beyond]] & ~best_mask[live[beyond]]
-        kb = np.argmax(np.where(below, rb, -np.inf), axis=-1)
-        half = 0.5 * top[live[beyond], 0] - 0.5 * rb[np.arange(kb.size), kb]
-        _, lt = _power_far(*_bottom_power(row, a), half, beta[live[beyond], 0])
-        qb = np.sum(np.where(best_mask, q, 0.0), axis=-1)[live[beyond]]
-        # k2's own height is at most where its level alone sums to one; where that is
-        # beyond float64 too (ref_k2 ~ 1e-76 at alpha = 7) the solve has no coordinate in
-        # range and the row stays greedy (left open); below it, every outcome at an
-        # overflowing distance under k2 is clipped
-        lev = below & (rb == rb[np.arange(kb.size), kb][:, None])
-        q2 = np.sum(np.where(lev, q[live[beyond]], 0.0), axis=-1)
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            fits = np.isfinite(_coordinate(row, a, mode, 1.0 / q2))
-            keep = (np.log(qb) + lt < 0.0) & fits
-        lifted[np.flatnonzero(beyond)[keep]] = True
-        k2[np.flatnonzero(beyond)[keep]] = kb[keep]
-        beyond &= ~lifted
+    lifted, k2 = _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, beyond)
+    beyond &= ~lifted
     if beyond.any() and mode != "top":
-        gb = live[beyond]
-        out[gb] = _greedy(q[gb], reward[gb])
-        if mode == "bottom":  # the best ratio 1/q_best (1e320): log t for the divergence
-            qb = np.sum(np.where(best_mask[gb], q[gb], 0.0), axis=-1, keepdims=True)
-            huge = best_mask[gb] & (qb < 1e-100)
-            logt[gb] = np.where(huge, -np.log(np.where(huge, qb, 1.0)), np.nan)
+        _greedy_beyond(q, reward, best_mask, live[beyond], mode, out, logt)
         live, lifted, k2 = live[~beyond], lifted[~beyond], k2[~beyond]
     if live.size == 0:
         return out, logt
+    lo, hi, q_best, increasing = _brackets(
+        row, a, mode, q, reward, support, top, spread, live, lifted, k2
+    )
+    rows = _LiveRows(row, a, mode, q[live], reward[live], beta[live], top[live], lifted, k2)
+    # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
+    # arithmetic; a root at a bracket end (to float resolution) is accepted here
+    root = rows.solve(rows.os_best, lo, hi, increasing)
+    zk, os_k, cap = rows.stage2_anchor(root.x)
+    underflow = rows.underflow(root, lo, q_best)
+    zsol = rows.widen(root.x, zk, os_k, cap, underflow, increasing, live, beta)
+    out[live], lt = rows.assemble(zsol, os_k, underflow)
+    if lt is not None:
+        logt[live] = lt
+    return out, logt
+
+
+def _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, beyond):
+    """Bottom mode, ``beta`` beyond resolution: the rows anchored at the next outcome.
+
+    The best outcomes' height above the next outcome k2 is the overflowing ``d``, at which
+    their ratio is the power law ``(c d)^p``; k2 is kept where the best outcomes' mass
+    ``q_best (c d)^p < 1``, and the row is then solved anchored at k2, the best outcomes'
+    ratios held at that power law (ref = (1e-320, 1), alpha = 5, beta = 5e-324).
+    Returns ``(lifted, k2)`` over the live rows.
+    """
+    lifted = np.zeros(live.size, dtype=bool)
+    k2 = np.zeros(live.size, dtype=np.int64)
+    if not (beyond.any() and mode == "bottom"):
+        return lifted, k2
+    rb = reward[live[beyond]]
+    below = support[live[beyond]] & ~best_mask[live[beyond]]
+    kb = np.argmax(np.where(below, rb, -np.inf), axis=-1)
+    half = 0.5 * top[live[beyond], 0] - 0.5 * rb[np.arange(kb.size), kb]
+    _, lt = _power_far(*_bottom_power(row, a), half, beta[live[beyond], 0])
+    qb = np.sum(np.where(best_mask, q, 0.0), axis=-1)[live[beyond]]
+    # k2's own height is at most where its level alone sums to one; where that is
+    # beyond float64 too (ref_k2 ~ 1e-76 at alpha = 7) the solve has no coordinate in
+    # range and the row stays greedy (left open); below it, every outcome at an
+    # overflowing distance under k2 is clipped
+    lev = below & (rb == rb[np.arange(kb.size), kb][:, None])
+    q2 = np.sum(np.where(lev, q[live[beyond]], 0.0), axis=-1)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        fits = np.isfinite(_coordinate(row, a, mode, 1.0 / q2))
+        keep = (np.log(qb) + lt < 0.0) & fits
+    lifted[np.flatnonzero(beyond)[keep]] = True
+    k2[np.flatnonzero(beyond)[keep]] = kb[keep]
+    return lifted, k2
+
+
+def _greedy_beyond(q, reward, best_mask, gb, mode, out, logt) -> None:
+    """Rows ``gb`` whose ``beta`` is beyond resolution (not top mode): the greedy policy,
+    and in bottom mode ``log t`` of the best ratio ``1/q_best`` (1e320) for the divergence."""
+    out[gb] = _greedy(q[gb], reward[gb])
+    if mode == "bottom":
+        qb = np.sum(np.where(best_mask[gb], q[gb], 0.0), axis=-1, keepdims=True)
+        huge = best_mask[gb] & (qb < 1e-100)
+        logt[gb] = np.where(huge, -np.log(np.where(huge, qb, 1.0)), np.nan)
+
+
+def _brackets(row, a, mode, q, reward, support, top, spread, live, lifted, k2):
+    """Stage 1's bracket on the best outcome's coordinate: ``(lo, hi, q_best, increasing)``.
+
+    One end is where the best ratio is 1 (the sum is <= 1), the other where the best
+    outcomes alone sum to one (ratio ``1/q_best``); rows anchored at k2 (lifted) are
+    bracketed by k2's clip and where k2's own level alone sums to one.
+    """
     at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
     # the best outcomes alone sum to one at ratio 1/q_best: the other end of the bracket
     q_best = np.sum(np.where(support & (reward == top), q, 0.0), axis=-1)[live]
@@ -359,62 +404,88 @@ def _solve_rows(
     if mode == "top":  # e decreases to raise the sum; e > 0
         lo = np.maximum(at_one - sp, alone * (1 - 1e-12))
         hi = np.full(live.size, at_one)
-        increasing = False
         lo = np.nan_to_num(lo, posinf=_BIG)
-    else:
-        lo = np.full(live.size, at_one)
+        return lo, hi, q_best, False
+    lo = np.full(live.size, at_one)
+    with np.errstate(over="ignore"):
+        hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
+    hi = np.nan_to_num(hi, posinf=_BIG)
+    if lifted.any():  # anchored at k2: its clip (the sum is the best's q (c d)^p < 1)
+        rl = live[lifted]
+        k2l = k2[lifted]
+        q_k2 = np.sum(np.where(reward[rl] == reward[rl, k2l][:, None], q[rl], 0.0), -1)
+        with np.errstate(divide="ignore", over="ignore"):
+            al = _coordinate(row, a, mode, np.minimum(1.0 / q_k2, _BIG))
+        lo[lifted] = 0.0
         with np.errstate(over="ignore"):
-            hi = np.minimum(at_one + sp, alone + 1e-12 * np.maximum(np.abs(alone), 1.0))
-        hi = np.nan_to_num(hi, posinf=_BIG)
-        increasing = True
-        if lifted.any():  # anchored at k2: its clip (the sum is the best's q (c d)^p < 1)
-            rl = live[lifted]
-            k2l = k2[lifted]
-            q_k2 = np.sum(np.where(reward[rl] == reward[rl, k2l][:, None], q[rl], 0.0), -1)
-            with np.errstate(divide="ignore", over="ignore"):
-                al = _coordinate(row, a, mode, np.minimum(1.0 / q_k2, _BIG))
-            lo[lifted] = 0.0
-            with np.errstate(over="ignore"):
-                hi[lifted] = np.minimum(np.nan_to_num(al, posinf=_BIG) * (1 + 1e-12), _BIG)
-    qs, rs, bs = q[live], reward[live], beta[live]
-    sgn = 1.0 if mode == "top" else -1.0  # an outcome's coordinate is z + sgn (r_k - r_y)/beta
+            hi[lifted] = np.minimum(np.nan_to_num(al, posinf=_BIG) * (1 + 1e-12), _BIG)
+    return lo, hi, q_best, True
 
-    def offsets(anchor):
+
+class _LiveRows:
+    """The rows solved for their normaliser: each outcome's coordinate is the anchor's
+    ``z`` plus ``sgn (r_k - r_y) / beta``, its ratio :func:`_ratio` of that, except the
+    far outcomes, whose ratio is a power law of their distance alone (:meth:`far_field`).
+    """
+
+    def __init__(self, row, a, mode, qs, rs, bs, top, lifted, k2) -> None:
+        self.row, self.a, self.mode = row, a, mode
+        self.qs, self.rs, self.bs, self.lifted = qs, rs, bs, lifted
+        self.sgn = 1.0 if mode == "top" else -1.0  # coordinate z + sgn (r_k - r_y)/beta
+        best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
+        self.best = np.where(lifted, k2, best)  # stage 1's anchor
+        self.os_best = self.offsets(self.best)
+        self.far, self.t_far, self.lt_far = self.far_field(top)
+
+    def offsets(self, anchor):
         """(r_k - r_y)/beta for the anchor outcome k of each row, inf off the support."""
-        rk = np.take_along_axis(rs, anchor[:, None], axis=-1)
-        return np.where(qs > 0, _gap(rk, rs, bs), np.inf)
+        rk = np.take_along_axis(self.rs, anchor[:, None], axis=-1)
+        return np.where(self.qs > 0, _gap(rk, self.rs, self.bs), np.inf)
 
-    # outcomes whose distance below the best, d = (r_best - r)/beta, is beyond float64
-    # (top mode): their ratio is the power law of d alone (_top_far), fixed while the
-    # best outcome's pole distance e <= f'(inf) - f'(1) moves (e + d = d to float64
-    # precision); elsewhere an infinite d has the ratio 0 (a clip, or W(e^-inf))
-    best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
-    best = np.where(lifted, k2, best)  # stage 1's anchor
-    os_best = offsets(best)
-    far = (qs > 0) & np.isinf(os_best) if mode == "top" else np.zeros(qs.shape, dtype=bool)
-    t_far = np.zeros(qs.shape)
-    lt_far = np.full(qs.shape, np.nan)
-    if lifted.any():  # the best outcomes, an overflowing height above k2: (c d)^p
-        far = lifted[:, None] & (qs > 0) & (rs == top[live])
-        rk = np.take_along_axis(rs, best[:, None], axis=-1)
-        half = np.where(far, 0.5 * rs - 0.5 * rk, 1.0)
-        tf, lf = _power_far(*_bottom_power(row, a), half, np.broadcast_to(bs, qs.shape))
-        t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
-    elif far.any():
-        half = 0.5 * np.take_along_axis(rs, best[:, None], axis=-1) - 0.5 * rs
-        tf, lf = _top_far(row, a, np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
-        t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
+    def far_field(self, top):
+        """``(far, t_far, log t_far)``: the outcomes whose ratio is a power law of their
+        distance alone, beyond float64.
 
-    def ratio(x, sel=slice(None)):
-        t, dt = _ratio(row, a, mode, x)
+        Top mode: outcomes whose distance below the best, d = (r_best - r)/beta, is beyond
+        float64: their ratio is the power law of d alone (_top_far), fixed while the best
+        outcome's pole distance e <= f'(inf) - f'(1) moves (e + d = d to float64 precision);
+        elsewhere an infinite d has the ratio 0 (a clip, or W(e^-inf)). Lifted rows: the
+        best outcomes, at an overflowing height above k2 (c d)^p.
+        """
+        qs, rs, bs, row, a = self.qs, self.rs, self.bs, self.row, self.a
+        if self.mode == "top":
+            far = (qs > 0) & np.isinf(self.os_best)
+        else:
+            far = np.zeros(qs.shape, dtype=bool)
+        t_far = np.zeros(qs.shape)
+        lt_far = np.full(qs.shape, np.nan)
+        if self.lifted.any():
+            far = self.lifted[:, None] & (qs > 0) & (rs == top)
+            rk = np.take_along_axis(rs, self.best[:, None], axis=-1)
+            half = np.where(far, 0.5 * rs - 0.5 * rk, 1.0)
+            tf, lf = _power_far(*_bottom_power(row, a), half, np.broadcast_to(bs, qs.shape))
+            t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
+        elif far.any():
+            half = 0.5 * np.take_along_axis(rs, self.best[:, None], axis=-1) - 0.5 * rs
+            tf, lf = _top_far(row, a, np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
+            t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
+        return far, t_far, lt_far
+
+    def ratio(self, x, sel=slice(None)):
+        """``(t, dt/dz)`` at the coordinates ``x`` of rows ``sel``, far outcomes held."""
+        t, dt = _ratio(self.row, self.a, self.mode, x)
+        far = self.far
         if not far.any():
             return t, dt
-        return np.where(far[sel], t_far[sel], t), np.where(far[sel], 0.0, dt)
+        return np.where(far[sel], self.t_far[sel], t), np.where(far[sel], 0.0, dt)
 
-    def solve(os_, lo_, hi_):
+    def solve(self, os_, lo_, hi_, increasing):
+        """The anchor's coordinate at which ``sum q t = 1``, offsets ``os_`` from it."""
+        qs, sgn, n_rows = self.qs, self.sgn, self.qs.shape[0]
+
         def h(z, rows):
-            sel = slice(None) if rows.size == live.size else rows
-            t, dt = ratio(z[:, None] + sgn * os_[sel], sel)
+            sel = slice(None) if rows.size == n_rows else rows
+            t, dt = self.ratio(z[:, None] + sgn * os_[sel], sel)
             with np.errstate(invalid="ignore", over="ignore"):
                 w = np.where(qs[sel] > 0, qs[sel] * t, 0.0)
                 dw = np.where(qs[sel] > 0, qs[sel] * dt, 0.0)
@@ -422,108 +493,133 @@ def _solve_rows(
 
         return monotone_root(h, lo_, np.maximum(lo_, hi_), increasing=increasing)
 
-    # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
-    # arithmetic; a root at a bracket end (to float resolution) is accepted here
-    root = solve(os_best, lo, hi)
-    z1 = root.x
-    _, dt1 = ratio(z1[:, None] + sgn * os_best)
-    pull = np.where(qs > 0, np.abs(qs * dt1), 0.0)
-    # stage 2: the coordinate of the outcome that moves the sum most (largest ref * dt/dz;
-    # for chi2 the one with the most reference mass, for alpha > 1 one just above its clip,
-    # where t ~ u^(1/(alpha-1)) is steep), which the root finder then resolves to float
-    # precision: the best outcome's height u or s may be huge (1e8 when r/beta is) while
-    # the sum is decided where the coordinate is O(1); anchored at the best, the sum
-    # jumps between neighbouring floats of u and the final normalisation spreads the gap
-    # over every entry. The bracket is widened around stage 1's answer until it holds
-    # the root. (A pole distance needs no second stage: every outcome's e_best + d_y is a
-    # sum of non-negative numbers, while anchoring elsewhere would form e_best by cancellation.)
-    if mode == "bottom":
-        # an outcome within z1's resolution below its clip may be kept in exact arithmetic
-        # (the best outcome's height u ~ 1e278, ref_best ~ 1e-300: u lands on the clip of
-        # the heavy outcome below it, whose O(1) height decides the sum): its pull is taken
-        # at that resolution (chi2: ref (1e-300, 1), rewards +-1.63e308, beta 1e30)
-        res = 64 * np.finfo(np.float64).eps * np.abs(z1)[:, None]
-        x1 = z1[:, None] + sgn * os_best
-        edge = (qs > 0) & (x1 <= 0) & (x1 > -res) & ~far
-        if edge.any():
-            _, dte = ratio(np.broadcast_to(res, qs.shape).copy())
-            pull = np.where(edge, qs * dte, pull)
-    pull = np.where(np.isfinite(pull) & np.isfinite(os_best), pull, -1.0)
-    anchor = np.where(pull.max(axis=-1) > 0, np.argmax(pull, axis=-1), best)
-    if mode == "top":
-        anchor = best
-    zk = z1 + sgn * np.take_along_axis(os_best, anchor[:, None], axis=-1)[:, 0]
-    anchor = np.where(np.isfinite(zk), anchor, best)  # an overflowing offset: stay at the best
-    zk = np.where(np.isfinite(zk), zk, z1)
-    os_k = offsets(anchor)
-    cap = np.full(live.size, _BIG)
-    if mode == "bottom":
-        # the anchor's height is at most where its own outcomes alone sum to one: a bound
-        # that keeps the widened bracket O(1) where z1's resolution is not (stage 1 at
-        # u ~ 1e278 widens by ~1e265, ~800 bisections down to the anchor's height ~2)
+    def stage2_anchor(self, z1):
+        """Stage 2's anchor: the outcome that moves the sum most, and its coordinate.
+
+        The outcome with the largest ``ref * dt/dz`` (for chi2 the one with the most
+        reference mass, for alpha > 1 one just above its clip, where t ~ u^(1/(alpha-1))
+        is steep), which the root finder then resolves to float precision: the best
+        outcome's height u or s may be huge (1e8 when r/beta is) while the sum is decided
+        where the coordinate is O(1); anchored at the best, the sum jumps between
+        neighbouring floats of u and the final normalisation spreads the gap over every
+        entry. (A pole distance needs no second stage: every outcome's e_best + d_y is a
+        sum of non-negative numbers, while anchoring elsewhere would form e_best by
+        cancellation.) Returns ``(zk, os_k, cap)``: the anchor's coordinate at stage 1's
+        answer, the other outcomes' offsets from it, and a bound on its coordinate.
+        """
+        qs, sgn, os_best, best, far = self.qs, self.sgn, self.os_best, self.best, self.far
+        _, dt1 = self.ratio(z1[:, None] + sgn * os_best)
+        pull = np.where(qs > 0, np.abs(qs * dt1), 0.0)
+        if self.mode == "bottom":
+            # an outcome within z1's resolution below its clip may be kept in exact
+            # arithmetic (the best outcome's height u ~ 1e278, ref_best ~ 1e-300: u lands on
+            # the clip of the heavy outcome below it, whose O(1) height decides the sum): its
+            # pull is taken at that resolution (chi2: ref (1e-300, 1), rewards +-1.63e308,
+            # beta 1e30)
+            res = 64 * np.finfo(np.float64).eps * np.abs(z1)[:, None]
+            x1 = z1[:, None] + sgn * os_best
+            edge = (qs > 0) & (x1 <= 0) & (x1 > -res) & ~far
+            if edge.any():
+                _, dte = self.ratio(np.broadcast_to(res, qs.shape).copy())
+                pull = np.where(edge, qs * dte, pull)
+        pull = np.where(np.isfinite(pull) & np.isfinite(os_best), pull, -1.0)
+        anchor = np.where(pull.max(axis=-1) > 0, np.argmax(pull, axis=-1), best)
+        if self.mode == "top":
+            anchor = best
+        zk = z1 + sgn * np.take_along_axis(os_best, anchor[:, None], axis=-1)[:, 0]
+        anchor = np.where(np.isfinite(zk), anchor, best)  # an overflowing offset: stay at best
+        zk = np.where(np.isfinite(zk), zk, z1)
+        return zk, self.offsets(anchor), self.anchor_cap(anchor)
+
+    def anchor_cap(self, anchor):
+        """Bottom mode: the anchor's height is at most where its own outcomes alone sum to
+        one, a bound that keeps the widened bracket O(1) where z1's resolution is not
+        (stage 1 at u ~ 1e278 widens by ~1e265, ~800 bisections down to the anchor's
+        height ~2); elsewhere float64's largest number."""
+        qs, rs = self.qs, self.rs
+        if self.mode != "bottom":
+            return np.full(qs.shape[0], _BIG)
         ra = np.take_along_axis(rs, anchor[:, None], axis=-1)
         q_k = np.sum(np.where((qs > 0) & (rs == ra), qs, 0.0), axis=-1)
         with np.errstate(divide="ignore", over="ignore"):
-            ck = _coordinate(row, a, mode, np.minimum(1.0 / q_k, _BIG))
-        cap = np.nan_to_num(ck * (1 + 1e-12) + 1e-300, posinf=_BIG)
-    ok = np.zeros(live.size, dtype=bool)
-    # a pole distance below float64's range (reverse_chi2 and alpha < 0 have e ~ t^(a-1),
-    # ~1e-600 for t ~ 1/ref ~ 1e300): e_best is then negligible beside every d_y > 0, the
-    # other outcomes have their ratio at e = d_y and the best outcomes share the rest
-    # (in proportion to ref: equal rewards, equal ratios)
-    # (the same where 1/ref_best overflows, a subnormal ref_best: the bracket end at that
-    # ratio is clipped to float64's range, and e_best ~ ref_best^(1-a) <= 1e-308 is
-    # negligible beside every d_y >= 1e-290)
-    underflow = (root.outside == -1) & (lo <= 0) if mode == "top" else np.zeros_like(ok)
-    if mode == "top":
+            ck = _coordinate(self.row, self.a, self.mode, np.minimum(1.0 / q_k, _BIG))
+        return np.nan_to_num(ck * (1 + 1e-12) + 1e-300, posinf=_BIG)
+
+    def underflow(self, root, lo, q_best):
+        """Top mode: the rows whose best pole distance is below float64's range.
+
+        Reverse chi2 and alpha < 0 have e ~ t^(a-1), ~1e-600 for t ~ 1/ref ~ 1e300: e_best
+        is then negligible beside every d_y > 0, the other outcomes have their ratio at
+        e = d_y and the best outcomes share the rest (in proportion to ref: equal rewards,
+        equal ratios). The same where 1/ref_best overflows, a subnormal ref_best: the
+        bracket end at that ratio is clipped to float64's range, and e_best ~
+        ref_best^(1-a) <= 1e-308 is negligible beside every d_y >= 1e-290.
+        """
+        qs, os_best = self.qs, self.os_best
+        if self.mode != "top":
+            return np.zeros(qs.shape[0], dtype=bool)
+        underflow = (root.outside == -1) & (lo <= 0)
         off = np.where((qs > 0) & (os_best > 0), os_best, np.inf).min(axis=-1)
         underflow |= (q_best * _BIG < 1.0) & (off >= 1e-290)
-    ok |= underflow
-    zsol = zk.copy()
-    width = 64 * np.finfo(np.float64).eps * (np.abs(z1) + np.abs(zk)) + 1e-300
-    for _ in range(8):
-        todo = np.flatnonzero(~ok)
-        if todo.size == 0:
-            break
-        lo2 = np.clip(zk - width, -_BIG, _BIG)
-        hi2 = np.clip(zk + width, -_BIG, _BIG)
-        if mode != "free":  # the coordinate (a pole distance, or a height) is positive
-            lo2 = np.maximum(lo2, 0.0)
-        hi2 = np.maximum(np.minimum(hi2, cap), lo2)
-        r2 = solve(os_k, lo2, hi2)
-        good = r2.converged | ((r2.outside == 0) & (r2.f == 0))
-        zsol = np.where(~ok & good, r2.x, zsol)
-        ok |= good
-        width = np.minimum(width * 1e4, _BIG)
-    if not ok.all():  # pragma: no cover - the widened bracket holds the root
-        bad = int(np.flatnonzero(~ok)[0])
-        raise RuntimeError(
-            f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
-            f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
-        )
-    x = zsol[:, None] + sgn * os_k
-    t, _ = ratio(x)
-    pi = np.where(qs > 0, qs * t, 0.0)
-    if underflow.any():
-        u = np.flatnonzero(underflow)
-        tops = (qs[u] > 0) & (os_best[u] == 0)
-        x[u] = np.where(tops, 1.0, os_best[u])
-        t0, _ = ratio(x[u], u)
-        t[u] = t0
-        others = np.where((qs[u] > 0) & ~tops, qs[u] * t0, 0.0)
-        rest = 1.0 - others.sum(axis=-1, keepdims=True)
-        share = np.where(tops, qs[u], 0.0)
-        pi[u] = others + share / share.sum(axis=-1, keepdims=True) * rest
-    total = pi.sum(axis=-1, keepdims=True)
-    out[live] = pi / total
-    if mode == "top":  # the log of the tiny ratios, from the pole distance (not from t)
-        tiny = (qs > 0) & ((t < 1e-100) | (pi < 1e-300)) & ~far
-        with np.errstate(divide="ignore"):
-            lt = np.where(tiny, _top_log_ratio(row, a, np.where(tiny, x, 1.0)), lt_far)
-        logt[live] = lt - np.log(total)
-    elif lifted.any():  # t^a of the lifted best outcomes may overflow: log t for D
-        logt[live] = lt_far - np.log(total)
-    return out, logt
+        return underflow
+
+    def widen(self, z1, zk, os_k, cap, underflow, increasing, live, beta):
+        """Stage 2: the anchor's coordinate, in a bracket around ``zk`` widened (by 1e4,
+        up to 8 times) until it holds the root; rows in ``underflow`` are already done."""
+        ok = np.zeros(self.qs.shape[0], dtype=bool)
+        ok |= underflow
+        zsol = zk.copy()
+        width = 64 * np.finfo(np.float64).eps * (np.abs(z1) + np.abs(zk)) + 1e-300
+        for _ in range(8):
+            todo = np.flatnonzero(~ok)
+            if todo.size == 0:
+                break
+            lo2 = np.clip(zk - width, -_BIG, _BIG)
+            hi2 = np.clip(zk + width, -_BIG, _BIG)
+            if self.mode != "free":  # the coordinate (a pole distance, or a height) is positive
+                lo2 = np.maximum(lo2, 0.0)
+            hi2 = np.maximum(np.minimum(hi2, cap), lo2)
+            r2 = self.solve(os_k, lo2, hi2, increasing)
+            good = r2.converged | ((r2.outside == 0) & (r2.f == 0))
+            zsol = np.where(~ok & good, r2.x, zsol)
+            ok |= good
+            width = np.minimum(width * 1e4, _BIG)
+        if not ok.all():  # pragma: no cover - the widened bracket holds the root
+            bad = int(np.flatnonzero(~ok)[0])
+            raise RuntimeError(
+                f"f_optimal_policy: the multiplier of row {int(live[bad])} did not converge "
+                f"(beta = {float(beta[live[bad], 0]):g}); please report the problem"
+            )
+        return zsol
+
+    def assemble(self, zsol, os_k, underflow):
+        """``(pi*, log t)`` of the rows at the solved coordinate, normalised; ``log t`` (the
+        log of the tiny ratios, for the divergence) or None where none is needed."""
+        qs, sgn, far = self.qs, self.sgn, self.far
+        x = zsol[:, None] + sgn * os_k
+        t, _ = self.ratio(x)
+        pi = np.where(qs > 0, qs * t, 0.0)
+        if underflow.any():
+            u = np.flatnonzero(underflow)
+            tops = (qs[u] > 0) & (self.os_best[u] == 0)
+            x[u] = np.where(tops, 1.0, self.os_best[u])
+            t0, _ = self.ratio(x[u], u)
+            t[u] = t0
+            others = np.where((qs[u] > 0) & ~tops, qs[u] * t0, 0.0)
+            rest = 1.0 - others.sum(axis=-1, keepdims=True)
+            share = np.where(tops, qs[u], 0.0)
+            pi[u] = others + share / share.sum(axis=-1, keepdims=True) * rest
+        total = pi.sum(axis=-1, keepdims=True)
+        if self.mode == "top":  # the log of the tiny ratios, from the pole distance (not from t)
+            tiny = (qs > 0) & ((t < 1e-100) | (pi < 1e-300)) & ~far
+            with np.errstate(divide="ignore"):
+                lt = np.where(
+                    tiny, _top_log_ratio(self.row, self.a, np.where(tiny, x, 1.0)), self.lt_far
+                )
+            return pi / total, lt - np.log(total)
+        if self.lifted.any():  # t^a of the lifted best outcomes may overflow: log t for D
+            return pi / total, self.lt_far - np.log(total)
+        return pi / total, None
 
 
 def _greedy(ref: NDArray, reward: NDArray) -> NDArray:

@@ -521,6 +521,11 @@ def as_divergence(divergence, alpha, name: str = "divergence") -> tuple[FDiverge
     ``alpha`` is required (any finite real) for ``"alpha"`` and must be ``None`` for
     the other rows, so that a coefficient passed to the wrong divergence is not
     silently ignored.
+
+    Returns
+    -------
+    (FDivergence, float or None)
+        The row and ``alpha`` (None for a row without one).
     """
     key = V.as_choice(name, divergence, tuple(DIVERGENCES))
     if key == "alpha":
@@ -622,7 +627,13 @@ def _summands(key: str, pn: NDArray, qn: NDArray, d: NDArray, alpha) -> NDArray:
 
 
 def _f_divergence_last(key: str, p: NDArray, q: NDArray, alpha=None) -> NDArray:
-    """D_f along the last axis for validated float64 arrays (keepdims=False)."""
+    """D_f along the last axis for validated float64 arrays (keepdims=False).
+
+    Returns
+    -------
+    ndarray
+        The divergence per row.
+    """
     if key == "reverse_kl" or (key == "alpha" and alpha == 1.0):
         return _kl_last(p, q)
     if key == "forward_kl" or (key == "alpha" and alpha == 0.0):

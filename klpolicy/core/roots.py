@@ -163,31 +163,8 @@ def monotone_root(
         if live.size == 0:
             break
         lo_l, hi_l, mid = lo_l[keep], hi_l[keep], mid[keep]
-        # Newton from the bracket end with the smaller |f|, then from the other
-        with np.errstate(all="ignore"):
-            n_lo = lo_l - f_lo[live] / d_lo[live]
-            n_hi = hi_l - f_hi[live] / d_hi[live]
-        ok_lo = np.isfinite(n_lo) & (n_lo > lo_l) & (n_lo < hi_l)
-        ok_hi = np.isfinite(n_hi) & (n_hi > lo_l) & (n_hi < hi_l)
-        prefer_lo = ~(np.abs(f_hi[live]) < np.abs(f_lo[live]))  # NaN |f| never preferred
-        first = np.where(prefer_lo, n_lo, n_hi)
-        first_ok = np.where(prefer_lo, ok_lo, ok_hi)
-        second = np.where(prefer_lo, n_hi, n_lo)
-        second_ok = np.where(prefer_lo, ok_hi, ok_lo)
-        step = np.where(first_ok, first, np.where(second_ok, second, mid))
-        # the endgame: a Newton step from the preferred end shorter than a quarter of the
-        # stopping width (0 included) means that end is the root to rounding, while a
-        # one-sided Newton sequence (a convex f approached from its convex side) never moves
-        # the other end; probe just past the root, half the stopping width away, so that
-        # the sign change closes the bracket (instead of ~50 bisections of the far end)
-        scale = np.maximum(np.abs(lo_l), np.abs(hi_l))
-        reach = 0.5 * (xtol * scale + xatol)
-        end = np.where(prefer_lo, lo_l, hi_l)
-        with np.errstate(all="ignore"):
-            probe = np.where(prefer_lo, lo_l + reach, hi_l - reach)
-            near = np.isfinite(first) & (np.abs(first - end) <= 0.5 * reach)
-        near &= (reach > 0) & (probe > lo_l) & (probe < hi_l)
-        step = np.where(near, probe, step)
+        ends = (f_lo[live], d_lo[live], f_hi[live], d_hi[live])
+        step = _newton_or_probe(lo_l, hi_l, mid, ends, xtol, xatol)
         # the halving rule: unless the bracket or the best |f| has halved over the last
         # _WINDOW iterations, bisect; one of the two then halves every _WINDOW + 1 iterations
         # (Newton converging from one side moves one end only, but halves |f|)
@@ -198,6 +175,47 @@ def monotone_root(
         widths = widths[1:] + [width]
         fbest = fbest[1:] + [best_f.copy()]
     stuck[live] = True  # rows left at the max_iter cap
+    brackets = (lo_, f_lo, hi_, f_hi)
+    return _roots(brackets, best_x, best_f, stuck, tol, xtol, xatol, shape, it)
+
+
+def _newton_or_probe(lo_l, hi_l, mid, ends, xtol, xatol):
+    """The next point of each live row: Newton's step from the bracket end with the smaller
+    ``|f|`` (then from the other) where it lands inside the bracket, else the midpoint; and
+    in the endgame a probe just past a root found to rounding."""
+    f_lo, d_lo, f_hi, d_hi = ends
+    # Newton from the bracket end with the smaller |f|, then from the other
+    with np.errstate(all="ignore"):
+        n_lo = lo_l - f_lo / d_lo
+        n_hi = hi_l - f_hi / d_hi
+    ok_lo = np.isfinite(n_lo) & (n_lo > lo_l) & (n_lo < hi_l)
+    ok_hi = np.isfinite(n_hi) & (n_hi > lo_l) & (n_hi < hi_l)
+    prefer_lo = ~(np.abs(f_hi) < np.abs(f_lo))  # NaN |f| never preferred
+    first = np.where(prefer_lo, n_lo, n_hi)
+    first_ok = np.where(prefer_lo, ok_lo, ok_hi)
+    second = np.where(prefer_lo, n_hi, n_lo)
+    second_ok = np.where(prefer_lo, ok_hi, ok_lo)
+    step = np.where(first_ok, first, np.where(second_ok, second, mid))
+    # the endgame: a Newton step from the preferred end shorter than a quarter of the
+    # stopping width (0 included) means that end is the root to rounding, while a
+    # one-sided Newton sequence (a convex f approached from its convex side) never moves
+    # the other end; probe just past the root, half the stopping width away, so that
+    # the sign change closes the bracket (instead of ~50 bisections of the far end)
+    scale = np.maximum(np.abs(lo_l), np.abs(hi_l))
+    reach = 0.5 * (xtol * scale + xatol)
+    end = np.where(prefer_lo, lo_l, hi_l)
+    with np.errstate(all="ignore"):
+        probe = np.where(prefer_lo, lo_l + reach, hi_l - reach)
+        near = np.isfinite(first) & (np.abs(first - end) <= 0.5 * reach)
+    near &= (reach > 0) & (probe > lo_l) & (probe < hi_l)
+    return np.where(near, probe, step)
+
+
+def _roots(brackets, best_x, best_f, stuck, tol, xtol, xatol, shape, it) -> Roots:
+    """The result: each row's bracket end nearest the root (``f`` is monotone), whether it
+    converged (a small ``f``, or a sign change seen on both sides within ``xtol``) and on
+    which side of the bracket a root outside it lies."""
+    lo_, f_lo, hi_, f_hi = brackets
     # f is monotone: the evaluated point nearest the root is a bracket end
     use_hi = np.abs(f_hi) < np.abs(f_lo)  # False where f_hi is NaN
     x_out = np.where(use_hi, hi_, np.where(np.isnan(f_lo), best_x, lo_))
@@ -207,7 +225,7 @@ def monotone_root(
     tight = (hi_ - lo_) <= xtol * np.maximum(np.abs(lo_), np.abs(hi_)) + xatol
     adjacent = (lo_ + 0.5 * (hi_ - lo_) <= lo_) | (lo_ + 0.5 * (hi_ - lo_) >= hi_)
     converged = ((np.abs(f_out) <= tol) | (f_out == 0) | (both & (tight | adjacent))) & ~stuck
-    outside = np.zeros(m, dtype=np.int8)
+    outside = np.zeros(x_out.size, dtype=np.int8)
     outside[~converged & ~stuck & np.isnan(f_hi)] = 1
     outside[~converged & ~stuck & np.isnan(f_lo)] = -1
     return Roots(

@@ -54,8 +54,10 @@ def gaussian_moments(mu: ArrayLike, estimator: str) -> tuple[NDArray, NDArray]:
 
     Returns
     -------
-    mean, variance : ndarray or float
-        Same shape as ``mu``.
+    mean : ndarray or float
+        The estimator's mean, same shape as ``mu``.
+    variance : ndarray or float
+        Its variance, same shape as ``mu``.
 
     Raises
     ------

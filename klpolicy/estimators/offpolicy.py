@@ -56,9 +56,11 @@ def off_policy_moments(
 
     Returns
     -------
-    mean, variance : ndarray or float
-        Per batch row; ``inf`` where an estimate is infinite with positive
-        probability.
+    mean : ndarray or float
+        The estimator's mean, per batch row; ``inf`` where an estimate is infinite
+        with positive probability.
+    variance : ndarray or float
+        Its variance, per batch row (``inf`` likewise).
 
     Raises
     ------

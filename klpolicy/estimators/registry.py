@@ -311,6 +311,11 @@ def estimator_names(*, kl_only: bool = False, straight_through: bool = False) ->
         Also the straight-through rows (``"k1+"``, ``"k3+"``, ``"abs+"``: a value and
         another row's gradient), which only the gradient functions take.
 
+    Returns
+    -------
+    tuple of str
+        The names.
+
     Examples
     --------
     >>> from klpolicy.estimators import estimator_names
@@ -349,6 +354,11 @@ def get_estimator(
         Refuse estimators that do not estimate the KL (``"abs"``).
     straight_through : bool
         Accept the straight-through rows (``"k3+"``, ...).
+
+    Returns
+    -------
+    Estimator
+        The estimator's registry row.
 
     Raises
     ------

@@ -378,11 +378,13 @@ def moments(
 
     Returns
     -------
-    mean, variance : ndarray or float
-        One value each per batch row. Both are ``inf`` when ``p`` puts mass
-        where ``q`` has none (the estimate is infinite with positive
-        probability), unless clamping makes it finite. The variance of the
-        mean of ``n`` independent samples is ``variance / n``.
+    mean : ndarray or float
+        The estimator's mean under ``p``, one value per batch row; ``inf`` when
+        ``p`` puts mass where ``q`` has none (the estimate is infinite with
+        positive probability), unless clamping makes it finite.
+    variance : ndarray or float
+        Its variance under ``p``, one value per batch row (``inf`` likewise). The
+        variance of the mean of ``n`` independent samples is ``variance / n``.
 
     Raises
     ------

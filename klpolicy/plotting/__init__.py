@@ -13,10 +13,9 @@
 A leaf: it uses the library's public API and nothing in the library imports it.
 """
 
+from . import figures as _figures
 from .dynamics import landing_points, training_path
 from .figures import (
-    MAX_SERIES,
-    OKABE_ITO,
     beta_sweep,
     controller_trace,
     estimator_histograms,
@@ -31,6 +30,13 @@ from .figures import (
 from .games import nash_md_trajectory
 from .lecture import animate_beta_sweep, explore
 from .save import save_figure
+
+# named here with their comments, which autodoc reads from the module a page documents
+#: The Okabe-Ito colour-blind-safe palette (black first).
+OKABE_ITO = _figures.OKABE_ITO
+#: At most this many actions are drawn one by one in a figure of one series per action;
+#: with more, the figure draws a few and summarises the rest (one colour per series).
+MAX_SERIES = _figures.MAX_SERIES
 
 __all__ = [
     "MAX_SERIES",

@@ -53,6 +53,7 @@ def landing_points(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -150,6 +151,7 @@ def training_path(path, *, ax=None):
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------

@@ -58,7 +58,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def lecture_style() -> dict[str, Any]:
-    """rcParams for slides: large fonts, thick lines, the Okabe-Ito cycle.
+    """The rcParams for slides: large fonts, thick lines, the Okabe-Ito cycle.
 
     Every text is at least 14 pt at the figure's own size (7.5 x 4.8 inches, about
     half a 16:9 slide), labels use mathtext (real subscripts: ``$\\pi^*_\\beta$``),
@@ -66,6 +66,11 @@ def lecture_style() -> dict[str, Any]:
 
     Use as ``with matplotlib.rc_context(lecture_style()): ...``, or for a whole
     notebook ``matplotlib.pyplot.rcParams.update(lecture_style())``.
+
+    Returns
+    -------
+    dict
+        The rcParams, for ``matplotlib.rc_context``.
 
     Examples
     --------
@@ -335,6 +340,7 @@ def beta_sweep(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -480,6 +486,7 @@ def frontier(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -604,6 +611,7 @@ def soft_best_of_n(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on: reward against KL for the three families.
 
     Raises
     ------
@@ -709,6 +717,7 @@ def kl_budget(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -826,6 +835,7 @@ def token_kl(kl: ArrayLike, *, ax=None, cmap: str = "cividis"):
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -979,6 +989,7 @@ def estimator_histograms(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------
@@ -1094,6 +1105,7 @@ def fixed_points(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (``ax``, or a new figure's).
 
     Raises
     ------

@@ -58,6 +58,7 @@ def nash_md_trajectory(
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on (the simplex in barycentric coordinates).
 
     Raises
     ------

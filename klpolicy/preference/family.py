@@ -123,7 +123,7 @@ def population_loss(
     mu : array_like, optional
         Pair law: ``None`` (``ref x ref``), a vector or an ``(n, n)`` joint law.
     divergence : str, optional
-        f-DPO: the f-divergence whose score replaces each log-ratio (TRL's
+        The f-divergence whose score replaces each log-ratio (f-DPO; TRL's
         ``f_divergence_type``: ``"reverse_kl"`` (default, DPO), ``"forward_kl"``,
         ``"js_divergence"``, ``"alpha_divergence"``, or any key of
         :data:`klpolicy.DIVERGENCES` but ``"tv"``); see
@@ -184,32 +184,15 @@ def population_loss(
     1.0
     """
     if not isinstance(loss, str) and isinstance(loss, Sequence) and len(loss) > 0:
-        names = [get_loss(n).name for n in loss]
-        weights = _loss_weights(loss_weights, len(names))
-        known = {o.name for n in names for o in LOSSES[n].options}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(
-                f"no loss in `loss` {names} has the option `{unknown[0]}`; their options: "
-                + (", ".join(f"`{k}`" for k in sorted(known)) or "none")
-            )
-        total = 0.0
-        for n, wk in zip(names, weights):
-            own = {k: v for k, v in options.items() if k in {o.name for o in LOSSES[n].options}}
-            total += wk * population_loss(
-                policy,
-                ref,
-                preferences,
-                beta,
-                loss=n,
-                mu=mu,
-                divergence=divergence,
-                alpha=alpha,
-                alpha_clamp=alpha_clamp,
-                trl_version=trl_version,
-                **own,
-            )
-        return total
+        common = dict(
+            mu=mu,
+            divergence=divergence,
+            alpha=alpha,
+            alpha_clamp=alpha_clamp,
+            trl_version=trl_version,
+        )
+        problem = (policy, ref, preferences, beta)
+        return _weighted_population_loss(problem, loss, loss_weights, common, options)
     if loss_weights is not None:
         raise ValueError(
             f"`loss_weights` go with a list of losses (TRL's loss_type list); got "
@@ -262,23 +245,7 @@ def population_loss(
     w = _win_weights(ref_a, preferences, mu)
     g = _log_ratio(policy, ref_a, w)
     if row.batch_dependent:
-        eps = o["label_smoothing"]
-
-        def psi(d):
-            return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
-
-        if row.name in ("aot_pair", "aot_unpaired"):
-            idx = np.arange(g.size)
-            keep = (w.sum(1) + w.sum(0)) > 0
-            return _quantile_coupling(
-                g[idx[keep]], w.sum(1)[keep], g[idx[keep]], w.sum(0)[keep], psi
-            )
-        i, j = np.nonzero(w > 0)
-        with np.errstate(divide="ignore"):
-            lref = np.log(ref_a)
-        ref_odds = lref[i] - lref[j]
-        pol_odds = (g[i] - g[j]) + ref_odds
-        return _quantile_coupling(pol_odds, w[i, j], ref_odds, w[i, j], psi)
+        return _sorting_loss(row.name, g, w, ref_a, b, o["label_smoothing"])
     ell = row._kernel[0]
     mask = w > 0
     with np.errstate(over="ignore"):
@@ -288,6 +255,44 @@ def population_loss(
         else:
             vals = ell(g[:, None] + 0 * g[None, :], g[None, :] + 0 * g[:, None], b, o)
     return float(np.sum(np.where(mask, w * np.where(mask, vals, 0.0), 0.0)))
+
+
+def _weighted_population_loss(problem, loss, loss_weights, common, options) -> float:
+    """TRL's ``loss_type`` list with ``loss_weights``: the weighted sum of the losses'
+    population values, each with its own options (an option no loss has is a ValueError)."""
+    names = [get_loss(n).name for n in loss]
+    weights = _loss_weights(loss_weights, len(names))
+    known = {o.name for n in names for o in LOSSES[n].options}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(
+            f"no loss in `loss` {names} has the option `{unknown[0]}`; their options: "
+            + (", ".join(f"`{k}`" for k in sorted(known)) or "none")
+        )
+    total = 0.0
+    for n, wk in zip(names, weights):
+        own = {k: v for k, v in options.items() if k in {o.name for o in LOSSES[n].options}}
+        total += wk * population_loss(*problem, loss=n, **common, **own)
+    return total
+
+
+def _sorting_loss(name, g, w, ref_a, b, eps) -> float:
+    """The sorting losses (``aot``, ``aot_pair``, ``aot_unpaired``): the quantile coupling of
+    the chosen and rejected log-ratio (or log-odds) laws under the pair weights."""
+
+    def psi(d):
+        return (1 - eps) * np.logaddexp(0.0, -b * d) + eps * np.logaddexp(0.0, b * d)
+
+    if name in ("aot_pair", "aot_unpaired"):
+        idx = np.arange(g.size)
+        keep = (w.sum(1) + w.sum(0)) > 0
+        return _quantile_coupling(g[idx[keep]], w.sum(1)[keep], g[idx[keep]], w.sum(0)[keep], psi)
+    i, j = np.nonzero(w > 0)
+    with np.errstate(divide="ignore"):
+        lref = np.log(ref_a)
+    ref_odds = lref[i] - lref[j]
+    pol_odds = (g[i] - g[j]) + ref_odds
+    return _quantile_coupling(pol_odds, w[i, j], ref_odds, w[i, j], psi)
 
 
 # ---------------------------------------------------------------------------
@@ -434,7 +439,7 @@ def _hinge_scores(sub: NDArray) -> NDArray:
     x + 1_{V \\ S}. The descent starts at x = 0 and takes the smallest best S (unique), so
     every step, and the answer, is the same in any order of the outcomes. A step widens the
     range of x by one at most, so there are at least range + 1 steps (the last finds no
-    improvement); every case measured took exactly that many.
+    improvement). The derivation: ``docs/derivations/pair_solvers.md``, section 5.
     """
     k = sub.shape[0]
     if k == 1:
@@ -1066,7 +1071,8 @@ def population_optimum(
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
         probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves [0, 1]
         (there the loss is unbounded below);
-        for the per-outcome losses in the non-convex case described below, and at a
+        for a per-outcome loss in the non-convex case (all outcomes compared, the free
+        minimisers' mass below 1) with an outcome that is never chosen, and at a
         ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
         margin losses and ``ipo`` depend on ``beta`` only as a scale: there they return
         the greedy limit of :math:`\pi_{ref}e^{x^*/\beta}`, as
@@ -1075,150 +1081,64 @@ def population_optimum(
     Notes
     -----
     *Margin-only losses* (``sigmoid``, ``robust``, ``hinge``, ``exo_pair``,
-    ``discopop``) depend on :math:`\pi` through :math:`x = \beta g` only up to a
-    constant, so the minimising :math:`x^*` does not depend on :math:`\beta`:
-    :math:`\pi_{loss} = \pi_{ref}e^{x^*/\beta}/Z` is the KL-regularised optimum for
-    the *implied reward* :math:`x^*` at the same :math:`\beta`. ``ipo`` likewise with
-    :math:`g^*` solving a Laplacian system (:func:`ipo_optimum`). ``sigmoid`` is
-    :func:`dpo_optimum` (same code path). ``robust`` with smoothing 0 is ``sigmoid``;
-    with :math:`\varepsilon > 0` its loss is convex and Newton's method solves it. Per
-    drawn pair its population terms are :math:`q\,\mathrm{sp}(-x) + (1-q)\,\mathrm{sp}(x)`
-    with the de-noised :math:`q = (P - \varepsilon)/(1 - 2\varepsilon)`: ``sigmoid``'s on
-    :math:`q`. At :math:`P = 1 - \varepsilon` (or :math:`\varepsilon`) that is
-    :math:`q = 1` (0), the term is :math:`\mathrm{sp}(-x)`, bounded below, and the
-    optimum is the sigmoid optimum on :math:`q` (finite where the other pairs hold the
-    ratio, as for DPO with deterministic preferences; otherwise its limit), solved by the
-    margin losses' Newton method on the de-noised pairs; beyond
-    (:math:`q \notin [0, 1]`) the loss is unbounded below and refused.
-    ``exo_pair`` and ``discopop`` are not convex in :math:`x` (``exo_pair``'s pair loss
-    is bounded; ``discopop``'s at its default ``tau`` = 0.05 has a local minimum on each
-    side of a tie, so the population loss can have many local minima). The returned point
-    is a *local minimiser*: the gradient is zero to rounding, and the gauge-fixed Hessian
-    (one outcome pinned), scaled by each outcome's own curvature (the weights span many
-    decades), has no eigenvalue below -1e-9 there. It is the one reached from the
-    weighted least-squares fit of :math:`x_i - x_j` to the per-pair minimisers
-    (``exo_pair``: :math:`(2P_{ij} - 1)\log((1-\epsilon)/\epsilon)`, exact per pair;
-    ``discopop``: :math:`\operatorname{logit} P_{ij}`) by second-order descent: Newton's
-    step where the scaled Hessian is positive definite, the saddle-free Newton step
-    :math:`-|H|^{-1}\nabla` otherwise, an Armijo line search, and at a stationary point
-    with negative curvature a step along that eigenvector (the sign that lowers the loss),
-    after which the descent continues; so it never stops at a saddle. The last iterate
-    is polished by one Newton step whose gradient is summed in extended precision
-    (``numpy.longdouble``): the float64 gradient's rounding, where the pair terms cancel,
-    leaves the scores off by up to 4e-12 without it, and an entry of the policy off by :math:`|x/\beta|`
-    times that (1.29e-10 relative at an entry of 1.2e-251); after the step, every entry is
-    within 1e-12 relative of a 60-digit minimiser in the tests and sweeps (on platforms
-    where ``longdouble`` is float64 the step is skipped). Start and steps do
-    not depend on the labelling of the outcomes, and neither does the answer (to 1e-10
-    relative, entry by entry, in the tests), except in a problem whose pair weights
-    :math:`W` have an exact symmetry (a relabelling with :math:`W_{\sigma\sigma} = W`,
-    or one with :math:`W_{\sigma\sigma} = W^T`, which with :math:`x \to -x` leaves the
-    loss unchanged: e.g. :math:`P = 1/2` on every pair, whatever ``ref``) and whose start
-    is a saddle: the minimisers the symmetry exchanges tie, and one of them is returned;
-    likewise where the symmetry is broken only by pairs whose weight is below the loss's
-    rounding (two outcomes of mass 1/2 with :math:`P = 1/2` beside one of mass 1e-23): the
-    minimisers then tie to rounding. More generally, a drawn pair with :math:`P_{ij}`
-    exactly 1/2 has (for ``discopop`` at small ``tau``) two mirror-image minima with the
-    start on the saddle between them, and which side the descent leaves it on can depend
-    on rounding, hence on the labelling; the point returned is a local minimiser in every
-    case. It need not be the global minimiser; for two outcomes
-    ``exo_pair``'s is (its pair loss has one minimum). ``discopop`` and ``sigmoid`` with deterministic
-    preferences return the limit of minimising sequences, as :func:`dpo_optimum`.
-    ``hinge`` is a linear program; its minimisers can form a polyhedron: the returned
-    point is a minimiser of the weighted spread :math:`\sum (\mu_{ij}+\mu_{ji})|x_i - x_j|`
-    among them, with integral scores (the LP's constraint matrix is a network matrix, so
-    the faces of its optima have integral vertices). It is computed exactly, in integer
-    arithmetic on the weights, by a steepest descent from :math:`x = 0` over the moves
-    :math:`x + 1_S`, each step's best set :math:`S` a minimum cut: the loss and the spread
-    are sums of convex functions of score differences with integer breakpoints, hence
-    L-natural convex on the integers, so a point no such move improves is a global
-    minimiser (Murota, Discrete Convex Analysis, 2003, ch. 7). Each step takes the
-    smallest best set, which is unique, so the answer is the same in any order of the
-    outcomes, also where several minimisers tie. The time grows with the range of the
-    integral scores (a step widens it by one at most; the range is below the number of
-    outcomes): on a 2-core machine, 0.15 s for 100 outcomes with random preferences (two
-    steps), 24 s for a deterministic chain of 200 outcomes (200 steps). Memory is
-    :math:`O(n^2)`; :func:`optimum_set` gives the range of every log-odds over the whole
-    set.
+    ``discopop``) depend on :math:`\pi` only through :math:`x = \beta g` up to a
+    constant, so the minimiser :math:`x^*` of :math:`\sum_{ij} W_{ij}\phi(x_i - x_j)`
+    does not depend on :math:`\beta` and
+
+    .. math::
+
+        \pi_{loss} = \pi_{ref}\,e^{x^*/\beta}/Z,
+
+    the KL-regularised optimum for the *implied reward* :math:`x^*` at the same
+    :math:`\beta`. ``ipo`` likewise, with :math:`g^*` solving a Laplacian system
+    (:func:`ipo_optimum`); ``sigmoid`` is :func:`dpo_optimum`. ``robust`` is
+    ``sigmoid`` on the de-noised :math:`q = (P - \varepsilon)/(1 - 2\varepsilon)`
+    (refused where :math:`q \notin [0, 1]`: the loss is unbounded below there).
+    ``exo_pair`` and ``discopop`` are not convex in :math:`x`: the point returned is a
+    *local minimiser* (the gradient zero to rounding, no eigenvalue of the scaled,
+    gauge-fixed Hessian below -1e-9), the same in any order of the outcomes except where
+    an exact symmetry of :math:`W` makes minimisers tie; it need not be the global one.
+    ``hinge`` is a linear program whose minimisers can form a polyhedron: the point
+    returned is the minimiser of least weighted spread
+    :math:`\sum_{i<j} (\mu_{ij}+\mu_{ji})|x_i - x_j|`, with integral scores, computed
+    exactly and the same in any order of the outcomes (:func:`optimum_set` gives the
+    whole set). With deterministic preferences ``sigmoid`` and ``discopop`` return the
+    limit of minimising sequences, as :func:`dpo_optimum`.
 
     *Per-outcome losses* (``nca_pair``, ``bco_pair`` with a fixed ``delta``,
-    ``sppo_hard``) split as :math:`\sum_i f_i(g_i)` with :math:`f_i` convex; the
-    normalisation :math:`\sum_i \pi_{ref,i}e^{g_i} = 1` couples them. When the free
-    minimisers :math:`g^0_i` carry total mass :math:`S_0 \ge 1`, the minimiser solves
-    :math:`f_i'(g_i) + \lambda\pi_{ref,i}e^{g_i} = 0` with :math:`\lambda \ge 0` fixed
-    by the normalisation (nested Brent roots). When :math:`S_0 < 1` and some outcome of
-    the support is never compared, :math:`g^0` is optimal and the remaining mass
-    :math:`1 - S_0` goes to the uncompared outcomes (returned: in proportion to
-    ``ref``; any split is optimal). When :math:`S_0 < 1` and all are compared the
-    problem is non-convex in the masses :math:`m_i = \pi_{ref,i}e^{g_i}`: every
-    :math:`F_i(m) = f_i(\log(m/\pi_{ref,i}))` rises on :math:`[m^0_i, 1]` with a marginal
-    cost :math:`h_i = F_i'` that rises from 0 and then falls (checked numerically); at a
-    minimiser all :math:`h_i` equal one multiplier and at most one outcome is on a falling
-    branch (two would give the descent direction :math:`e_j - e_k`), so the candidates
-    (all rising, or outcome :math:`k` falling) are enumerated, their roots in the
-    multiplier located on a grid, every bracket that may hold the least loss refined, and
-    the least loss is returned. Candidates are compared by a loss difference resolved
-    below the loss's own rounding (the outcomes whose log-ratios barely move enter through
-    the multiplier times their mass change), so that stationary points differing only in
-    outcomes of tiny mass, whose losses agree to 1e-20 relative, are told apart whatever
-    the order of the outcomes. When every rising branch holds a mass below the smallest
-    float (``bco_pair`` with a large negative ``delta``, or a tiny ``beta``) the minimiser
-    is, in floats, the vertex :math:`e_k` of the outcome with the least
-    :math:`f_k(-\log\pi_{ref,k}) - f_k(g^0_k)` (the others keep masses below
-    :math:`e^{-745}`). Outcomes never chosen (no finite :math:`g^0_i`) in this case
-    raise a ValueError. TRL's ``bco_pair`` ``delta`` is a
-    running mean of :math:`\beta(a + b)/2`; at population level that is
-    :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` with :math:`c_i, r_i` the
-    chosen and rejected marginals of ``W``: a function of the policy, so the trainer's
-    fixed point is a stationary point of the loss at its own ``delta``; pass that value
-    to evaluate it.
+    ``sppo_hard``) split as :math:`\sum_i f_i(g_i)`, coupled by
+    :math:`\sum_i \pi_{ref,i}e^{g_i} = 1`. Where the free minimisers carry less than all
+    the mass and an outcome of the support is never compared, the rest goes to the
+    uncompared outcomes in proportion to ``ref`` (any split is optimal); where all are
+    compared the problem is not convex in the masses, and the stationary point of least
+    loss is returned. TRL's ``bco_pair`` ``delta`` is a running mean of
+    :math:`\beta(a + b)/2`, at population level
+    :math:`\delta = \tfrac{\beta}{2}\sum_i (c_i + r_i) g_i` (:math:`c_i, r_i` the chosen
+    and rejected marginals of ``W``): a function of the policy, so the trainer's fixed
+    point is a stationary point of the loss at its own ``delta``; pass that value.
 
-    *f-DPO* (``divergence``). A margin loss sees the policy through the score
-    differences :math:`S_i - S_j` only, and its minimising margins are those of the
-    reverse-KL case, :math:`\beta(S_i - S_j) = x^*_i - x^*_j`; with
-    :math:`S = c f'(t) + k` that is the stationarity condition of
-    :math:`\max \mathbb{E}_\pi[x^*] - c\beta D_f(\pi\|\pi_{ref})`. The optimum is therefore
-    :func:`klpolicy.f_optimal_policy` at ``c * beta`` for the implied reward, exactly where
-    that optimum is *interior*: every outcome of the support keeps mass (always for
-    ``forward_kl``, ``js``, ``hellinger``, ``chi2_kl``, ``reverse_chi2`` and alpha <= 1,
-    whose :math:`f'(0) = -\infty`; for ``chi2`` and alpha > 1 only while no implied reward
-    is more than :math:`c\beta(f'(t_{best}) - f'(0))` below the best), and, with
-    ``alpha_clamp`` = C, no log-ratio of the optimum lies beyond :math:`C/(a-1)` (where the
-    clamped score is flat). Otherwise a ValueError says which outcome and why. Under
-    Bradley-Terry preferences from ``r`` with ``sigmoid``, :math:`x^* = r`. ``chi_po`` is
-    ``sigmoid`` with the ``chi2_kl`` score. The per-outcome losses (``nca_pair``,
-    ``bco_pair``, ``sppo_hard``) take no f-divergence in TRL 1.10.0 and later (a
-    ValueError, as TRL's); in TRL 0.29.0-1.9.2 they took the scores, but they are not
-    functions of score differences: no f-DPO optimum is computed for them.
+    *f-DPO* (``divergence``): a margin loss's optimum is
+    :func:`klpolicy.f_optimal_policy` for the implied reward at ``c * beta`` wherever that
+    optimum is interior (every outcome of the support keeps mass, and with
+    ``alpha_clamp`` = C no log-ratio lies beyond :math:`C/(a-1)`); otherwise a ValueError
+    says which outcome and why. The per-outcome losses take no f-divergence in TRL
+    1.10.0 and later. *Length normalisation* (``sigmoid_norm``): the formula under
+    Returns, :math:`\lambda` the root of :math:`\sum_y \pi_{ref,y} t_y = 1`. *Sorting
+    losses* (``aot``, ``aot_pair``): no exact minimiser is computed
+    (:func:`population_loss` evaluates them).
 
-    *Length normalisation* (``sigmoid_norm``, ``lengths`` = L, one per outcome). The loss
-    is ``sigmoid``'s on the scores :math:`s_y = \beta g_y / L_y`, so its minimisers have
-    :math:`s^*_y = x^*_y + c` with :math:`x^*` the sigmoid optimum's implied reward
-    (:math:`x^* = r` + const under Bradley-Terry preferences from ``r``) and any constant
-    :math:`c`; then :math:`\pi_y = \pi_{ref,y}\exp(L_y(x^*_y + c)/\beta)`, and because
-    the lengths differ the constant does not cancel: :math:`c` is the root of
-    :math:`\sum_y \pi_{ref,y}e^{L_y(x^*_y + c)/\beta} = 1`, increasing in :math:`c`
-    (solved by ``monotone_root``). Equal lengths :math:`L` give ``sigmoid``'s optimum at
-    :math:`\beta/L`; ``beta -> 0`` the greedy limit. With a ``divergence`` the
-    normalised scores :math:`S(g_y)/L_y` take the place of :math:`g_y/L_y`: then
-    :math:`\beta S(g_y)/L_y = x^*_y + \lambda`, so
-    :math:`t_y = (f')^{-1}\big((L_y(x^*_y + \lambda)/\beta - k)/c\big)` with the score
-    :math:`S = c f' + k` of ``trl_version`` (TRL 1.10.0 and later keep :math:`k`: see
-    :mod:`klpolicy.preference.fdpo`), and :math:`\lambda` the root of
-    :math:`\sum_y \pi_{ref,y} t_y = 1` (increasing in :math:`\lambda`); the constant
-    does not cancel when the lengths differ.
-
-    *Sorting losses.* ``aot_pair`` couples the chosen and rejected log-ratio laws by
-    rank (their quantile functions); for a policy that orders outcomes so that the
-    chosen law dominates, scaling :math:`g` up lowers the loss towards its value on
-    the ties, so without label smoothing the infimum is typically a limit, not a
-    minimiser; in any case the loss is piecewise in the ordering of :math:`g` and no
-    exact minimiser is computed here (:func:`population_loss` evaluates it).
+    The derivations are in ``docs/derivations/dpo.md`` (section 6: each loss's population
+    problem), ``docs/derivations/f_divergences.md`` (f-DPO and lengths) and
+    ``docs/derivations/pair_solvers.md`` (the solvers: the saddle-free Newton descent and
+    its extended-precision polish, the hinge descent over minimum cuts, the per-outcome
+    enumeration); the times in ``docs/performance.md``.
 
     References
     ----------
     .. [1] Azar et al., 2023, arXiv:2310.12036 (a general paradigm; IPO).
     .. [2] The papers of the rows of :data:`LOSSES`.
+    .. [3] Dauphin et al., 2014, arXiv:1406.2572 (the saddle-free Newton step).
+    .. [4] K. Murota, Discrete Convex Analysis, SIAM, 2003, ch. 7 (the hinge descent).
 
     Examples
     --------
@@ -1261,29 +1181,8 @@ def population_optimum(
             )
         return _length_normalised_optimum(ref_a, x, lengths, b)
     if f_dpo or name == "chi_po":
-        if name == "chi_po":
-            if f_dpo:
-                raise ValueError(
-                    "`divergence` is fixed by `loss` 'chi_po' (its link is the chi2_kl score); "
-                    f"got divergence={divergence!r}"
-                )
-            divergence, base = "chi2_kl", "sigmoid"
-        else:
-            resolve_divergence(divergence, alpha)  # the name and alpha, checked first
-            check_f_loss(row, divergence, trl_version)  # TRL's refusals
-            base = name
-        if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
-            raise ValueError(
-                f"`loss` {name!r} is not a function of score differences: its f-DPO population "
-                "optimum is not the f-regularised optimum, and population_optimum computes it "
-                "for the margin losses only (sigmoid, robust, hinge, ipo, exo_pair, discopop)"
-            )
-        # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
-        # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
-        pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
-        return f_population_optimum(
-            pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp, trl_version=trl_version
-        )
+        f_options = (divergence, alpha, alpha_clamp, f_dpo)
+        return _f_dpo_optimum(row, ref_a, preferences, b, mu, o, f_options, trl_version)
     if name in ("aot", "aot_pair", "aot_unpaired"):
         raise ValueError(
             f"`loss` {name!r} sorts log-ratios across the batch: its population version is "
@@ -1310,21 +1209,7 @@ def population_optimum(
         _check_connected(joint + joint.T, np.flatnonzero(support))
         return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
-        if not np.isfinite(1.0 / b):
-            raise ValueError(
-                f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
-                f"loss {name!r} (its population loss depends on beta, not only on a scale, "
-                f"and 1 / beta overflows); got {float(b)!r}"
-            )
-        joint = V.as_pair_law(mu, ref_a)
-        p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
-        with np.errstate(invalid="ignore"):
-            terms = (joint + joint.T) * (p - p.T)
-        skew = np.array([math.fsum(t) for t in terms.tolist()])
-        g = _separable_optimum(name, ref_a, w, b, o, skew)
-        with np.errstate(over="ignore"):
-            pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
-        return pi / pi.sum()
+        return _per_outcome_optimum(name, ref_a, preferences, mu, w, b, o)
     if name == "robust":
         q = _robust_denoised(ref_a, preferences, mu, o["label_smoothing"])
         if q is not None:  # a drawn pair at P = eps or 1 - eps: sigmoid's loss on q, see Notes
@@ -1344,6 +1229,59 @@ def population_optimum(
         w, support, _margin_solver(name, o), what=name, runaway=name != "exo_pair"
     )
     return _tilt_scores(ref_a, x, b)
+
+
+def _f_dpo_optimum(row, ref_a, preferences, b, mu, o, f_options, trl_version):
+    """f-DPO (and ``chi_po``) with a margin loss: the f-regularised optimum at ``c * beta``
+    for the implied reward of the same loss under the reverse KL (see
+    :func:`population_optimum`'s Notes); a ValueError for a loss that is not a function of
+    score differences. ``f_options``: ``(divergence, alpha, alpha_clamp, f_dpo)``."""
+    divergence, alpha, alpha_clamp, f_dpo = f_options
+    name = row.name
+    if name == "chi_po":
+        if f_dpo:
+            raise ValueError(
+                "`divergence` is fixed by `loss` 'chi_po' (its link is the chi2_kl score); "
+                f"got divergence={divergence!r}"
+            )
+        divergence, base = "chi2_kl", "sigmoid"
+    else:
+        resolve_divergence(divergence, alpha)  # the name and alpha, checked first
+        check_f_loss(row, divergence, trl_version)  # TRL's refusals
+        base = name
+    if not LOSSES[base].margin_only or LOSSES[base].batch_dependent:
+        raise ValueError(
+            f"`loss` {name!r} is not a function of score differences: its f-DPO population "
+            "optimum is not the f-regularised optimum, and population_optimum computes it "
+            "for the margin losses only (sigmoid, robust, hinge, ipo, exo_pair, discopop)"
+        )
+    # the margin losses' minimising x* = beta log(pi/ref) does not depend on beta: read
+    # it at beta = 1, where pi = ref e^{x*}/Z does not underflow for small beta
+    pi_kl = population_optimum(ref_a, preferences, 1.0, loss=base, mu=mu, **o)
+    return f_population_optimum(
+        pi_kl, ref_a, b, name, divergence, alpha, alpha_clamp, trl_version=trl_version
+    )
+
+
+def _per_outcome_optimum(name, ref_a, preferences, mu, w, b, o):
+    """The optimum of a per-outcome loss (``nca_pair``, ``bco_pair``, ``sppo_hard``):
+    :func:`_separable_optimum` on the outcomes' skews ``c_i - r_i``, formed pair by pair."""
+    support = ref_a > 0
+    if not np.isfinite(1.0 / b):
+        raise ValueError(
+            f"`beta` must be at least {1 / np.finfo(np.float64).max:.4g} for the per-outcome "
+            f"loss {name!r} (its population loss depends on beta, not only on a scale, "
+            f"and 1 / beta overflows); got {float(b)!r}"
+        )
+    joint = V.as_pair_law(mu, ref_a)
+    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    with np.errstate(invalid="ignore"):
+        terms = (joint + joint.T) * (p - p.T)
+    skew = np.array([math.fsum(t) for t in terms.tolist()])
+    g = _separable_optimum(name, ref_a, w, b, o, skew)
+    with np.errstate(over="ignore"):
+        pi = np.where(support, ref_a * np.exp(np.where(support, g, -np.inf)), 0.0)
+    return pi / pi.sum()
 
 
 class OptimumSet(NamedTuple):

@@ -281,7 +281,7 @@ def dpo_optimum(
     mu : array_like, optional
         Pair law, as in :func:`population_dpo_loss` (default ``ref x ref``).
     label_smoothing : float, optional
-        cDPO's :math:`\varepsilon \in [0, 1/2]`: the labels are flipped with
+        The label smoothing :math:`\varepsilon \in [0, 1/2]` of cDPO: the labels are flipped with
         probability :math:`\varepsilon`, i.e. ``P`` becomes
         ``(1 - eps) P + eps P.T``.
 

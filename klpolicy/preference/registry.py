@@ -149,7 +149,13 @@ class PairLoss:
     f_divergence: tuple[str, str] = ("scores", "scores")
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, float]:
-        """Validate ``options`` by name; return every option with defaults filled in."""
+        """Validate ``options`` by name; return every option with defaults filled in.
+
+        Returns
+        -------
+        dict
+            Every option of the loss, by name.
+        """
         known = {o.name: o for o in self.options}
         for k in options:
             if k not in known:

@@ -103,6 +103,11 @@ def laplacian_solve(sym: NDArray, rhs: NDArray, support: NDArray) -> NDArray[np.
     to its own row's weights, whatever the weights' span and the outcomes' order: the
     Jacobi-scaled system is solved with the heaviest outcome pinned, then refined twice
     on the residual written as ``rhs_i - sum_j sym_ij (g_i - g_j)``.
+
+    Returns
+    -------
+    ndarray
+        The solution ``g``, 0 off the support.
     """
     sym, support = _check_inputs("sym", sym, support)
     rhs = V.as_finite_array("rhs", rhs).astype(np.float64, copy=False)
@@ -137,6 +142,11 @@ def consistent_potentials(logit: NDArray, compared: NDArray, support: NDArray) -
     Laplacian); it is accepted when it reproduces every compared pair's log-odds to
     rounding. ``None`` when a compared pair is deterministic (infinite log-odds), when the
     compared pairs do not connect the support, or when the log-odds are not additive.
+
+    Returns
+    -------
+    ndarray or None
+        The potentials, or None where no potentials fit every compared pair.
     """
     idx = np.flatnonzero(support)
     if idx.size <= 1:
@@ -271,6 +281,11 @@ def minimise_pair_loss(w: NDArray, support: NDArray, beta: float, *, kind: str =
 
     Returns ``g`` on the support (``-inf`` for outcomes whose mass tends to 0 in
     the deterministic limit) and 0 off it.
+
+    Returns
+    -------
+    ndarray
+        The log-ratios ``g``.
     """
     V.as_choice("kind", kind, ("dpo",))
     w, support = _check_inputs("w", w, support)
@@ -427,14 +442,42 @@ def _margin_newton(
     k = w.shape[0]
     if k == 1:
         return np.zeros(1)
-    mask = w > 0
-    tot = np.sum(w + w.T, axis=1)
-    eps = np.finfo(float).eps
+    run = _MarginDescent(w, phi, d1, d2)
+    x = np.asarray(x0, float) - x0[run.anchor]
+    grad, hess, size = run.grad_hess(x)
+    for _ in range(max_iter):
+        dall = np.sqrt(np.maximum(size, 1e-20 * run.tot))
+        u = dall / np.linalg.norm(dall)  # the gauge direction of the scaled Hessian
+        hs = hess / dall[:, None] / dall[None, :]
+        moved = run.descent_step(x, grad, hs, u, dall) if grad[run.free].any() else None
+        if moved is None:
+            # stationary to rounding: a minimiser unless the Hessian has negative curvature
+            moved = run.curvature_step(x, grad, hess, hs, u, dall)
+            if moved is None:
+                break
+        x, grad, hess, size = moved
+    dsc = np.sqrt(np.maximum(size, 1e-20 * run.tot))[run.free]
+    return _polish(w, run.mask, d1, x, hess, dsc, run.free)
 
-    def change(x, step):
+
+class _MarginDescent:
+    """The pieces of :func:`_margin_newton`'s descent on ``sum_ij w_ij phi(x_i - x_j)``:
+    the loss change along a ray, the gradient and Hessian, the clipped step, the line
+    search, the descent step and the negative-curvature step."""
+
+    def __init__(self, w: NDArray, phi: Callable, d1: Callable, d2: Callable) -> None:
+        self.w, self.phi, self.d1, self.d2 = w, phi, d1, d2
+        self.mask = w > 0
+        self.tot = np.sum(w + w.T, axis=1)
+        self.anchor = _anchor(w + w.T)
+        self.free = _others(w.shape[0], self.anchor)
+
+    def change(self, x, step):
         """The loss at ``x + step`` minus the loss at ``x`` along the exact ray (the
         pair margins ``d + (step_i - step_j)``, not the rounded iterate's), and a bound
         on its rounding."""
+        w, mask, phi, d1 = self.w, self.mask, self.phi, self.d1
+        eps = np.finfo(float).eps
         d = x[:, None] - x[None, :]
         dd = step[:, None] - step[None, :]
         dn = d + dd
@@ -445,11 +488,15 @@ def _margin_newton(
         err = np.where(mask, w * np.where(small, np.abs(simpson), np.abs(pa) + np.abs(pb)), 0.0)
         return float(np.sum(terms)), 64 * eps * float(np.sum(err))
 
-    def grad_hess(x):
+    def grad_hess(self, x):
+        """The gradient (its components below their rounding zeroed), the Hessian, and
+        each outcome's sum of Hessian-term magnitudes (its curvature scale)."""
+        w, mask = self.w, self.mask
+        eps = np.finfo(float).eps
         d = x[:, None] - x[None, :]
-        c = np.where(mask, w * d1(d), 0.0)
+        c = np.where(mask, w * self.d1(d), 0.0)
         grad = c.sum(axis=1) - c.sum(axis=0)
-        e = np.where(mask, w * d2(d), 0.0)
+        e = np.where(mask, w * self.d2(d), 0.0)
         size = np.abs(e).sum(axis=1) + np.abs(e).sum(axis=0)
         # components below the rounding level of their own terms (each term's, and that of
         # the margin x_i - x_j it is evaluated at) are noise: zero them, or the iteration
@@ -461,19 +508,18 @@ def _margin_newton(
         e = e + e.T
         return grad, np.diag(e.sum(axis=1)) - e, size
 
-    anchor = _anchor(w + w.T)
-    free = _others(k, anchor)
-
-    def full_step(step):
-        # a step of every outcome, clipped relative to its weighted mean (not to the pinned
-        # outcome, which rounding picks among near-ties), then shifted back to 0 at the
-        # pinned outcome (a constant: the same policy)
+    def full_step(self, step):
+        """A step of every outcome, clipped relative to its weighted mean (not to the pinned
+        outcome, which rounding picks among near-ties), then shifted back to 0 at the
+        pinned outcome (a constant: the same policy)."""
+        tot = self.tot
         step = np.clip(step - float(tot @ step) / float(tot.sum()), -_MAX_STEP, _MAX_STEP)
-        return step - step[anchor]
+        return step - step[self.anchor]
 
-    def search(x, grad, step, model, dsc, newton):
+    def search(self, x, grad, step, model, dsc, newton):
         """Backtracking from the full step; ``model(t)`` the predicted change (< 0);
         ``newton``: the step is Newton's on a positive definite Hessian."""
+        free = self.free
         scale = max(1.0, float(np.max(np.abs(x))))
         gnorm = float(np.linalg.norm(grad[free] / dsc))
         t = 1.0
@@ -481,73 +527,73 @@ def _margin_newton(
             x_new = x + t * step
             if np.array_equal(x_new, x):  # below the rounding of x
                 return None
-            df, err = change(x, t * step)
+            df, err = self.change(x, t * step)
             if abs(df) > err:
                 if df <= 1e-4 * model(t):  # Armijo on a change the sum resolves
-                    return x_new, *grad_hess(x_new)
+                    return x_new, *self.grad_hess(x_new)
             elif newton:
                 # the change is below its rounding (the last digits): a Newton step that
                 # shrinks the scaled gradient
-                new = grad_hess(x_new)
+                new = self.grad_hess(x_new)
                 if np.linalg.norm(new[0][free] / dsc) < gnorm:
                     return x_new, *new
             t *= 0.5
         return None
 
-    x = np.asarray(x0, float) - x0[anchor]
-    grad, hess, size = grad_hess(x)
-    for _ in range(max_iter):
-        dall = np.sqrt(np.maximum(size, 1e-20 * tot))
-        u = dall / np.linalg.norm(dall)  # the gauge direction of the scaled Hessian
-        hs = hess / dall[:, None] / dall[None, :]
+    def descent_step(self, x, grad, hs, u, dall):
+        """Newton's step (positive definite scaled Hessian) or the saddle-free one
+        (:func:`_descent_direction`), clipped, then searched; None where none is taken."""
+        free, k = self.free, x.size
         dsc = dall[free]
-        moved = None
-        if grad[free].any():
-            df_, dfull = _descent_direction(
-                hs[np.ix_(free, free)], grad[free] / dsc, hs, grad / dall, u
-            )
-            pd = df_ is not None
-            if pd:  # Newton's step on the free coordinates (the pinned one stays)
-                dfull = np.zeros(k)
-                dfull[free] = df_ / dsc
-                step = full_step(dfull)
-            else:
-                step = full_step(dfull / dall)
+        df_, dfull = _descent_direction(
+            hs[np.ix_(free, free)], grad[free] / dsc, hs, grad / dall, u
+        )
+        pd = df_ is not None
+        if pd:  # Newton's step on the free coordinates (the pinned one stays)
+            dfull = np.zeros(k)
+            dfull[free] = df_ / dsc
+            step = self.full_step(dfull)
+        else:
+            step = self.full_step(dfull / dall)
+        slope = float(grad[free] @ step[free])
+        if not slope < 0:  # clipping broke descent: the clipped scaled gradient
+            step, pd = self.full_step(-grad / dall**2), False
             slope = float(grad[free] @ step[free])
-            if not slope < 0:  # clipping broke descent: the clipped scaled gradient
-                step, pd = full_step(-grad / dall**2), False
-                slope = float(grad[free] @ step[free])
-            scale = max(1.0, float(np.max(np.abs(x))))
-            if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
-                moved = search(x, grad, step, lambda t, s=slope: t * s, dsc, pd)
-        if moved is None:
-            # stationary to rounding: a minimiser unless the Hessian has negative curvature
-            lams, vs = _gauge_free_eigh(hs, u)
-            if lams.size == 0 or lams[0] >= -_NEG_CURVATURE:
-                break
-            p = full_step(vs[:, 0] / dall)
-            p /= np.max(np.abs(p))
-            gp = float(grad[free] @ p[free])
-            curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
-            signs = (-1.0,) if gp > 0 else (1.0,) if gp < 0 else (1.0, -1.0)
-            tries = []
-            for sg in signs:
-                r = search(
-                    x,
-                    grad,
-                    sg * p,
-                    lambda t, a=sg * gp, c=curv: t * min(a, 0.0) + 0.5 * t * t * c,
-                    dsc,
-                    False,
-                )
-                if r is not None:
-                    tries.append(r)
-            if not tries:
-                break
-            # the lower loss (a tie, in a problem symmetric under exchanging outcomes: +)
-            moved = min(tries, key=lambda r: change(x, r[0] - x)[0])
-        x, grad, hess, size = moved
-    return _polish(w, mask, d1, x, hess, np.sqrt(np.maximum(size, 1e-20 * tot))[free], free)
+        scale = max(1.0, float(np.max(np.abs(x))))
+        if slope < 0 and np.max(np.abs(step)) > 1e-15 * scale:
+            return self.search(x, grad, step, lambda t, s=slope: t * s, dsc, pd)
+        return None
+
+    def curvature_step(self, x, grad, hess, hs, u, dall):
+        """At a point stationary to rounding: a step along the eigenvector of the scaled
+        Hessian's smallest eigenvalue where it is below ``-_NEG_CURVATURE`` (a saddle or a
+        maximum), in the sign that lowers the loss; None at a minimiser."""
+        free = self.free
+        dsc = dall[free]
+        lams, vs = _gauge_free_eigh(hs, u)
+        if lams.size == 0 or lams[0] >= -_NEG_CURVATURE:
+            return None
+        p = self.full_step(vs[:, 0] / dall)
+        p /= np.max(np.abs(p))
+        gp = float(grad[free] @ p[free])
+        curv = float(p[free] @ hess[np.ix_(free, free)] @ p[free])
+        signs = (-1.0,) if gp > 0 else (1.0,) if gp < 0 else (1.0, -1.0)
+        tries = []
+        for sg in signs:
+            r = self.search(
+                x,
+                grad,
+                sg * p,
+                lambda t, a=sg * gp, c=curv: t * min(a, 0.0) + 0.5 * t * t * c,
+                dsc,
+                False,
+            )
+            if r is not None:
+                tries.append(r)
+        if not tries:
+            return None
+        # the lower loss (a tie, in a problem symmetric under exchanging outcomes: +)
+        return min(tries, key=lambda r: self.change(x, r[0] - x)[0])
 
 
 def _polish(
@@ -564,9 +610,9 @@ def _polish(
 
     The float64 gradient's rounding, about ``eps sum_j |w_ij phi'_ij|``, is far above its
     value where the pair terms cancel: the iteration stops with ``x`` off by that rounding
-    over the curvature (4.0e-12 measured, at scores up to 18), and an entry of the policy,
-    ``ref e^{x / beta} / Z``, by ``|x / beta|`` times that (1.29e-10 relative at an entry
-    of 1.2e-251, beta 1/32). Newton's step from the extended gradient, on the float64 Hessian at ``x``
+    over the curvature, ``dx``, and an entry of the policy, ``ref e^{x / beta} / Z``, off
+    by about ``|dx| / beta`` relative (the figures: ``docs/derivations/pair_solvers.md``,
+    section 4). Newton's step from the extended gradient, on the float64 Hessian at ``x``
     (``hess``, scaled by ``dsc`` on the free coordinates: ample for a step that small),
     removes it, down to the rounding of ``x`` itself. The step is taken only where that
     Hessian is positive definite and the step is below 1e-6; one above 1e-9 (outside the

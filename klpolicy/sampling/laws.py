@@ -60,8 +60,8 @@ Where they differ
   boundary may fall on the other side. On exactly tied rows top-p's cumulative
   sum can land on ``1 - top_p`` itself, and then this is not a small effect: the
   engine may keep one tied token more (or another tied block), which moves
-  ``1/(m+1)`` of the mass for a kept block of ``m`` (0.15-0.21 at the median and
-  up to 0.5, measured against transformers 5.25.0's ``TopPLogitsWarper``).
+  ``1/(m+1)`` of the mass for a kept block of ``m`` (the measurement against
+  transformers' ``TopPLogitsWarper``: ``docs/derivations/sampling.md``).
   :func:`cut_sensitivity` reports the law at both sides of the cut.
 * **Defaults.** Settings not passed are off here; transformers' ``generate``
   applies ``top_k=50`` unless it is passed (:data:`ENGINE_DEFAULTS`, ``defaults=``).
@@ -568,7 +568,8 @@ def sampler_law(
     order : {"transformers", "vllm"}
         Whose processing order (see the module notes for what differs).
     min_tokens_to_keep : int, optional
-        transformers' ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
+        The least number of tokens each filter keeps, as transformers'
+        ``min_tokens_to_keep`` (1; ``generate`` uses 2 for beam
         sampling). Must be 1 with ``order="vllm"``.
     defaults : str, mapping or GenerationConfig-like, optional
         Where the settings left ``None`` come from: ``None`` (default: they are
@@ -740,12 +741,9 @@ def cut_sensitivity(
     Then ``<=`` in exact arithmetic removes the token, float32 or float64 rounding
     may keep it, and an unstable ``torch.sort`` decides *which* of the tied tokens
     go: engines and this module can keep different tied blocks. One token more or
-    less of a tied block of ``m`` kept tokens moves :math:`1/(m+1)` of the mass;
-    measured against transformers 5.25.0's ``TopPLogitsWarper`` on 3,000 rows with
-    a tied block and the cut on a cumulative sum, the engine's law differed from
-    :func:`sampler_law` in 1,001 rows in float32 and 362 in float64, by a total
-    variation of 0.15 (float32) and 0.21 (float64) at the median and 0.5 at most
-    (``docs/derivations/sampling.md``). Top-k compares logits, not sums: it keeps
+    less of a tied block of ``m`` kept tokens moves :math:`1/(m+1)` of the mass (how
+    often and how much against transformers' ``TopPLogitsWarper``:
+    ``docs/derivations/sampling.md``). Top-k compares logits, not sums: it keeps
     every tie and has no such cut.
 
     Examples

@@ -205,6 +205,7 @@ class TestbedResult:
         Returns
         -------
         matplotlib.figure.Figure
+            The figure of the two panels (KL over the steps; the final law beside both).
 
         Notes
         -----
@@ -282,7 +283,13 @@ class TestbedResult:
         right.legend(loc="best")
 
     def to_json(self) -> str:
-        """The result as one JSON object (arrays as lists, non-finite floats as strings)."""
+        """The result as one JSON object (arrays as lists, non-finite floats as strings).
+
+        Returns
+        -------
+        str
+            One line of JSON with every field of the result.
+        """
 
         def conv(x):
             if isinstance(x, np.ndarray):
@@ -478,6 +485,7 @@ def run(
     Returns
     -------
     TestbedResult
+        The laws over the steps, the predicted point, pi*, their distances and the versions.
 
     Raises
     ------

@@ -44,7 +44,13 @@ class Task:
         return 1
 
     def tokenizer(self):
-        """A ``PreTrainedTokenizerFast`` over :attr:`vocabulary`, built in code."""
+        """A ``PreTrainedTokenizerFast`` over :attr:`vocabulary`, built in code.
+
+        Returns
+        -------
+        transformers.PreTrainedTokenizerFast
+            The tokenizer.
+        """
         from tokenizers import Tokenizer, models, pre_tokenizers
         from transformers import PreTrainedTokenizerFast
 
@@ -59,7 +65,13 @@ class Task:
         return self.tokenizer()(self.prompt)["input_ids"]
 
     def model(self):
-        """The initial model: a ``LlamaForCausalLM`` from a config, seeded by :attr:`model_seed`."""
+        """The initial model: a ``LlamaForCausalLM`` from a config, seeded by :attr:`model_seed`.
+
+        Returns
+        -------
+        transformers.LlamaForCausalLM
+            A new model, the same for the same seed.
+        """
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -95,6 +107,11 @@ def bandit_task(*, model_seed: int = 0) -> Task:
 
     Every other token (``d``, ``q``, ``[PAD]``, ``[EOS]``) has reward 0. The model is a
     2-layer Llama of hidden size 16; its initial law over the 7 tokens is the reference.
+
+    Returns
+    -------
+    Task
+        The task.
 
     Examples
     --------
@@ -133,6 +150,11 @@ def tree_task(*, model_seed: int = 0) -> Task:
     completion ends at EOS or at its third token), so
     the aggregation over tokens (TRL's ``loss_type``) and the length of what the policy
     says both matter.
+
+    Returns
+    -------
+    Task
+        The task; its reference is the initial model's law.
 
     Examples
     --------

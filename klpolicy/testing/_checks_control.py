@@ -143,7 +143,8 @@ def _describe(kind, value, current, n_steps, target, horizon):
     )
 
 
-def check_kl_controller(
+# numpydoc takes a first parameter named cls for a classmethod's and drops it: cls is "unknown"
+def check_kl_controller(  # numpydoc ignore=PR02
     cls: Any,
     *,
     kind: str | None = None,
@@ -254,137 +255,7 @@ def check_kl_controller(
     if report not in _REPORTS:
         raise ValueError(f"`report` must be 'first' or 'all'; got {report!r}")
 
-    def read(ctl, inputs):
-        try:
-            raw = ctl.value
-            return float(raw), output_dtype(raw)
-        except Exception as exc:
-            raise Falsified(
-                f"reading .value raised {type(exc).__name__}: {exc}; it must be a number.",
-                inputs,
-                kind="value",
-            ) from None
-
-    def resolution(name, value, want, current, n_steps, target, horizon):
-        """Relative rounding of one update in format ``name``: forming the multiplier, the product."""
-        u = EPS[name]
-        if kind != "adaptive" or not value > 0:
-            return 8 * u
-        g = n_steps / horizon
-        mult = abs(want / value)
-        # current / target - 1 (<= 2.2 u where unclipped), times g, plus 1, then the product
-        return 8 * u * (1 + 3 * g) / max(mult, u) + 8 * u
-
-    def prop(case):
-        init, target, horizon, steps, repeat = case
-        args = {"fixed": (init,), "adaptive": (init, target, horizon), "deadzone": (init, target)}
-        if kind == "fixed":
-            target = 1.0  # not used
-        updates = steps[:-1] + [steps[-1]] * repeat
-        shown = steps if repeat == 1 else [*steps[:-1], (*steps[-1], f"x{repeat}")]
-        inputs = {"constructor": args[kind], "updates (current, n_steps)": shown}
-        bad_target = kind != "fixed" and not target > 0
-        try:
-            ctl = cls(*args[kind])
-        except Exception as exc:
-            if bad_target and isinstance(exc, _REFUSALS):
-                return  # refused at once
-            raise Falsified(
-                f"its constructor raised {type(exc).__name__}: {exc}.", inputs, kind="constructor"
-            ) from None
-        value, _ = read(ctl, inputs)
-        if abs(value - init) > (rtol + EPS[fmt_name]) * init:
-            raise Falsified(
-                f"its initial .value is {value!r}, not {init!r}.", inputs, kind="initial"
-            )
-        for k, (current, n_steps) in enumerate(updates):
-            where = f"at update {k} (current={current!r}, n_steps={n_steps!r})"
-            try:
-                with warnings.catch_warnings(), np.errstate(all="ignore"):
-                    warnings.simplefilter("ignore")
-                    ctl.update(current, n_steps)
-                refused = None
-            except _REFUSALS as exc:
-                refused = exc
-            except Exception as exc:
-                lead = (
-                    f"it accepts target={target!r} in its constructor and then raises"
-                    if bad_target
-                    else "it raises"
-                )
-                raise Falsified(
-                    f"{lead} {type(exc).__name__}: {exc} {where}; refuse invalid input at once "
-                    "with a ValueError naming the argument"
-                    + (" (target must be > 0)." if bad_target else "."),
-                    inputs,
-                    kind="target" if bad_target else "raises",
-                ) from None
-            new, stored = read(ctl, inputs)
-            want = (
-                None
-                if bad_target
-                else _reference_step(kind, value, current, n_steps, target, horizon, band, factor)
-            )
-            if want is not None and not (math.isfinite(want) and want > 0):
-                want = None  # the exact product leaves (0, inf): undefined, as a refusal is
-            if refused is not None:
-                if not (math.isfinite(new) and new > 0):
-                    raise Falsified(
-                        f"it refused {where} ({type(refused).__name__}) but left .value at "
-                        f"{new!r}; a refused update must leave the coefficient as it was.",
-                        inputs,
-                        kind="refused-left",
-                    )
-                if want is not None:
-                    raise Falsified(
-                        f"it refused a valid update {where}: {type(refused).__name__}: "
-                        f"{refused}; the exact rule gives {want!r}.",
-                        inputs,
-                        kind="refused-valid",
-                    )
-                return  # refused at once: the run stops, as a training loop's would
-            if not (math.isfinite(new) and new > 0):
-                c = float(current)
-                if bad_target:
-                    why = f"it accepts target={target!r} and .value became {new!r} {where}"
-                    tag = "target"
-                elif math.isnan(c) and math.isnan(new):
-                    why = f"it turns beta into nan after one NaN KL, {where}" + _stays_nan(
-                        ctl, target
-                    )
-                    tag = "nan-kl"
-                else:
-                    what = "nan" if math.isnan(new) else ("inf" if new > 0 else "not positive")
-                    why = f".value became {new!r} ({what}) {where}" + _describe(
-                        kind, value, current, n_steps, target, horizon
-                    )
-                    tag = "leaves-(0,inf)"
-                raise Falsified(f"{why}; beta must stay finite and positive.", inputs, kind=tag)
-            if want is None:
-                if bad_target:
-                    raise Falsified(
-                        f"it accepts target={target!r} and returns .value = {new!r} {where}, "
-                        "silently: current / target is undefined at target 0. Refuse "
-                        "target <= 0 in the constructor with a ValueError.",
-                        inputs,
-                        kind="target",
-                    )
-                value = new  # an undefined step kept beta finite and positive: go on from there
-                continue
-            # a KL passed as a float32 scalar makes TRL-style arithmetic float32: one rounding
-            name = (
-                "float32" if isinstance(current, np.float32) and fmt_name == "float64" else fmt_name
-            )
-            tol = rtol + resolution(name, value, want, current, n_steps, target, horizon)
-            if abs(new - want) <= tol * abs(want):
-                value = new  # each update is checked from the controller's own state
-                continue
-            sentence, tag = _mismatch(
-                kind, value, new, want, stored, current, n_steps, target, horizon,
-                band, factor, where, fmt_name, rtol, resolution,
-            )  # fmt: skip
-            raise Falsified(sentence, inputs, kind=tag)
-
+    suite = _ControllerSuite(cls, kind, rtol, band, factor, fmt_name)
     # the three failures of released adaptive controllers, first: one NaN KL,
     # a batch ten horizons long at KL 0, a target of 0 with the KL as a numpy scalar;
     # then a multiplier 1 + (-0.1) * 10 that is 0 in exact arithmetic and 3.3e-16 in
@@ -399,7 +270,190 @@ def check_kl_controller(
         (0.2, 6.0, 10000, [(6.0, 256)], 1),
     ]
     strategy = _controller_runs(kind)
-    run("check_kl_controller", cls, prop, strategy, max_examples, explicit, report=report)
+    run("check_kl_controller", cls, suite.prop, strategy, max_examples, explicit, report=report)
+
+
+class _Run:
+    """One drawn run: the constructor's arguments, the updates, and how they are shown."""
+
+    def __init__(self, kind: str, case) -> None:
+        init, target, horizon, steps, repeat = case
+        args = {"fixed": (init,), "adaptive": (init, target, horizon), "deadzone": (init, target)}
+        self.args = args[kind]
+        if kind == "fixed":
+            target = 1.0  # not used
+        self.init, self.target, self.horizon = init, target, horizon
+        self.updates = steps[:-1] + [steps[-1]] * repeat
+        shown = steps if repeat == 1 else [*steps[:-1], (*steps[-1], f"x{repeat}")]
+        self.inputs = {"constructor": self.args, "updates (current, n_steps)": shown}
+        self.bad_target = kind != "fixed" and not target > 0
+
+
+class _ControllerSuite:
+    """The properties :func:`check_kl_controller` runs: each update of a run, step by step,
+    against the exact rule (or, where it is undefined, "refuse at once or stay finite and
+    positive")."""
+
+    def __init__(self, cls, kind, rtol, band, factor, fmt_name) -> None:
+        self.cls, self.kind, self.rtol = cls, kind, rtol
+        self.band, self.factor, self.fmt_name = band, factor, fmt_name
+
+    @staticmethod
+    def read(ctl, inputs):
+        """``float(ctl.value)`` and the dtype it is stored in."""
+        try:
+            raw = ctl.value
+            return float(raw), output_dtype(raw)
+        except Exception as exc:
+            raise Falsified(
+                f"reading .value raised {type(exc).__name__}: {exc}; it must be a number.",
+                inputs,
+                kind="value",
+            ) from None
+
+    def resolution(self, name, value, want, current, n_steps, target, horizon):
+        """Relative rounding of one update in format ``name``: forming the multiplier, the product."""
+        u = EPS[name]
+        if self.kind != "adaptive" or not value > 0:
+            return 8 * u
+        g = n_steps / horizon
+        mult = abs(want / value)
+        # current / target - 1 (<= 2.2 u where unclipped), times g, plus 1, then the product
+        return 8 * u * (1 + 3 * g) / max(mult, u) + 8 * u
+
+    def prop(self, case):
+        """One run: the constructor, the initial value, then every update in turn."""
+        run_ = _Run(self.kind, case)
+        ctl = self.construct(run_)
+        if ctl is None:
+            return  # refused at once
+        value, _ = self.read(ctl, run_.inputs)
+        if abs(value - run_.init) > (self.rtol + EPS[self.fmt_name]) * run_.init:
+            raise Falsified(
+                f"its initial .value is {value!r}, not {run_.init!r}.",
+                run_.inputs,
+                kind="initial",
+            )
+        for k, (current, n_steps) in enumerate(run_.updates):
+            value = self.step(ctl, run_, k, value, current, n_steps)
+            if value is None:
+                return  # refused at once: the run stops, as a training loop's would
+
+    def construct(self, run_: _Run):
+        """The controller, or None where an invalid target is refused at once."""
+        try:
+            return self.cls(*run_.args)
+        except Exception as exc:
+            if run_.bad_target and isinstance(exc, _REFUSALS):
+                return None
+            raise Falsified(
+                f"its constructor raised {type(exc).__name__}: {exc}.",
+                run_.inputs,
+                kind="constructor",
+            ) from None
+
+    @staticmethod
+    def update(ctl, run_: _Run, current, n_steps, where: str):
+        """``ctl.update(current, n_steps)``: None, or the refusal it raised."""
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                ctl.update(current, n_steps)
+            return None
+        except _REFUSALS as exc:
+            return exc
+        except Exception as exc:
+            target = run_.target
+            lead = (
+                f"it accepts target={target!r} in its constructor and then raises"
+                if run_.bad_target
+                else "it raises"
+            )
+            raise Falsified(
+                f"{lead} {type(exc).__name__}: {exc} {where}; refuse invalid input at once "
+                "with a ValueError naming the argument"
+                + (" (target must be > 0)." if run_.bad_target else "."),
+                run_.inputs,
+                kind="target" if run_.bad_target else "raises",
+            ) from None
+
+    def step(self, ctl, run_: _Run, k: int, value, current, n_steps):
+        """Update ``k``: the value to go on from, or None where the controller refused."""
+        target, horizon, inputs = run_.target, run_.horizon, run_.inputs
+        where = f"at update {k} (current={current!r}, n_steps={n_steps!r})"
+        refused = self.update(ctl, run_, current, n_steps, where)
+        new, stored = self.read(ctl, inputs)
+        want = (
+            None
+            if run_.bad_target
+            else _reference_step(
+                self.kind, value, current, n_steps, target, horizon, self.band, self.factor
+            )
+        )
+        if want is not None and not (math.isfinite(want) and want > 0):
+            want = None  # the exact product leaves (0, inf): undefined, as a refusal is
+        if refused is not None:
+            self.refusal_ok(refused, new, want, where, inputs)
+            return None
+        if not (math.isfinite(new) and new > 0):
+            self.left_range(ctl, run_, value, new, current, n_steps, where)
+        if want is None:
+            if run_.bad_target:
+                raise Falsified(
+                    f"it accepts target={target!r} and returns .value = {new!r} {where}, "
+                    "silently: current / target is undefined at target 0. Refuse "
+                    "target <= 0 in the constructor with a ValueError.",
+                    inputs,
+                    kind="target",
+                )
+            return new  # an undefined step kept beta finite and positive: go on from there
+        # a KL passed as a float32 scalar makes TRL-style arithmetic float32: one rounding
+        fmt_name = self.fmt_name
+        name = "float32" if isinstance(current, np.float32) and fmt_name == "float64" else fmt_name
+        tol = self.rtol + self.resolution(name, value, want, current, n_steps, target, horizon)
+        if abs(new - want) <= tol * abs(want):
+            return new  # each update is checked from the controller's own state
+        sentence, tag = _mismatch(
+            self.kind, value, new, want, stored, current, n_steps, target, horizon,
+            self.band, self.factor, where, fmt_name, self.rtol, self.resolution,
+        )  # fmt: skip
+        raise Falsified(sentence, inputs, kind=tag)
+
+    @staticmethod
+    def refusal_ok(refused, new, want, where, inputs) -> None:
+        """A refused update leaves ``.value`` finite and positive, and refuses no valid one."""
+        if not (math.isfinite(new) and new > 0):
+            raise Falsified(
+                f"it refused {where} ({type(refused).__name__}) but left .value at "
+                f"{new!r}; a refused update must leave the coefficient as it was.",
+                inputs,
+                kind="refused-left",
+            )
+        if want is not None:
+            raise Falsified(
+                f"it refused a valid update {where}: {type(refused).__name__}: "
+                f"{refused}; the exact rule gives {want!r}.",
+                inputs,
+                kind="refused-valid",
+            )
+
+    def left_range(self, ctl, run_: _Run, value, new, current, n_steps, where) -> None:
+        """Raise: the coefficient became NaN, infinite, zero or negative; say why."""
+        c = float(current)
+        target = run_.target
+        if run_.bad_target:
+            why = f"it accepts target={target!r} and .value became {new!r} {where}"
+            tag = "target"
+        elif math.isnan(c) and math.isnan(new):
+            why = f"it turns beta into nan after one NaN KL, {where}" + _stays_nan(ctl, target)
+            tag = "nan-kl"
+        else:
+            what = "nan" if math.isnan(new) else ("inf" if new > 0 else "not positive")
+            why = f".value became {new!r} ({what}) {where}" + _describe(
+                self.kind, value, current, n_steps, target, run_.horizon
+            )
+            tag = "leaves-(0,inf)"
+        raise Falsified(f"{why}; beta must stay finite and positive.", run_.inputs, kind=tag)
 
 
 def _mismatch(

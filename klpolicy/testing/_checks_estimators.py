@@ -264,85 +264,122 @@ def check_kl_estimator(
     if not atol >= 0:
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
     lo, hi = _as_clamp(clamp)
-    masked = reduction in _MASKED
-    exact_fn = _exact(estimator)
-    formula = row.formula
+    suite = _EstimatorSuite(fn, estimator, row, reduction, fmt_name, rtol, atol, lo, hi)
+    strategy = st.tuples(
+        _samples(suite.max_x, suite.masked), _full_support_pairs(MIN_ENTRY[fmt_name])
+    )
+    run("check_kl_estimator", fn, suite.prop, strategy, max_examples, suite.explicit_cases())
+    suite.warn_clamp_bias()
 
-    def exact_values(lp, lq):
+
+class _EstimatorSuite:
+    """The properties :func:`check_kl_estimator` runs, for one ``fn`` and its declared options.
+
+    Each method is one named step: the exact (clamped) values, the rounding a correct
+    implementation makes, the tolerance, calling ``fn``, the per-sample check, its
+    diagnosis, and the exact mean under ``p``.
+    """
+
+    def __init__(self, fn, estimator, row, reduction, fmt_name, rtol, atol, lo, hi) -> None:
+        self.fn, self.estimator, self.row, self.reduction = fn, estimator, row, reduction
+        self.fmt_name, self.u, self.rtol, self.atol = fmt_name, EPS[fmt_name], rtol, atol
+        self.lo, self.hi = lo, hi
+        self.masked = reduction in _MASKED
+        self.exact_fn = _exact(estimator)
+        self.formula = row.formula
+        self.max_x = MAX_LOG_RATIO[fmt_name]
+        # an estimator whose slope is +-1 everywhere is the log-ratio up to sign: one subtraction
+        self.one_subtraction = bool(
+            np.all(np.abs(row.derivative(np.array([-2.0, -0.5, 0.5, 2.0]))) == 1)
+        )
+        self.worst_bias: list = []
+
+    # ----------------------------------------------------------------- exact values, rounding
+
+    def exact_values(self, lp, lq):
+        """The estimator's exact values, clipped to the declared clamp."""
         with np.errstate(all="ignore"):
-            return np.clip(exact_fn(lp, lq), lo, hi)
+            return np.clip(self.exact_fn(lp, lq), self.lo, self.hi)
 
-    # an estimator whose slope is +-1 everywhere is the log-ratio up to sign: one subtraction
-    one_subtraction = bool(np.all(np.abs(row.derivative(np.array([-2.0, -0.5, 0.5, 2.0]))) == 1))
-
-    def terms(lp, lq):
+    def terms(self, lp, lq):
         """Magnitude of the largest term the textbook formula forms, and its name."""
         x = lq - lp
         inputs = np.abs(lp) + np.abs(lq)
         with np.errstate(over="ignore"):
-            if estimator == "k3":  # the textbook form exp(x) - 1 - x
+            if self.estimator == "k3":  # the textbook form exp(x) - 1 - x
                 return (
                     inputs * np.abs(np.expm1(x)) + np.exp(x) + 1 + np.abs(x),
                     "exp(log q - log p), 1 and log q - log p",
                 )
-            if one_subtraction:  # |k'| = 1 (k1, abs): log p - log q, one subtraction
+            if self.one_subtraction:  # |k'| = 1 (k1, abs): log p - log q, one subtraction
                 return inputs, "log p and log q"
-            scale = inputs * np.abs(row.derivative(-x)) + np.abs(row.value(-x))
-            return scale, f"log p, log q and {estimator}"
+            scale = inputs * np.abs(self.row.derivative(-x)) + np.abs(self.row.value(-x))
+            return scale, f"log p, log q and {self.estimator}"
 
-    def resolution(lp, lq, mask, name, how=None):
+    def resolution(self, lp, lq, mask, name, how=None):
         """The rounding a correct implementation in format ``name`` makes, reduced."""
-        scale, _ = terms(lp, lq)
+        scale, _ = self.terms(lp, lq)
         env = 8 * EPS[name] * scale
         n = _count(mask, lp.size)
-        k = np.abs(exact_values(lp, lq))
-        how = how or reduction
+        k = np.abs(self.exact_values(lp, lq))
+        how = how or self.reduction
         return _reduce(env, mask, how) + n * EPS[name] * _reduce(k, mask, how)
 
-    def tolerance(lp, lq, mask, exact_k, how=None):
+    def tolerance(self, lp, lq, mask, exact_k, how=None):
+        """The declared tolerance plus the rounding of the inputs in the declared format."""
+        u = self.u
         x = lq - lp
         with np.errstate(over="ignore", invalid="ignore"):
-            deriv = np.abs(row.derivative(-x))
+            deriv = np.abs(self.row.derivative(-x))
             slack = 16 * u * (np.abs(lp) + np.abs(lq)) * deriv
-            per = rtol * np.abs(exact_k) + atol + slack
+            per = self.rtol * np.abs(exact_k) + self.atol + slack
         n = _count(mask, lp.size)
-        how = how or reduction
+        how = how or self.reduction
         return _reduce(per, mask, how) + n * u * _reduce(np.abs(exact_k), mask, how)
 
-    def probe_slack(lp, lq, got):
+    def probe_slack(self, lp, lq, got):
         """Per-sample allowance on the clamp probe: the tolerance plus the rounding of dtype,
         or of the coarser format (float32, bfloat16) that ``fn``'s values are numbers of."""
-        name = fmt_name
-        for lower in lower_formats(fmt_name):
+        name = self.fmt_name
+        for lower in lower_formats(self.fmt_name):
             if representable(got, lower):
                 name = lower
-        exact_k = exact_values(lp, lq)
-        return tolerance(lp, lq, None, exact_k, "none") + resolution(lp, lq, None, name, "none")
+        exact_k = self.exact_values(lp, lq)
+        return self.tolerance(lp, lq, None, exact_k, "none") + self.resolution(
+            lp, lq, None, name, "none"
+        )
 
-    def invoke(lp, lq, mask, inputs):
-        args = (as_inputs(lp, fmt_name), as_inputs(lq, fmt_name))
-        if masked:
-            args = (*args, as_inputs(mask, fmt_name))
-        return call_raw(fn, inputs, *args)
+    # ----------------------------------------------------------------- calling fn
 
-    def per_sample(lp, lq):
+    def invoke(self, lp, lq, mask, inputs):
+        """``fn``'s raw output on inputs rounded to the declared format (and the mask)."""
+        args = (as_inputs(lp, self.fmt_name), as_inputs(lq, self.fmt_name))
+        if self.masked:
+            args = (*args, as_inputs(mask, self.fmt_name))
+        return call_raw(self.fn, inputs, *args)
+
+    def per_sample(self, lp, lq):
         """``fn``'s per-sample values on 1-D inputs, one call per batch where it can."""
-        if reduction == "none":
-            return invoke(lp, lq, None, {})[0]
-        if reduction == "masked":
-            return invoke(lp[None], lq[None], np.ones((1, lp.size)), {})[0].reshape(-1)
+        if self.reduction == "none":
+            return self.invoke(lp, lq, None, {})[0]
+        if self.reduction == "masked":
+            return self.invoke(lp[None], lq[None], np.ones((1, lp.size)), {})[0].reshape(-1)
         out = []
         for a, b in zip(lp, lq):
-            if masked:
-                got = invoke(np.array([[a]]), np.array([[b]]), np.ones((1, 1)), {})[0]
+            if self.masked:
+                got = self.invoke(np.array([[a]]), np.array([[b]]), np.ones((1, 1)), {})[0]
             else:
-                got = invoke(np.array([a]), np.array([b]), None, {})[0]
+                got = self.invoke(np.array([a]), np.array([b]), None, {})[0]
             out.append(float(got.reshape(-1)[0]) if got.size == 1 else math.nan)
         return np.array(out)
 
-    def samples_ok(lp, lq, mask, inputs):
-        got, raw = invoke(lp, lq, mask, inputs)
-        exact_k = exact_values(lp, lq)
+    # ----------------------------------------------------------------- the values
+
+    def samples_ok(self, lp, lq, mask, inputs):
+        """The shape, finiteness, sign and value of ``fn``'s output on one batch."""
+        reduction = self.reduction
+        got, raw = self.invoke(lp, lq, mask, inputs)
+        exact_k = self.exact_values(lp, lq)
         exact = _reduce(exact_k, mask, reduction)
         if got.shape != exact.shape and not (exact.ndim == 0 and got.size == 1):
             want = {
@@ -354,7 +391,7 @@ def check_kl_estimator(
                 f"it returns shape {got.shape}; expected {want}, {exact.shape}{hint}.", inputs
             )
         got = got.reshape(exact.shape)
-        if masked and reduction == "masked":
+        if self.masked and reduction == "masked":
             got = np.where(mask > 0, got, 0.0)
         if not np.isfinite(got).all() and np.isfinite(exact).all():
             raise Falsified(
@@ -362,71 +399,115 @@ def check_kl_estimator(
                 f"{fmt(exact)}.",
                 inputs,
             )
-        tol = tolerance(lp, lq, mask, exact_k)
+        tol = self.tolerance(lp, lq, mask, exact_k)
         i = worst(got, exact, tol)
         if i is None:
             return
         got_f = np.ravel(got)
-        if estimator != "k1" and got_f[i] < -np.ravel(tol)[i]:
+        if self.estimator != "k1" and got_f[i] < -np.ravel(tol)[i]:
             raise Falsified(
-                f"it returns {float(got_f[i])!r} < 0 at index {i}; {estimator} is never negative.",
+                f"it returns {float(got_f[i])!r} < 0 at index {i}; "
+                f"{self.estimator} is never negative.",
                 inputs,
             )
         raise Falsified(
-            lambda: diagnose(lp, lq, mask, got, raw, exact, tol, i),
+            lambda: self.diagnose(lp, lq, mask, got, raw, exact, tol, i),
             inputs,
             f"expected {fmt(exact)}, got {fmt(got)}",
         )
 
-    def diagnose(lp, lq, mask, got, raw, exact, tol, i):
+    # ----------------------------------------------------------------- diagnosis
+
+    def diagnose(self, lp, lq, mask, got, raw, exact, tol, i):
+        """What a value that is off is: a clamp, rounding, a coarser format, a known wrong
+        formula, or just different (in that order)."""
         err = float(np.abs(np.ravel(got)[i] - np.ravel(exact)[i]))
-        where = ""
-        if np.ndim(exact) == 1:
-            where = f" at index {i}"
-        elif np.ndim(exact) == 2:
-            where = f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(exact)))}"
-        res = resolution(lp, lq, mask, fmt_name)
+        where = _index_phrase(i, exact)
+        res = self.resolution(lp, lq, mask, self.fmt_name)
         # 0. a clamp first, at any dtype: outputs pinned at one value where the estimator
         # exceeds it are the finding, whatever rounding the failing example also shows
-        pinned = _clamp_sentence(per_sample, estimator, exact_values, lo, hi, max_x, probe_slack)
+        pinned = self.clamp_sentence()
         if pinned:
             return pinned
         # 1. rounding of the declared format
         if worst(got, exact, tol + res) is None:
-            scale, what = terms(lp, lq)
-            mag = float(np.max(_reduce(scale, mask, reduction)))
-            e = float(np.abs(np.ravel(exact)[i]))
-            of_result = f", {ulps(err, e, fmt_name):.2g} ulp of the result" if e > 0 else ""
-            return (
-                f"it differs from {estimator} by rounding: {err:.3g}{where}, "
-                f"{ulps(err, mag, fmt_name):.2g} ulp of {fmt_name} at {mag:.6g}, the size of "
-                f"the terms it forms ({what}){of_result}. That is below what the textbook formula "
-                f"resolves in {fmt_name}, so it is not a different estimator; the tolerance "
-                f"asks for more (rtol={rtol:g}, atol={atol:g})"
-                + (
-                    ": evaluate k3 as expm1(x) - x (or klpolicy.estimators.k3), or pass a "
-                    "larger atol."
-                    if estimator == "k3"
-                    else "."
-                )
-            )
+            return self.rounding_sentence(lp, lq, mask, exact, err, where, i)
         # 2. computed in a coarser format than declared
+        sentence = self.coarser_format_sentence(lp, lq, mask, got, raw, exact, tol, err, where, i)
+        if sentence:
+            return sentence
+        # 4. a known wrong formula, where it differs from the exact one by more than rounding
+        alternatives = self.wrong_formulas(lp, lq, mask, exact)
+        sentence = first_alternative(got, alternatives, tol + res, exact, res)
+        if sentence:
+            return sentence
+        g, e = float(np.ravel(got)[i]), float(np.ravel(exact)[i])
+        reduction = self.reduction
+        what = self.estimator if reduction == "none" else f"{self.estimator} ({reduction})"
+        return f"it differs from {what} = {self.formula}{where}: expected {e!r}, got {g!r}."
+
+    def clamp_sentence(self, lead: str = "") -> str | None:
+        """The clamp ``fn`` applies, where it is pinned at one value (:func:`_clamp_sentence`)."""
+        return _clamp_sentence(
+            self.per_sample,
+            self.estimator,
+            self.exact_values,
+            self.lo,
+            self.hi,
+            self.max_x,
+            self.probe_slack,
+            lead,
+        )
+
+    def rounding_sentence(self, lp, lq, mask, exact, err, where, i) -> str:
+        """The error is within the rounding of the declared format: say so, in ulps."""
+        fmt_name, estimator = self.fmt_name, self.estimator
+        scale, what = self.terms(lp, lq)
+        mag = float(np.max(_reduce(scale, mask, self.reduction)))
+        e = float(np.abs(np.ravel(exact)[i]))
+        of_result = f", {ulps(err, e, fmt_name):.2g} ulp of the result" if e > 0 else ""
+        return (
+            f"it differs from {estimator} by rounding: {err:.3g}{where}, "
+            f"{ulps(err, mag, fmt_name):.2g} ulp of {fmt_name} at {mag:.6g}, the size of "
+            f"the terms it forms ({what}){of_result}. That is below what the textbook formula "
+            f"resolves in {fmt_name}, so it is not a different estimator; the tolerance "
+            f"asks for more (rtol={self.rtol:g}, atol={self.atol:g})"
+            + (
+                ": evaluate k3 as expm1(x) - x (or klpolicy.estimators.k3), or pass a larger atol."
+                if estimator == "k3"
+                else "."
+            )
+        )
+
+    def coarser_format_sentence(self, lp, lq, mask, got, raw, exact, tol, err, where, i):
+        """The values are rounding of float32 or bfloat16, coarser than declared; or None."""
+        fmt_name = self.fmt_name
         said = output_dtype(raw)
         for name in lower_formats(fmt_name):
             in_format = said == name or (said is None and representable(got, name))
-            if in_format and worst(got, exact, tol + resolution(lp, lq, mask, name)) is None:
-                scale, what = terms(lp, lq)
-                mag = float(np.max(_reduce(scale, mask, reduction)))
+            if in_format and worst(got, exact, tol + self.resolution(lp, lq, mask, name)) is None:
+                scale, what = self.terms(lp, lq)
+                mag = float(np.max(_reduce(scale, mask, self.reduction)))
                 e = float(np.abs(np.ravel(exact)[i]))
                 of_result = f", {ulps(err, e, name):.2g} ulp of the result" if e > 0 else ""
                 return (
                     f"it computes in {name}, not {fmt_name}: its values are {name} numbers and "
-                    f"differ from {estimator} by {err:.3g}{where}, "
+                    f"differ from {self.estimator} by {err:.3g}{where}, "
                     f"{ulps(err, mag, name):.2g} ulp of {name} at {mag:.6g} ({what}){of_result}: "
                     f"{name} rounding, not a wrong formula. Pass dtype={name!r} to check it "
                     f"at {name} resolution."
                 )
-        # 4. a known wrong formula, where it differs from the exact one by more than rounding
+        return None
+
+    def wrong_formulas(self, lp, lq, mask, exact) -> list:
+        """The known wrong formulas, each a sentence and its (lazy) reduced values."""
+        estimator, reduction, row, exact_fn = (
+            self.estimator,
+            self.reduction,
+            self.row,
+            self.exact_fn,
+        )
+        lo, hi = self.lo, self.hi
         red = lambda k: _reduce(k, mask, reduction)  # noqa: E731
         with np.errstate(all="ignore"):
             ell = lp - lq
@@ -455,12 +536,12 @@ def check_kl_estimator(
                 if o != estimator
             ],
         ]
-        if masked and reduction != "masked":
+        if self.masked and reduction != "masked":
             alternatives[:0] = [
                 (
                     f"it reduces as reduction={r!r} ({_REDUCED[r]}), not {reduction!r} "
                     f"({_REDUCED[reduction]}).",
-                    lambda r=r: _reduce(exact_values(lp, lq), mask, r),
+                    lambda r=r: _reduce(self.exact_values(lp, lq), mask, r),
                 )
                 for r in _MASKED[1:]
                 if r != reduction
@@ -473,104 +554,123 @@ def check_kl_estimator(
                     lambda: red(exact_fn(lp, lq)),
                 ),
             )
-        sentence = first_alternative(got, alternatives, tol + res, exact, res)
-        if sentence:
-            return sentence
-        g, e = float(np.ravel(got)[i]), float(np.ravel(exact)[i])
-        what = estimator if reduction == "none" else f"{estimator} ({reduction})"
-        return f"it differs from {what} = {formula}{where}: expected {e!r}, got {g!r}."
+        return alternatives
 
-    worst_bias: list = []
+    # ----------------------------------------------------------------- the mean under p
 
-    def mean_ok(p, q):
+    def exact_mean(self, p, q) -> float:
+        """The exact mean under ``p`` of the (clamped) estimator; records a clamp's bias."""
+        target = float(np.sum(p * self.exact_values(np.log(p), np.log(q))))
+        if self.lo is None and self.hi is None:
+            return float(_est.moments(p, q, self.estimator)[0])  # exact mean under p
+        if self.row.estimates_kl:
+            bias = target - float(kl_divergence(p, q))
+            if not self.worst_bias or abs(bias) > abs(self.worst_bias[0]):
+                self.worst_bias[:] = [bias, p, q, target]
+        return target
+
+    def mean_ok(self, p, q):
+        """``sum_x p(x) fn(log p(x), log q(x))`` is the exact mean over the whole support."""
+        fmt_name = self.fmt_name
         lp, lq = round_to(np.log(p), fmt_name), round_to(np.log(q), fmt_name)
         inputs = {"logp": lp, "logq": lq}
-        exact_k = exact_values(lp, lq)
-        target = float(np.sum(p * exact_values(np.log(p), np.log(q))))
-        if lo is None and hi is None:
-            target = float(_est.moments(p, q, estimator)[0])  # exact mean under p
-        elif row.estimates_kl:
-            bias = target - float(kl_divergence(p, q))
-            if not worst_bias or abs(bias) > abs(worst_bias[0]):
-                worst_bias[:] = [bias, p, q, target]
+        exact_k = self.exact_values(lp, lq)
+        target = self.exact_mean(p, q)
         # the values on the support first: a wrong formula is named as such, not as a bias
-        mask = np.ones((1, lp.size)) if masked else None
-        a, b = (lp[None], lq[None]) if masked else (lp, lq)
-        samples_ok(a, b, mask, inputs)
-        if reduction not in ("none", "masked"):
+        mask = np.ones((1, lp.size)) if self.masked else None
+        a, b = (lp[None], lq[None]) if self.masked else (lp, lq)
+        self.samples_ok(a, b, mask, inputs)
+        if self.reduction not in ("none", "masked"):
             return  # a reduced fn gives no per-sample values: the support batch is its check
-        got = per_sample(lp, lq)
+        got = self.per_sample(lp, lq)
         if got.shape != lp.shape:
             return  # reported by samples_ok
         mean = float(np.sum(p * got))
-        tol = rtol * abs(target) + float(np.sum(p * tolerance(lp, lq, None, exact_k, "none")))
+        tol = self.rtol * abs(target) + float(
+            np.sum(p * self.tolerance(lp, lq, None, exact_k, "none"))
+        )
         if abs(mean - target) <= tol:
             return
-        res = float(np.sum(p * resolution(lp, lq, None, fmt_name, "none")))
-        if lo is not None or hi is not None:
-            what = f"the exact mean of the clamped {estimator}, E_p[clip({estimator}, {lo}, {hi})]"
-        else:
-            what = "KL(p||q)" if row.unbiased else f"E_p[{formula}]"
-        if abs(mean - target) <= tol + res:
-            verdict = f"; the difference, {mean - target:.3g}, is {fmt_name} rounding."
-        elif row.unbiased and lo is None and hi is None:
-            verdict = "; the estimator is biased."
-        else:
-            verdict = "."
-        said = (
-            f"its mean under p, sum_x p(x) fn(log p(x), log q(x)) = {mean!r}, is not "
-            f"{what} = {target!r}{verdict}"
-        )
+        said = self.mean_sentence(lp, lq, p, mean, target, tol)
         raise Falsified(
-            lambda: (
-                _clamp_sentence(
-                    per_sample, estimator, exact_values, lo, hi, max_x, probe_slack, said
-                )
-                or said
-            ),
+            lambda: self.clamp_sentence(said) or said,
             inputs,
             f"where p = {fmt(p)} and q = {fmt(q)}",
         )
 
-    def prop(case):
-        (lp, lq, mask), (p, q) = case
-        lp, lq = round_to(lp, fmt_name), round_to(lq, fmt_name)
-        inputs = {"logp": lp, "logq": lq}
-        if masked:
-            inputs["mask"] = mask
-        samples_ok(lp, lq, mask, inputs)
-        mean_ok(p, q)
+    def mean_sentence(self, lp, lq, p, mean, target, tol) -> str:
+        """Why the mean under ``p`` is off: rounding, a bias, or a different expectation."""
+        estimator, row, lo, hi = self.estimator, self.row, self.lo, self.hi
+        res = float(np.sum(p * self.resolution(lp, lq, None, self.fmt_name, "none")))
+        if lo is not None or hi is not None:
+            what = f"the exact mean of the clamped {estimator}, E_p[clip({estimator}, {lo}, {hi})]"
+        else:
+            what = "KL(p||q)" if row.unbiased else f"E_p[{self.formula}]"
+        if abs(mean - target) <= tol + res:
+            verdict = f"; the difference, {mean - target:.3g}, is {self.fmt_name} rounding."
+        elif row.unbiased and lo is None and hi is None:
+            verdict = "; the estimator is biased."
+        else:
+            verdict = "."
+        return (
+            f"its mean under p, sum_x p(x) fn(log p(x), log q(x)) = {mean!r}, is not "
+            f"{what} = {target!r}{verdict}"
+        )
 
-    max_x = MAX_LOG_RATIO[fmt_name]
-    p0, q0 = np.array([0.5, 0.5]), np.array([0.9, 0.1])
-    lp0, lq0 = np.log(p0), np.log(q0)
-    # small cases that find the common failures at once: a log-ratio of 3 (k3 = 16.09, above
-    # the clamps in use), one of -12 (k1 = 12, k2 = 72, k3 = 11: each above a clamp at 10, in
-    # numbers float32 holds exactly) and log-probabilities of about -100 (a float32
-    # computation loses 3e-6)
-    cases = [
-        (np.zeros(1), np.zeros(1)),  # p = q: every estimator is exactly 0
-        (lp0, lq0),
-        (np.array([-3.0]), np.array([0.0])),
-        (np.array([-1.0]), np.array([-13.0])),
-        (np.array([-100.1]), np.array([-103.3])),
-    ]
-    explicit = [
-        ((a[None], b[None], np.ones((1, a.size))) if masked else (a, b, None), (p0, q0))
-        for a, b in cases
-    ]
-    strategy = st.tuples(_samples(max_x, masked), _full_support_pairs(MIN_ENTRY[fmt_name]))
-    run("check_kl_estimator", fn, prop, strategy, max_examples, explicit)
-    if worst_bias:
-        bias, p, q, mean = worst_bias
+    # ----------------------------------------------------------------- the battery
+
+    def prop(self, case):
+        """One drawn case: a batch of samples, then a pair of full-support distributions."""
+        (lp, lq, mask), (p, q) = case
+        lp, lq = round_to(lp, self.fmt_name), round_to(lq, self.fmt_name)
+        inputs = {"logp": lp, "logq": lq}
+        if self.masked:
+            inputs["mask"] = mask
+        self.samples_ok(lp, lq, mask, inputs)
+        self.mean_ok(p, q)
+
+    def explicit_cases(self) -> list:
+        """Small cases that find the common failures at once."""
+        p0, q0 = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+        lp0, lq0 = np.log(p0), np.log(q0)
+        # a log-ratio of 3 (k3 = 16.09, above the clamps in use), one of -12 (k1 = 12,
+        # k2 = 72, k3 = 11: each above a clamp at 10, in numbers float32 holds exactly) and
+        # log-probabilities of about -100 (a float32 computation loses 3e-6)
+        cases = [
+            (np.zeros(1), np.zeros(1)),  # p = q: every estimator is exactly 0
+            (lp0, lq0),
+            (np.array([-3.0]), np.array([0.0])),
+            (np.array([-1.0]), np.array([-13.0])),
+            (np.array([-100.1]), np.array([-103.3])),
+        ]
+        return [
+            ((a[None], b[None], np.ones((1, a.size))) if self.masked else (a, b, None), (p0, q0))
+            for a, b in cases
+        ]
+
+    def warn_clamp_bias(self) -> None:
+        """After a passing run with a clamp: the largest exact bias found, as a warning."""
+        if not self.worst_bias:
+            return
+        bias, p, q, mean = self.worst_bias
         warnings.warn(
             ClampBiasWarning(
-                f"check_kl_estimator: the clamp ({lo!r}, {hi!r}) biases {estimator}: on "
-                f"p = {fmt(p)}, q = {fmt(q)} its exact mean under p is {mean!r} where "
-                f"KL(p||q) = {mean - bias!r}, a bias of {bias:.6g} (exact; the largest found)."
+                f"check_kl_estimator: the clamp ({self.lo!r}, {self.hi!r}) biases "
+                f"{self.estimator}: on p = {fmt(p)}, q = {fmt(q)} its exact mean under p is "
+                f"{mean!r} where KL(p||q) = {mean - bias!r}, a bias of {bias:.6g} (exact; the "
+                "largest found)."
             ),
-            stacklevel=2,
+            stacklevel=3,
         )
+
+
+def _index_phrase(i: int, exact) -> str:
+    """Where in ``exact`` the flat index ``i`` is, as words: empty for a scalar."""
+    if np.ndim(exact) == 1:
+        return f" at index {i}"
+    if np.ndim(exact) == 2:
+        return f" at index {tuple(int(j) for j in np.unravel_index(i, np.shape(exact)))}"
+    return ""
 
 
 def _as_clamp(clamp: Any) -> tuple[float | None, float | None]:

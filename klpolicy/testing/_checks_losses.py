@@ -181,7 +181,7 @@ def check_pair_loss(
     reduction : {"none", "mean", "sum"}, optional
         What ``fn`` returns: per-pair losses (default), or their mean or sum.
     divergence, alpha, alpha_clamp : optional
-        f-DPO (TRL's ``f_divergence_type``, ``f_alpha_divergence_coef`` and the alpha
+        The f-DPO options (TRL's ``f_divergence_type``, ``f_alpha_divergence_coef`` and the alpha
         exponent clamp): the exact loss is the row's loss on the scores
         :func:`klpolicy.preference.f_divergence_score` of the log-ratios, or on the
         log-ratios where TRL ``trl_version`` keeps them (the row's ``f_divergence``;
@@ -287,35 +287,8 @@ def check_pair_loss(
                 inputs,
                 detail,
             )
-        if grad is None:
-            return
-        out = call(
-            lambda *a: np.stack([np.asarray(t, float) for t in grad(*a)]),
-            inputs,
-            pc,
-            pr,
-            rc,
-            rr,
-            beta,
-        )
-        want = np.stack([np.asarray(t, float) for t in row.gradient(pc, pr, rc, rr, beta, **opts)])
-        if out.shape != want.shape:
-            raise Falsified(
-                f"its gradient has shape {out.shape}; expected {want.shape} "
-                "(d/dpc, d/dpr, d/drc, d/drr).",
-                inputs,
-            )
-        scale = 64 * EPS * (2 + beta * beta) * (np.abs(pc) + np.abs(pr) + np.abs(rc) + np.abs(rr))
-        gtol = rtol * np.abs(want) + atol + scale
-        k = worst(out, want, gtol)
-        if k is not None:
-            field = ("pc", "pr", "rc", "rr")[np.unravel_index(k, want.shape)[0]]
-            raise Falsified(
-                f"its gradient with respect to {field} differs from the exact derivative of "
-                f"the {loss} loss.",
-                inputs,
-                f"expected {fmt(want)}, got {fmt(out)}",
-            )
+        if grad is not None:
+            _gradient_ok(grad, row, opts, inputs, (pc, pr, rc, rr, beta), rtol, atol, loss)
 
     explicit = [
         (
@@ -332,6 +305,38 @@ def check_pair_loss(
     run(check, fn, prop, strategy, max_examples, explicit)
     if grad is None:
         _check_derivative_by_differences(check, fn, row, opts, reduction)
+
+
+def _gradient_ok(grad, row, opts, inputs, args, rtol, atol, loss) -> None:
+    """The declared gradient ``grad(pc, pr, rc, rr, beta)`` is the exact derivative of the loss."""
+    pc, pr, rc, rr, beta = args
+    out = call(
+        lambda *a: np.stack([np.asarray(t, float) for t in grad(*a)]),
+        inputs,
+        pc,
+        pr,
+        rc,
+        rr,
+        beta,
+    )
+    want = np.stack([np.asarray(t, float) for t in row.gradient(pc, pr, rc, rr, beta, **opts)])
+    if out.shape != want.shape:
+        raise Falsified(
+            f"its gradient has shape {out.shape}; expected {want.shape} "
+            "(d/dpc, d/dpr, d/drc, d/drr).",
+            inputs,
+        )
+    scale = 64 * EPS * (2 + beta * beta) * (np.abs(pc) + np.abs(pr) + np.abs(rc) + np.abs(rr))
+    gtol = rtol * np.abs(want) + atol + scale
+    k = worst(out, want, gtol)
+    if k is not None:
+        field = ("pc", "pr", "rc", "rr")[np.unravel_index(k, want.shape)[0]]
+        raise Falsified(
+            f"its gradient with respect to {field} differs from the exact derivative of "
+            f"the {loss} loss.",
+            inputs,
+            f"expected {fmt(want)}, got {fmt(out)}",
+        )
 
 
 def _check_derivative_by_differences(check, fn, row, opts, reduction):

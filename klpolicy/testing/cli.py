@@ -379,6 +379,12 @@ def run_check(argv: Sequence[str] | None = None) -> int:
     Prints ``passed`` (0), the suite's verdict with its smallest counterexample
     (1), or ``klpolicy check: error: ...`` on stderr (2).
 
+    Returns
+    -------
+    int
+        The exit status: 0 when the suite passes, 1 when it fails, 2 for an invalid
+        argument, 141 when the reader of the output left.
+
     Examples
     --------
     >>> run_check(["kl-divergence", "klpolicy:kl_divergence", "--max-examples", "20"])

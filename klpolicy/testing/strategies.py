@@ -98,6 +98,11 @@ def distributions(
         The smallest positive entry that may appear, in ``(0, 0.5 / max_size]``
         (default 1e-300).
 
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of 1-D float64 arrays.
+
     Raises
     ------
     InvalidArgument
@@ -145,6 +150,11 @@ def rewards(
         Bounds on the length.
     min_value, max_value : float or strategy
         Finite bounds on the entries.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of 1-D float64 arrays.
 
     Raises
     ------
@@ -194,6 +204,11 @@ def betas(
         Positive finite bounds (defaults 1e-8 and 1e8).
     allow_zero, allow_inf : bool
         Whether to also draw 0.0 and ``inf``.
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of floats.
 
     Raises
     ------
@@ -249,6 +264,11 @@ def problems(
         As in :func:`betas`.
     allow_zero_beta, allow_inf_beta : bool
         Whether ``beta`` may be 0 (greedy limit) or ``inf`` (the reference).
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of :class:`Problem` named tuples.
 
     Raises
     ------
@@ -313,6 +333,11 @@ def token_trees(
     zeros, min_entry
         As in :func:`distributions`.
 
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of lists of float64 arrays (the conditionals).
+
     Raises
     ------
     InvalidArgument
@@ -376,6 +401,11 @@ def preference_pairs(
     min_logp : float or strategy
         The most negative log-probability, ``< 0`` (default -1e4).
 
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of :class:`PreferenceBatch` named tuples.
+
     Raises
     ------
     InvalidArgument
@@ -420,6 +450,11 @@ def log_ratios(
         Bounds on the length.
     min_value, max_value : float or strategy
         Finite bounds on the entries (defaults -100 and 100).
+
+    Returns
+    -------
+    hypothesis.strategies.SearchStrategy
+        Of 1-D float64 arrays.
 
     Raises
     ------

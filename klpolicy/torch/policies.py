@@ -42,6 +42,11 @@ __all__ = [
 def default_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` if given, else ``"cuda"`` when a GPU is available, else ``"cpu"``.
 
+    Returns
+    -------
+    torch.device
+        The device.
+
     Examples
     --------
     >>> from klpolicy.torch import default_device
@@ -68,6 +73,11 @@ def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def all_sequences(vocab: int, length: int, device=None) -> torch.Tensor:
     """Every token sequence of a tree, shape ``(vocab**length, length)``, in C order.
 
+    Returns
+    -------
+    torch.Tensor
+        The sequences, int64, shape ``(vocab**length, length)``.
+
     Examples
     --------
     >>> from klpolicy.torch.policies import all_sequences
@@ -84,6 +94,11 @@ def joint_from_conditionals(log_conditionals: list[torch.Tensor]) -> torch.Tenso
 
     ``log p(a_0..a_{T-1}) = sum_t log p(a_t | a_<t)``; each term is broadcast
     over the later tokens.
+
+    Returns
+    -------
+    torch.Tensor
+        The log-probabilities, shape ``(V,)*T``.
     """
     length = len(log_conditionals)
     out = None
@@ -94,7 +109,13 @@ def joint_from_conditionals(log_conditionals: list[torch.Tensor]) -> torch.Tenso
 
 
 def token_log_probs_from_conditionals(log_conditionals: list[torch.Tensor]) -> torch.Tensor:
-    """Per-position log-probabilities of all sequences, shape ``(V**T, T)``, from log-conditionals."""
+    """Per-position log-probabilities of all sequences, shape ``(V**T, T)``, from log-conditionals.
+
+    Returns
+    -------
+    torch.Tensor
+        The log-probabilities, shape ``(V**T, T)``.
+    """
     length = len(log_conditionals)
     cols = []
     for t, lc in enumerate(log_conditionals):
@@ -134,7 +155,13 @@ class TabularPolicy(torch.nn.Module):
         self.logits = torch.nn.Parameter(torch.where(p > 0, torch.log(p.clamp_min(1e-300)), 0.0))
 
     def log_probs(self) -> torch.Tensor:
-        """Log-probabilities of all outcomes, shape ``(B, V)``; ``-inf`` off the support."""
+        """Log-probabilities of all outcomes, shape ``(B, V)``; ``-inf`` off the support.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(B, V)``.
+        """
         return _masked_log_softmax(self.logits, self.mask)
 
     @torch.no_grad()
@@ -147,7 +174,13 @@ class TabularPolicy(torch.nn.Module):
 
     @torch.no_grad()
     def probs(self) -> np.ndarray:
-        """The current policy as a numpy array ``(B, V)``."""
+        """The current policy as a numpy array ``(B, V)``.
+
+        Returns
+        -------
+        ndarray
+            The probabilities, shape ``(B, V)``, float64.
+        """
         return self.log_probs().exp().cpu().numpy()
 
 
@@ -193,17 +226,35 @@ class TabularConditionals(torch.nn.Module):
             )
 
     def log_conditionals(self) -> list[torch.Tensor]:
-        """Log-conditionals, ``[t]`` of shape ``(V,)*(t+1)``."""
+        """Log-conditionals, ``[t]`` of shape ``(V,)*(t+1)``.
+
+        Returns
+        -------
+        list of torch.Tensor
+            The log-conditionals.
+        """
         return [
             _masked_log_softmax(lg, getattr(self, f"mask{t}")) for t, lg in enumerate(self.logits)
         ]
 
     def log_probs(self) -> torch.Tensor:
-        """Joint log-probabilities of all ``V**T`` sequences, shape ``(1, V**T)``."""
+        """Joint log-probabilities of all ``V**T`` sequences, shape ``(1, V**T)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(1, V**T)``.
+        """
         return joint_from_conditionals(self.log_conditionals()).reshape(1, -1)
 
     def token_log_probs(self) -> torch.Tensor:
-        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``."""
+        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(1, V**T, T)``.
+        """
         return token_log_probs_from_conditionals(self.log_conditionals()).unsqueeze(0)
 
     @torch.no_grad()
@@ -215,7 +266,13 @@ class TabularConditionals(torch.nn.Module):
 
     @torch.no_grad()
     def conditionals(self) -> list[np.ndarray]:
-        """The conditionals as numpy arrays, ``[t]`` of shape ``(V,)*(t+1)``."""
+        """The conditionals as numpy arrays, ``[t]`` of shape ``(V,)*(t+1)``.
+
+        Returns
+        -------
+        list of ndarray
+            The conditionals, float64.
+        """
         return [lc.exp().cpu().numpy() for lc in self.log_conditionals()]
 
 
@@ -286,30 +343,60 @@ class AutoregressivePolicy(torch.nn.Module):
         self.register_buffer("_sequences", all_sequences(self.vocab, self.length, dev))
 
     def next_token_logits(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Logits of ``a_t`` given ``a_<t`` at each position: ``(N, T)`` -> ``(N, T, V)``."""
+        """Logits of ``a_t`` given ``a_<t`` at each position: ``(N, T)`` -> ``(N, T, V)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The logits, shape ``(N, T, V)``.
+        """
         bos = torch.full((tokens.shape[0], 1), self.vocab, dtype=torch.long, device=tokens.device)
         inp = torch.cat([bos, tokens[:, :-1]], dim=1)
         h, _ = self.gru(self.embed(inp))
         return self.head(h)
 
     def sequence_log_prob(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``log p(a_0..a_{T-1})`` for each row of ``(N, T)`` tokens."""
+        """``log p(a_0..a_{T-1})`` for each row of ``(N, T)`` tokens.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(N,)``.
+        """
         lp = torch.log_softmax(self.next_token_logits(tokens), dim=-1)
         return lp.gather(-1, tokens[..., None])[..., 0].sum(-1)
 
     def log_probs(self) -> torch.Tensor:
-        """Joint log-probabilities of all ``V**T`` sequences (C order), shape ``(1, V**T)``."""
+        """Joint log-probabilities of all ``V**T`` sequences (C order), shape ``(1, V**T)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(1, V**T)``.
+        """
         return self.sequence_log_prob(self._sequences).reshape(1, -1)
 
     def token_log_probs(self) -> torch.Tensor:
-        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``."""
+        """``log p(a_t | a_<t)`` for every sequence and position, shape ``(1, V**T, T)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The log-probabilities, shape ``(1, V**T, T)``.
+        """
         seqs = self._sequences
         lp = torch.log_softmax(self.next_token_logits(seqs), dim=-1)
         return lp.gather(-1, seqs[..., None])[..., 0].unsqueeze(0)
 
     @torch.no_grad()
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Draw ``n`` sequences token by token, shape ``(n, T)``."""
+        """Draw ``n`` sequences token by token, shape ``(n, T)``.
+
+        Returns
+        -------
+        torch.Tensor
+            The token ids, shape ``(n, T)``.
+        """
         dev = self.head.weight.device
         tokens = torch.zeros((n, self.length), dtype=torch.long, device=dev)
         for t in range(self.length):
@@ -321,7 +408,13 @@ class AutoregressivePolicy(torch.nn.Module):
 
     @torch.no_grad()
     def conditionals(self) -> list[np.ndarray]:
-        """The dense conditionals: ``[t]`` of shape ``(V,)*(t+1)``, as numpy float64."""
+        """The dense conditionals: ``[t]`` of shape ``(V,)*(t+1)``, as numpy float64.
+
+        Returns
+        -------
+        list of ndarray
+            The conditionals.
+        """
         v, length = self.vocab, self.length
         seqs = self._sequences.reshape((v,) * length + (length,))
         # one row per prefix of length T-1: the last token does not affect any conditional

@@ -253,7 +253,8 @@ def fit_policy(
     progress : bool, optional
         Print a progress bar to stderr.
     dtype : torch.dtype, optional
-        float64 by default.
+        The dtype of the policy's parameters and of the problem's tensors (default
+        float64).
     **options
         ``batch_size`` (samples per context per step; pairs for DPO/IPO),
         ``estimator`` and ``placement`` (reinforce; PPO uses ``estimator``
