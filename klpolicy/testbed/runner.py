@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from klpolicy import kl_divergence, optimal_policy
+from klpolicy.core.internal import validation as V
 from klpolicy.dynamics import beta_fit, landing_point
 from klpolicy.testbed.law import sequence_law
 from klpolicy.testbed.tasks import Task, bandit_task
@@ -160,6 +161,9 @@ def _check_trl():
     return trl
 
 
+_MAX_STEPS = 10**7  # optimiser steps of one run (a bound, so that 2**63 is refused at once)
+
+
 def run(
     trainer: str,
     task: Task | None = None,
@@ -223,11 +227,31 @@ def run(
     >>> r.predicted_beta_eff  # doctest: +SKIP
     1.0
     """
-    if trainer not in ADAPTERS:
-        raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
-    for name, val in (("steps", steps), ("law_every", law_every)):
-        if isinstance(val, bool) or int(val) != val or val < 1:
-            raise ValueError(f"`{name}` must be an integer >= 1; found {val!r}")
+    trainer = V.as_choice("trainer", trainer, tuple(sorted(ADAPTERS)))
+    if task is not None and not isinstance(task, Task):
+        raise ValueError(
+            f"`task` must be a klpolicy.testbed.Task (bandit_task() builds one) or None; "
+            f"got {V.describe(task)}"
+        )
+    steps = V.as_count("steps", steps, hi=_MAX_STEPS)
+    seed = V.as_count("seed", seed, lo=0, hi=2**32 - 1)  # torch's and numpy's seed range
+    law_every = V.as_count("law_every", law_every, hi=_MAX_STEPS)
+    if num_threads is not None:
+        num_threads = V.as_count("num_threads", num_threads, hi=4096)
+    if device is not None:
+        import torch
+
+        try:
+            ok = isinstance(device, torch.device) or (
+                isinstance(device, str) and torch.device(device) is not None
+            )
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"`device` must be None, a device name such as 'cpu' or 'cuda:0', or a "
+                f"torch.device; got {V.describe(device)}"
+            )
     adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
     trl = _check_trl()
