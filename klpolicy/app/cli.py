@@ -283,10 +283,13 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         print(animate)
         if args.output is None:
             return 0
+    output = Path(args.output)
+    if output.is_dir():  # -o DIR: the figure's own file inside it (as `demo --out DIR`)
+        output = output / f"{args.figure.replace('-', '_')}.{args.format or 'png'}"
     try:
         written = save_figure(
             lambda ax: args.draw(args, ax),
-            args.output,
+            output,
             dpi=args.dpi,
             title=args.title,
             format=args.format,
@@ -305,6 +308,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 class _ArgumentError(Exception):
     pass
+
+
+def _seed(text: str) -> int:
+    """``--seed``: an integer in [0, 2**128) (numpy's SeedSequence range), read by argparse."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text!r}") from None
+    if not 0 <= v < 2**128:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2**128); got {text}")
+    return v
 
 
 #: What argparse must read as a negative number, not an option: everything Python's
@@ -451,7 +465,8 @@ def _figure_parser(
         "--output",
         required=output_required,
         metavar="FILE",
-        help="image file; its suffix (.png, .svg, .pdf) sets the format",
+        help="image file; its suffix (.png, .svg, .pdf) sets the format; an existing "
+        "folder gets FIGURE.png inside it (e.g. beta_sweep.png)",
     )
     f.add_argument(
         "--format",
@@ -580,7 +595,7 @@ def _add_estimator_histograms_plot(figs) -> None:
     f.add_argument("--p", type=float, nargs="+", required=True, help="sampling distribution")
     f.add_argument("--q", type=float, nargs="+", required=True, help="reference distribution")
     f.add_argument("--n", type=int, default=20000, help="samples drawn from p (default 20000)")
-    f.add_argument("--seed", type=int, default=0, help="seed of the draws (default 0)")
+    f.add_argument("--seed", type=_seed, default=0, help="seed of the draws (default 0)")
 
 
 def _add_fixed_points_plot(figs) -> None:
@@ -649,7 +664,7 @@ def _add_testbed_parser(sub) -> None:
         help="DPO: the Bradley-Terry labels' temperature (default 1)",
     )
     r.add_argument("--steps", type=int, default=300, help="optimiser steps (default 300)")
-    r.add_argument("--seed", type=int, default=0, help="the trainer's seed (default 0)")
+    r.add_argument("--seed", type=_seed, default=0, help="the trainer's seed (default 0)")
     r.add_argument(
         "--device", help='where to train: "cpu" (default) or an accelerator such as "cuda"'
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -61,9 +62,10 @@ def worked_example(file: TextIO | None = None) -> None:
     ...
     """
     from .tables import beta_label as _beta_label
+    from .tables import check_stream, solve_table
     from .tables import print_table as _print_table
-    from .tables import solve_table
 
+    check_stream("file", file)
     file = file or sys.stdout
     ref, reward = list(WORKED_REF), list(WORKED_REWARD)
 
@@ -347,7 +349,7 @@ def write_figures(out: str | Path, names: Sequence[str] | None = None) -> list[P
     Raises
     ------
     ValueError
-        For an unknown figure name.
+        For an ``out`` that is not a path or is a file, and an unknown figure name.
     ModuleNotFoundError
         When matplotlib is not installed.
 
@@ -366,11 +368,21 @@ def write_figures(out: str | Path, names: Sequence[str] | None = None) -> list[P
 
     from ..plotting import save_figure
 
+    if not isinstance(out, (str, os.PathLike)) or not str(out):
+        raise ValueError(
+            f"`out` must be the path of a folder (a str or a pathlib.Path); got {out!r:.60}"
+        )
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"`out` must be a folder; {str(out_dir)!r} is a file")
+    if isinstance(names, str):
+        raise ValueError(f"`names` must be a list of figure names; got the string {names!r}")
     chosen = available_figures() if names is None else list(names)
     for name in chosen:
         if name not in FIGURES:
-            raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
-    out_dir = Path(out)
+            raise ValueError(
+                f"`names` has an unknown figure {name!r}; choose from {', '.join(FIGURES)}"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in chosen:

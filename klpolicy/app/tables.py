@@ -76,8 +76,58 @@ def solve_table(ref: Sequence[float], reward: Sequence[float], betas: Sequence[f
     return {"ref": [float(x) for x in ref_a], "reward": [float(x) for x in rew_a], "columns": cols}
 
 
+_COLUMN_KEYS = ("beta", "policy", "log_ratio", "kl", "expected_reward", "soft_value")
+
+
+def check_stream(name: str, file) -> None:
+    """Refuse a ``file`` argument that is not a writable text stream, naming it."""
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise ValueError(
+            f"`{name}` must be a text stream with a write() method (sys.stdout, an open "
+            f"file, io.StringIO) or None; got {type(file).__name__} {file!r:.60}"
+        )
+
+
+def _check_table(out) -> None:
+    if not isinstance(out, dict):
+        raise ValueError(
+            f"`out` must be the dictionary solve_table returns; got {type(out).__name__}"
+        )
+    missing = [k for k in ("ref", "reward", "columns") if k not in out]
+    if missing:
+        raise ValueError(
+            f"`out` must be the dictionary solve_table returns (keys 'ref', 'reward', "
+            f"'columns'); it lacks {', '.join(map(repr, missing))}"
+        )
+    cols = out["columns"]
+    if not isinstance(cols, (list, tuple)) or not cols:
+        raise ValueError(f"`out['columns']` must be a non-empty list of columns; got {cols!r:.60}")
+    n = len(out["ref"])
+    for j, c in enumerate(cols):
+        lacks = [k for k in _COLUMN_KEYS if not isinstance(c, dict) or k not in c]
+        if lacks:
+            raise ValueError(
+                f"`out['columns'][{j}]` must be a column of solve_table (keys "
+                f"{', '.join(map(repr, _COLUMN_KEYS))}); it lacks {', '.join(map(repr, lacks))}"
+            )
+        if len(c["policy"]) != n or len(out["reward"]) != n:
+            raise ValueError(
+                f"`out['columns'][{j}]['policy']`, `out['ref']` and `out['reward']` must have "
+                f"the same length; got {len(c['policy'])}, {n} and {len(out['reward'])}"
+            )
+
+
 def print_table(out: dict, file=None) -> None:
-    """Print :func:`solve_table`'s dictionary as aligned columns."""
+    """Print :func:`solve_table`'s dictionary as aligned columns.
+
+    Raises
+    ------
+    ValueError
+        For an ``out`` that is not :func:`solve_table`'s dictionary, or a ``file`` that is
+        not a text stream.
+    """
+    _check_table(out)
+    check_stream("file", file)
     file = file or sys.stdout
     cols = out["columns"]
     single = len(cols) == 1

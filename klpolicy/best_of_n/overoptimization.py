@@ -19,6 +19,7 @@ forms. Everything is exact: no sampling noise enters the curves.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -335,6 +336,17 @@ def _fit_data(d: ArrayLike, gain: ArrayLike):
     return d_a, g_a
 
 
+def _scales(d: NDArray, g: NDArray) -> tuple[float, float]:
+    """Powers of two for ``d`` and ``gain`` where the unscaled fit would overflow or
+    underflow (``d**2`` past float64 at ``d = 1e308``, where lstsq met ``inf``), else 1."""
+    pos = d[d > 0]
+    dmax, dmin = float(np.max(pos)), float(np.min(pos))
+    gmax = float(np.max(np.abs(g)))
+    s = 1.0 if 1e-150 < dmin and dmax < 1e150 else math.ldexp(1.0, math.frexp(dmax)[1] - 1)
+    gs = 1.0 if gmax == 0 or 1e-150 < gmax < 1e150 else math.ldexp(1.0, math.frexp(gmax)[1] - 1)
+    return s, gs
+
+
 def _solve(cols: NDArray, g: NDArray) -> tuple[float, float, float]:
     import scipy.linalg  # lazy: keeps `import klpolicy` light
 
@@ -374,7 +386,11 @@ def fit_gao_bon(d: ArrayLike, gain: ArrayLike) -> GaoFit:
     Notes
     -----
     The form is linear in :math:`(a, b)`, so the least-squares fit is a linear
-    solve (``scipy.linalg.lstsq``): exact, with no starting point to choose.
+    solve (``scipy.linalg.lstsq``): exact, with no starting point to choose. Where
+    ``d`` or ``gain`` lies beyond ``1e150`` (or below ``1e-150``), where ``d**2`` and the
+    squared residuals leave float64, the fit is solved for ``d`` and ``gain`` divided by
+    powers of two and the coefficients, peak and RMS residual scaled back (``d = 1e308``
+    once reached lstsq as ``inf``); a coefficient beyond float64 is then ``0`` or ``inf``.
 
     References
     ----------
@@ -391,10 +407,23 @@ def fit_gao_bon(d: ArrayLike, gain: ArrayLike) -> GaoFit:
     (1.0, 0.25, 2.0)
     """
     d_a, g_a = _fit_data(d, gain)
-    a, b, rmse = _solve(np.column_stack([d_a, -(d_a**2)]), g_a)
-    if b > 0:
-        return GaoFit("bon", a, b, a / (2 * b), a * a / (4 * b), rmse)
-    return GaoFit("bon", a, b, np.inf, np.inf, rmse)
+    s, gs = _scales(d_a, g_a)
+    if s == 1.0 and gs == 1.0:
+        a, b, rmse = _solve(np.column_stack([d_a, -(d_a**2)]), g_a)
+        if b > 0:
+            return GaoFit("bon", a, b, a / (2 * b), a * a / (4 * b), rmse)
+        return GaoFit("bon", a, b, np.inf, np.inf, rmse)
+    # d = s x, gain = gs y (powers of two): y = A x - B x^2 with a = gs A / s, b = gs B / s^2;
+    # the peak d* = s A / (2B), R(d*) = gs A^2 / (4B) from the scaled coefficients
+    x, y = d_a / s, g_a / gs
+    big_a, big_b, rmse = _solve(np.column_stack([x, -(x**2)]), y)
+    with np.errstate(over="ignore", under="ignore"):
+        a, b = gs * big_a / s, gs * big_b / s / s
+        if big_b > 0:
+            peak = (s * (big_a / (2 * big_b)), gs * (big_a * (big_a / (4 * big_b))))
+        else:
+            peak = (np.inf, np.inf)
+    return GaoFit("bon", float(a), float(b), float(peak[0]), float(peak[1]), float(gs * rmse))
 
 
 def fit_gao_rl(d: ArrayLike, gain: ArrayLike) -> GaoFit:
@@ -440,13 +469,30 @@ def fit_gao_rl(d: ArrayLike, gain: ArrayLike) -> GaoFit:
     (1.0, 0.5, 2.7182818285)
     """
     d_a, g_a = _fit_data(d, gain)
+    s, gs = _scales(d_a, g_a)
+    if s == 1.0 and gs == 1.0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dlogd = np.where(d_a > 0, d_a * np.log(np.where(d_a > 0, d_a, 1.0)), 0.0)
+        a, b, rmse = _solve(np.column_stack([d_a, -dlogd]), g_a)
+        if b > 0 and a / b - 1 < 709:
+            d_star = float(np.exp(a / b - 1))
+            return GaoFit("rl", a, b, d_star, b * d_star, rmse)
+        return GaoFit("rl", a, b, np.inf, np.inf, rmse)
+    # d = s x, gain = gs y: y = A x - B x log x with b = gs B / s, a = gs A / s + b log s;
+    # d* = s e^{A/B - 1} and R(d*) = b d* = gs B e^{A/B - 1}, from the scaled coefficients
+    x, y = d_a / s, g_a / gs
     with np.errstate(divide="ignore", invalid="ignore"):
-        dlogd = np.where(d_a > 0, d_a * np.log(np.where(d_a > 0, d_a, 1.0)), 0.0)
-    a, b, rmse = _solve(np.column_stack([d_a, -dlogd]), g_a)
-    if b > 0 and a / b - 1 < 709:
-        d_star = float(np.exp(a / b - 1))
-        return GaoFit("rl", a, b, d_star, b * d_star, rmse)
-    return GaoFit("rl", a, b, np.inf, np.inf, rmse)
+        xlogx = np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
+    big_a, big_b, rmse = _solve(np.column_stack([x, -xlogx]), y)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        b = gs * big_b / s
+        a = gs * big_a / s + b * math.log(s)
+        if big_b > 0 and big_a / big_b - 1 < 709:
+            e = math.exp(big_a / big_b - 1)
+            peak = (s * e, gs * big_b * e)
+        else:
+            peak = (np.inf, np.inf)
+    return GaoFit("rl", float(a), float(b), float(peak[0]), float(peak[1]), float(gs * rmse))
 
 
 class GoldPeak(NamedTuple):

@@ -830,8 +830,84 @@ def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, lo
     return div, pen
 
 
+# f2 = f''(1) and f3 = the third derivative at 1 of the smooth rows (alpha: 1 and a - 2)
+_CURVATURE = {
+    "reverse_kl": (1.0, -1.0),
+    "forward_kl": (1.0, -2.0),
+    "chi2": (2.0, 0.0),
+    "hellinger": (0.5, -0.75),
+    "js": (0.25, -0.375),
+    "chi2_kl": (2.0, -1.0),
+    "reverse_chi2": (2.0, -6.0),
+}
+_LARGE_BETA = 1e6  # the expansion is used where beta >= 1e6 * spread (* max(1, |alpha|))
+
+
+def _large_beta_last(row: FDivergence, a, q: NDArray, r: NDArray, b: NDArray):
+    r"""Value, expected reward and divergence per row from the expansion in ``1/beta``.
+
+    With :math:`c = r - \mathbb{E}_{ref}[r]` on the support, :math:`f_2 = f''(1)`,
+    :math:`f_3 = f^{(3)}(1)`, :math:`V_2 = \mathbb{E}_{ref}[c^2]`, :math:`M_3 = \mathbb{E}_{ref}[c^3]`
+    (the KKT condition :math:`f'(t) = f'(1) + (c - \mu)/\beta` expanded to second order,
+    :math:`\mu = O(\beta^{-2})`; then :math:`dV/d\beta = -D`):
+
+    .. math::
+
+        D = \frac{V_2}{2 f_2 \beta^2} - \frac{f_3 M_3}{3 f_2^3 \beta^3},\quad
+        V = \mathbb{E}_{ref}[r] + \frac{V_2}{2 f_2 \beta} - \frac{f_3 M_3}{6 f_2^3 \beta^2},\quad
+        \mathbb{E}_{\pi^*}[r] = \mathbb{E}_{ref}[r] + \frac{V_2}{f_2 \beta}
+            - \frac{f_3 M_3}{2 f_2^3 \beta^2},
+
+    each to :math:`O(\beta^{-3})` relative to its first term times ``(spread/beta)^2``
+    (the KL's cumulant expansion :math:`\beta \log \mathbb{E} e^{r/\beta}` for the
+    reverse KL). Used where ``beta >= 1e6 * spread`` (spread ``= max |c|``; times
+    ``max(1, |alpha|)``, whose higher derivatives grow with ``alpha``), so that the
+    truncation is below ``1e-17 * spread``, and at ``beta = inf`` (the limit
+    :math:`\mathbb{E}_{ref}[r]`, divergence 0). There the optimum is the reference to
+    within rounding, and ``beta`` times the divergence of the rounded optimum (``1e-33``
+    for a reference whose sum is off by one rounding) would be ``beta * 1e-33``, not the
+    ``V_2 / (2 f_2 beta)`` it is.
+
+    The total variation is exact instead: moving the mass of the outcomes more than
+    ``beta`` below the best (``drop``) gives ``D = sum_drop q`` and
+    ``V = E_ref[r] + sum_drop q (gap - beta)`` (``pi* = ref`` when nothing is dropped).
+
+    Returns ``(use, value, expected_reward, divergence)``, ``use`` the rows it applies to.
+    """
+    sup = q > 0
+    qn = np.where(sup, q, 0.0) / np.sum(np.where(sup, q, 0.0), axis=-1, keepdims=True)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        mean = np.sum(np.where(sup, qn * r, 0.0), axis=-1)
+        c = np.where(sup, r - mean[..., None], 0.0)
+        if row.name == "tv":
+            top = np.max(np.where(sup, r, -np.inf), axis=-1, keepdims=True)
+            gap = np.where(sup, top - r, 0.0)
+            drop = sup & (gap > b[..., None])
+            div = np.sum(np.where(drop, qn, 0.0), axis=-1)
+            gain = np.sum(np.where(drop, qn * (gap - b[..., None]), 0.0), axis=-1)
+            er = mean + np.sum(np.where(drop, qn * gap, 0.0), axis=-1)
+            use = (b > 0) & np.isfinite(mean) & np.isfinite(er)
+            value = np.where(div == 0, mean, mean + gain)
+            return use, value, np.where(div == 0, mean, er), div
+        f2, f3 = (1.0, a - 2.0) if row.name == "alpha" else _CURVATURE[row.name]
+        spread = np.max(np.abs(c), axis=-1)
+        k = _LARGE_BETA * (max(1.0, abs(a)) if row.name == "alpha" else 1.0)
+        use = np.isfinite(spread) & np.isfinite(mean) & (b >= k * spread) & (b > 0)
+        z = np.where(use[..., None], c / b[..., None], 0.0)  # c / beta, 0 at beta = inf
+        v1 = np.sum(qn * c * z, axis=-1)  # V_2 / beta
+        m1 = np.sum(qn * c * z * z, axis=-1)  # M_3 / beta^2
+        div = np.sum(qn * z * z, axis=-1) / (2 * f2) - f3 * np.sum(qn * z**3, axis=-1) / (3 * f2**3)
+        value = mean + v1 / (2 * f2) - f3 * m1 / (6 * f2**3)
+        er = mean + v1 / f2 - f3 * m1 / (2 * f2**3)
+    return use, value, er, div
+
+
 def _value_last(row, a, ref, reward, beta, pi, logt=None):
-    """E_pi r - beta D_f(pi||ref) per row (keepdims=False), with the limits."""
+    """E_pi r - beta D_f(pi||ref) per row (keepdims=False), with the limits.
+
+    Rows at large ``beta`` (and ``inf``; every ``beta`` for ``"tv"``) take the
+    expansion of :func:`_large_beta_last` instead of the rounded optimum.
+    """
     shape = pi.shape
     q = np.broadcast_to(ref, shape).astype(np.float64)
     r = np.broadcast_to(reward, shape).astype(np.float64)
@@ -839,7 +915,11 @@ def _value_last(row, a, ref, reward, beta, pi, logt=None):
     p = pi.astype(np.float64)
     er = np.sum(np.where(q > 0, p * r, 0.0), axis=-1)
     div, pen = _divergence_last(row, a, q, p, b, logt)
-    return er - pen, er, div
+    value = er - pen
+    use, v_l, er_l, div_l = _large_beta_last(row, a, q, r, b)
+    if np.any(use):
+        value, er, div = (np.where(use, x, y) for x, y in ((v_l, value), (er_l, er), (div_l, div)))
+    return value, er, div
 
 
 def f_soft_value(
@@ -880,7 +960,16 @@ def f_soft_value(
     Computed as :math:`\mathbb{E}_{\pi^*}[r] - \beta D_f(\pi^*\|\pi_{ref})` from the
     exact optimum and :func:`klpolicy.f_divergence` (the second form, the convex
     dual, is what the tests check it against). :math:`dV/d\beta = -D_f(\pi^*_\beta\|\pi_{ref})`
-    (the envelope theorem).
+    (the envelope theorem). Where ``beta >= 1e6`` times the reward's spread about
+    :math:`\mathbb{E}_{ref}[r]` (and at ``beta = inf``) the optimum is the reference to
+    rounding, and the value is the expansion
+    :math:`V = \mathbb{E}_{ref}[r] + \mathrm{Var}_{ref}(r)/(2 f''(1)\beta) - f^{(3)}(1)\,
+    \mathbb{E}_{ref}[(r - \mathbb{E}_{ref} r)^3]/(6 f''(1)^3 \beta^2)` (the penalty
+    :math:`\beta D_f` is :math:`O(1/\beta)`; taken from the rounded optimum it would be
+    ``beta`` times a rounding: ``-inf`` at ``beta = inf`` for a reference whose sum is off by
+    one rounding). The ``"tv"`` value is the linear program's, exact at every ``beta``:
+    :math:`\mathbb{E}_{ref}[r] + \sum_{gap > \beta} \pi_{ref}\,(gap - \beta)`, with
+    :math:`gap = r_{max} - r` on the support.
 
     References
     ----------

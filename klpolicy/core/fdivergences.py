@@ -81,8 +81,16 @@ class FDivergence:
         return f"FDivergence({self.name!r}: f(t) = {self.formula})"
 
 
-def _arr(x) -> NDArray:
-    return np.asarray(x, dtype=np.float64)
+def _arr(x, name: str = "t") -> NDArray:
+    """``x`` as float64; ``None``, strings, objects and complex values refused by name
+    (``np.asarray(.., float64)`` made ``None`` a NaN and dropped an imaginary part)."""
+    if isinstance(x, np.ndarray) and x.dtype == np.float64:
+        return x
+    a = np.asarray(x) if x is not None else None
+    if a is None or a.dtype.kind not in "biuf":
+        what = "None" if a is None else f"{V.describe(x)} (dtype {a.dtype})"
+        raise ValueError(f"`{name}` must be a real number or array of them; got {what}")
+    return a.astype(np.float64, copy=False)
 
 
 def _quiet():
@@ -103,11 +111,11 @@ def _rkl_fp(t, alpha=None):
 
 
 def _rkl_inv(s, alpha=None):
-    return np.exp(_arr(s) - 1.0)
+    return np.exp(_arr(s, "s") - 1.0)
 
 
 def _rkl_conj(s, alpha=None):
-    return np.exp(_arr(s) - 1.0)
+    return np.exp(_arr(s, "s") - 1.0)
 
 
 def _rkl_f2(t, alpha=None):
@@ -126,13 +134,13 @@ def _fkl_fp(t, alpha=None):
 
 
 def _fkl_inv(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s < 0, -1.0 / s, np.inf)
 
 
 def _fkl_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s < 0, -1.0 - np.log(-s), np.inf)
 
@@ -151,11 +159,11 @@ def _chi2_fp(t, alpha=None):
 
 
 def _chi2_inv(s, alpha=None):
-    return np.maximum(1.0 + 0.5 * _arr(s), 0.0)
+    return np.maximum(1.0 + 0.5 * _arr(s, "s"), 0.0)
 
 
 def _chi2_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     return np.where(s >= -2.0, s + 0.25 * s * s, -1.0)
 
 
@@ -173,13 +181,13 @@ def _hel_fp(t, alpha=None):
 
 
 def _hel_inv(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s < 1, 1.0 / (1.0 - s) ** 2, np.inf)
 
 
 def _hel_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s < 1, s / (1.0 - s), np.inf)
 
@@ -202,13 +210,13 @@ def _js_fp(t, alpha=None):
 
 
 def _js_inv(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():  # t = 1 / (2 exp(-2s) - 1) = 1 / expm1(log 2 - 2 s)
         return np.where(s < 0.5 * _LOG2, 1.0 / np.expm1(_LOG2 - 2.0 * s), np.inf)
 
 
 def _js_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():  # -log(2 - exp(2 s)) / 2
         return np.where(s < 0.5 * _LOG2, -0.5 * np.log1p(-np.expm1(2.0 * s)), np.inf)
 
@@ -222,7 +230,9 @@ def _js_f2(t, alpha=None):
 def _a(alpha) -> float:
     if alpha is None:
         raise ValueError("`alpha` is required for the 'alpha' divergence; got None")
-    return float(alpha)
+    if isinstance(alpha, float) and math.isfinite(alpha):
+        return alpha
+    return V.as_scalar("alpha", alpha, "(-inf, inf)")
 
 
 def _alpha_f(t, alpha=None):
@@ -244,7 +254,7 @@ def _alpha_fp(t, alpha=None):
 
 
 def _alpha_inv(s, alpha=None):
-    a, s = _a(alpha), _arr(s)
+    a, s = _a(alpha), _arr(s, "s")
     with _quiet():
         if a == 1.0:
             return np.exp(s)
@@ -254,7 +264,7 @@ def _alpha_inv(s, alpha=None):
 
 
 def _alpha_conj(s, alpha=None):
-    a, s = _a(alpha), _arr(s)
+    a, s = _a(alpha), _arr(s, "s")
     with _quiet():
         if a == 1.0:
             return np.expm1(s)
@@ -286,7 +296,7 @@ def _chikl_fp(t, alpha=None):
 def _chikl_inv(s, alpha=None):
     # t + log t = s  <=>  t e^t = e^s  <=>  t = W(e^s), the Wright omega function of s
     # (scipy.special.wrightomega: W(exp(s)) without overflowing exp(s))
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         t = np.where(np.isneginf(s), 0.0, special.wrightomega(s).real)
         # one Newton step on t + log t - s (quadratic: leaves a float-exact root)
@@ -314,12 +324,12 @@ def _tv_fp(t, alpha=None):
 
 
 def _tv_inv(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     return np.where(s < -0.5, 0.0, np.where(s <= 0.5, 1.0, np.inf))
 
 
 def _tv_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     return np.where(s < -0.5, -0.5, np.where(s <= 0.5, s, np.inf))
 
 
@@ -339,13 +349,13 @@ def _rchi2_fp(t, alpha=None):
 
 
 def _rchi2_inv(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s < 1, 1.0 / np.sqrt(1.0 - s), np.inf)
 
 
 def _rchi2_conj(s, alpha=None):
-    s = _arr(s)
+    s = _arr(s, "s")
     with _quiet():
         return np.where(s <= 1, 2.0 - 2.0 * np.sqrt(1.0 - s), np.inf)
 

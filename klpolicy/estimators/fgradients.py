@@ -110,7 +110,8 @@ def divergence_gradient(
     if th.ndim == 0:
         raise ValueError(f"`logits` must have at least one dimension; got a scalar {th.item()!r}")
     ax = V.normalise_axis(axis, th.ndim, "logits") - th.ndim  # negative: survives broadcasting
-    q = V.as_probabilities("ref", ref, axis=ax if np.ndim(ref) >= -ax else -1)
+    ref = V.as_float_array("ref", ref)  # a ragged `ref` is named before np.ndim meets it
+    q = V.as_probabilities("ref", ref, axis=ax if ref.ndim >= -ax else -1)
     th = np.moveaxis(th, ax, -1)
     th, q = V.broadcast_pair("logits", th, "ref", q)
     dead = np.all(th == -np.inf, axis=-1)

@@ -397,6 +397,10 @@ def _least_squares_start(sub: NDArray, target: NDArray) -> NDArray:
     return laplacian_solve(sym, np.sum(sym * t, axis=1), np.ones(sub.shape[0], bool))
 
 
+# the smallest discopop tau the margin solver takes: 1/tau^2 = 2**1020 is finite
+_DISCOPOP_TAU_MIN = 2.0**-510
+
+
 def _margin_solver(name: str, o: dict[str, float]):
     kern = LOSSES[name]._kernel[2]
 
@@ -1070,7 +1074,8 @@ def population_optimum(
         connect ``ref``'s support (the ratios between the parts are then free: see
         :func:`optimum_set`); for ``robust`` with a drawn pair whose de-noised
         probability :math:`(P_{ij} - \varepsilon)/(1 - 2\varepsilon)` leaves [0, 1]
-        (there the loss is unbounded below);
+        (there the loss is unbounded below); for ``discopop`` with ``tau`` below
+        ``2**-510`` (its curvature, of order ``1/tau**2``, is beyond float64);
         for a per-outcome loss in the non-convex case (all outcomes compared, the free
         minimisers' mass below 1) with an outcome that is never chosen, and at a
         ``beta`` below ``1 / finfo.max`` (5.6e-309), whose reciprocal overflows. The
@@ -1161,6 +1166,13 @@ def population_optimum(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     name = row.name
+    if name == "discopop" and not o["tau"] >= _DISCOPOP_TAU_MIN:
+        raise ValueError(
+            f"`tau` = {o['tau']!r} is below {_DISCOPOP_TAU_MIN:.3g} (2**-510), where the "
+            "discopop loss's curvature, which grows as 1/tau^2 across its switch at margin 0, "
+            f"is beyond float64 and the minimiser cannot be computed: pass tau >= "
+            f"{_DISCOPOP_TAU_MIN:.3g}"
+        )
     if name == "sft":  # maximum likelihood of the chosen responses: their marginal law
         w = _win_weights(ref_a, preferences, mu)
         chosen = np.where(ref_a > 0, w.sum(axis=1), 0.0)

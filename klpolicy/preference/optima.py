@@ -302,11 +302,14 @@ def dpo_optimum(
     -----
     The loss depends on :math:`\pi` only through the log-ratios
     :math:`g = \log(\pi/\pi_{ref})` on the support, and is convex in
-    :math:`g`; it is solved there by Newton's method with a line search (exact
-    gradient and weighted-Laplacian Hessian), started from the weighted
+    :math:`g`; it is solved there by Newton's method (exact gradient and
+    weighted-Laplacian Hessian) with steps clipped to 8 log-odds units and a line
+    search on the loss's change pair by pair, started from the weighted
     least-squares fit of :math:`\beta(g_i - g_j)` to
-    :math:`\mathrm{logit}\,P_{ij}` (exact for Bradley-Terry preferences), to a
-    step below ``1e-13``.
+    :math:`\mathrm{logit}\,P_{ij}` (exact for Bradley-Terry preferences), until the
+    gradient is zero to rounding. The answer does not depend on the order of the
+    outcomes (one-sided pairs, :math:`P_{ij} = 1`, put the start where the softplus is
+    linear; unclipped steps from there stopped at a non-minimiser that did).
 
     *Bradley-Terry preferences.* Each pair's loss is minimised at
     :math:`\beta h(i, j) = r_i - r_j`, which :math:`g = r/\beta + c` achieves for

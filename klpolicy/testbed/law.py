@@ -7,6 +7,25 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from klpolicy.core.internal import validation as V
+
+#: The most sequences :func:`sequence_law` enumerates (each one is held in memory).
+MAX_SEQUENCES = 10**6
+
+
+def _token_ids(name: str, ids) -> list[int]:
+    """Token ids: integers >= 0 in a flat sequence (or one integer), refused by name."""
+    try:
+        a = np.asarray(ids)
+    except ValueError:  # ragged
+        a = None
+    if a is None or a.dtype.kind not in "iu" or (a.size and a.min() < 0) or a.ndim > 2:
+        raise ValueError(
+            f"`{name}` must be token ids: integers >= 0 in a flat sequence; got {V.describe(ids)}"
+        )
+    return [int(t) for t in a.reshape(-1)]
+
+
 __all__ = ["SequenceLaw", "sequence_law"]
 
 
@@ -152,6 +171,10 @@ def sequence_law(
     """
     import torch
 
+    if not callable(model):
+        raise ValueError(
+            f"`model` must be callable (a causal LM or ids -> logits); got {V.describe(model)}"
+        )
     if sampling is not None:
         from collections.abc import Mapping
 
@@ -164,16 +187,11 @@ def sequence_law(
             )
         sampling = dict(sampling)
         sampler_law(np.zeros(2), **sampling)  # a bad keyword or value, by sampler_law's words
-    prompt = [int(t) for t in np.asarray(prompt_ids, dtype=np.int64).reshape(-1)]
+    prompt = _token_ids("prompt_ids", prompt_ids)
     if not prompt:
         raise ValueError("`prompt_ids` must hold at least one token; found an empty prompt")
-    if (
-        isinstance(max_new_tokens, bool)
-        or int(max_new_tokens) != max_new_tokens
-        or max_new_tokens < 1
-    ):
-        raise ValueError(f"`max_new_tokens` must be an integer >= 1; found {max_new_tokens!r}")
-    eos = set() if eos_token_id is None else {int(t) for t in np.atleast_1d(eos_token_id)}
+    max_new_tokens = V.as_count("max_new_tokens", max_new_tokens)
+    eos = set() if eos_token_id is None else set(_token_ids("eos_token_id", eos_token_id))
     device = None
     if isinstance(model, torch.nn.Module):
         p = next(model.parameters(), None)
@@ -209,6 +227,12 @@ def sequence_law(
                     else:
                         nxt.append(item)
             live = nxt
+            if len(done) + len(live) > MAX_SEQUENCES:
+                raise ValueError(
+                    f"`max_new_tokens` = {max_new_tokens} with a vocabulary of {lp.shape[1]} "
+                    f"gives more than {MAX_SEQUENCES:,} sequences to enumerate (every one is held "
+                    "in memory); lower it or pass `eos_token_id`"
+                )
     done.sort(key=lambda it: it[0])
     completions = tuple(c for c, _ in done)
     logprobs = np.array([l for _, l in done], dtype=np.float64)

@@ -399,7 +399,7 @@ MAX_SEED = 2**32 - 1
 MAX_PAIRS = 10**6
 
 
-def _checked(adapter: Adapter, steps, seed, law_every, device, options: dict):
+def _checked(adapter: Adapter, task, steps, seed, law_every, device, num_threads, options: dict):
     """The run's numbers checked before anything is built (a bad one would train, then fail).
 
     ``steps`` and ``law_every`` are counts up to 10**8, ``seed`` in ``[0, 2**32 - 1]``,
@@ -409,6 +409,13 @@ def _checked(adapter: Adapter, steps, seed, law_every, device, options: dict):
     """
     steps = V.as_count("steps", steps, lo=1)
     law_every = V.as_count("law_every", law_every, lo=1)
+    if task is not None and not isinstance(task, Task):
+        raise ValueError(
+            "`task` must be a klpolicy.testbed.Task (bandit_task() builds one) or None; "
+            f"got {V.describe(task)}"
+        )
+    if num_threads is not None:
+        V.as_count("num_threads", num_threads, hi=4096)
     seed = V.as_count("seed", seed, lo=0, hi=V.MAX_EXACT_COUNT)
     if seed > MAX_SEED:
         raise ValueError(
@@ -533,11 +540,10 @@ def run(
     >>> r.predicted_beta_eff  # doctest: +SKIP
     1.0
     """
-    if trainer not in ADAPTERS:
-        raise ValueError(f"`trainer` must be one of {sorted(ADAPTERS)}; found {trainer!r}")
+    trainer = V.as_choice("trainer", trainer, tuple(sorted(ADAPTERS)))
     adapter = ADAPTERS[trainer]
     steps, seed, law_every, trainer_options = _checked(
-        adapter, steps, seed, law_every, device, trainer_options
+        adapter, task, steps, seed, law_every, device, num_threads, trainer_options
     )
     with _quiet():
         return _run(

@@ -119,13 +119,15 @@ def bandit_task(*, model_seed: int = 0) -> Task:
     >>> t.reward((3,)), t.reward((6,)), t.max_new_tokens
     (1.0, 0.0, 1)
     """
+    from klpolicy.core.internal import validation as V
+
     return Task(
         name="bandit",
         vocabulary=_BANDIT_VOCAB,
         prompt="q",
         max_new_tokens=1,
         reward=_bandit_reward,
-        model_seed=model_seed,
+        model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),
     )
 
 

@@ -82,6 +82,10 @@ class KLTermReport:
     counterexample : dict
         For each regime that follows no divergence, the draw that shows it best:
         ``pi``, ``pi_old``, ``ref`` and the term's expected gradient.
+    constant : tuple of str
+        The regimes in which the term does not depend on ``logp`` at all (a constant,
+        ``torch.zeros_like(logp)``, a detached term: torch records no gradient): they
+        follow ``"zero"``, and ``str(report)`` says why.
     """
 
     follows: str | None
@@ -101,11 +105,17 @@ class KLTermReport:
     reduction: str = "sum"
     dtype: str = "float64"
     counterexample: dict = field(default_factory=dict, repr=False)
+    constant: tuple = ()
 
     def __str__(self) -> str:
-        def name(n, c):
+        def name(n, c, regime=None):
             if n is None:
                 return "no divergence's gradient (biased)"
+            if n == "zero" and regime in self.constant:
+                return (
+                    "zero: no gradient at all (the term has no gradient path to logp: "
+                    "a constant or a detached term)"
+                )
             if n == "zero":
                 return "zero: no gradient at all"
             c = None if c is None else abs(c)
@@ -114,7 +124,7 @@ class KLTermReport:
         def line(regime, n, c):
             if regime in self.unresolved:
                 return f"unresolved at {self.dtype} (cannot tell apart {', '.join(self.unresolved[regime][:4])}, ...)"
-            return "follows " + name(n, c)
+            return "follows " + name(n, c, regime)
 
         lines = [
             f"on-policy:  {line('on_policy', self.on_policy, self.scale)}",
@@ -194,14 +204,18 @@ def _call(torch, fn, lp, olp, rlp, dtype, level: str, reduction: str):
         raise ValueError(
             f"`fn` must return a torch tensor of per-sample terms; got {type(out).__name__}"
         )
+    if out.is_complex():
+        raise ValueError(
+            f"`fn` must return real terms; got a complex tensor ({out.dtype}): its imaginary "
+            "part would be dropped"
+        )
     computed = output_dtype(out) or dtype
     out = out.to(torch.float64)
     n, length = lp.shape
     if out.shape == (n, length) and level == "sequence":
         out = out.sum(1) if reduction == "sum" else out.mean(1)
-    elif out.shape == (n, 1) and level == "token":
-        out = out[:, 0]
     if out.shape != (n,):
+        # (N, 1) included: weighted by the (N,) sample weights it would broadcast to (N, N)
         want = f"({n},)" if level == "token" else f"({n},) or ({n}, {length})"
         raise ValueError(
             f"`fn` must return one term per sample, shape {want}; got shape {tuple(out.shape)}"
@@ -229,7 +243,13 @@ def _expected(torch, fn, draw, vocab, length, dtype, level, reduction, on_policy
     if not bool(torch.all(torch.isfinite(term))):
         raise ValueError("`fn` returned a non-finite term on an ordinary policy")
     loss = torch.sum(mu * term)
-    grads = torch.autograd.grad(loss, th + [lp_in], allow_unused=True)
+    # a term that does not depend on logp (a constant, a detached term) has no graph: its
+    # gradient is zero (torch.autograd.grad would raise "does not require grad")
+    constant = not loss.requires_grad
+    if constant:
+        grads = (None,) * (len(th) + 1)
+    else:
+        grads = torch.autograd.grad(loss, th + [lp_in], allow_unused=True)
     g = np.concatenate(
         [
             np.zeros(c.size) if x is None else x.detach().numpy().ravel()
@@ -239,7 +259,7 @@ def _expected(torch, fn, draw, vocab, length, dtype, level, reduction, on_policy
     g_in = grads[-1]
     sens = 0.0 if g_in is None else float(torch.sum(torch.abs(g_in)))
     size = 2.0 * sens * length + float(torch.sum(mu * (1 + torch.abs(term.detach()))))
-    return g, size * EPS[computed] / EPS[dtype], float(loss.detach()), computed
+    return g, size * EPS[computed] / EPS[dtype], float(loss.detach()), computed, constant
 
 
 def _joint(levels: list[np.ndarray]) -> np.ndarray:
@@ -569,7 +589,7 @@ def _analyse_inner(
     cands = [_candidates(d, vocab, length, names) for d in pool]
     tol_unit = _K * EPS[dt]
     reported = dt
-    verdict, counter, grads, tols = {}, {}, {}, {}
+    verdict, counter, grads, tols, constant = {}, {}, {}, {}, []
     means = None
     for regime, on in (("on_policy", True), ("off_policy", False)):
         runs = [_expected(torch, fn, d, vocab, length, dt, level, reduction, on) for d in pool]
@@ -577,6 +597,8 @@ def _analyse_inner(
         for r in runs:  # report the coarsest format the term computed in
             reported = r[3] if EPS[r[3]] > EPS[reported] else reported
         grads[regime], tols[regime] = gs, [tol_unit * z for z in sizes]
+        if all(r[4] for r in runs):
+            constant.append(regime)
         verdict[regime] = _classify(gs, sizes, cands, tol_unit)
         if on:  # the sizes scaled to each run's format, and unscaled (in the inputs' format)
             raw = [r[1] * EPS[dt] / EPS[r[3]] for r in runs]
@@ -633,6 +655,7 @@ def _analyse_inner(
         reduction=reduction,
         dtype=reported,
         counterexample=counter,
+        constant=tuple(constant),
     )
     return report, pool, grads, cands, tols
 
@@ -667,14 +690,24 @@ def _candidate_names() -> tuple[str, ...]:
     return tuple(n for n in DIVERGENCES if n != "alpha")
 
 
-def _as_expect(expect: Any) -> str:
-    """The divergence name inside ``expect`` ("-", "token:" stripped), or a ValueError."""
+def _as_expect(expect: Any, level: str = "sequence") -> str:
+    """The divergence name inside ``expect`` ("-", "token:" stripped), or a ValueError.
+
+    ``"token:NAME"`` (the per-token divergence) exists at ``level="sequence"`` only: at
+    ``level="token"`` there is one position, where it is ``NAME`` itself.
+    """
     known = {*_candidate_names(), "zero"}
     base = expect.removeprefix("-").removeprefix(_TOKEN_PREFIX) if isinstance(expect, str) else ""
     if base not in known:
         raise ValueError(
             f"`expect` must be a divergence name ({', '.join(sorted(known))}, or 'token:NAME', "
             f"'-NAME'); got {expect!r}"
+        )
+    if level == "token" and _TOKEN_PREFIX in expect:
+        plain = expect.replace(_TOKEN_PREFIX, "")
+        raise ValueError(
+            f"`expect`={expect!r} is a per-token divergence of a sequence (level='sequence'); "
+            f"at level='token' (one position) it is {plain!r}"
         )
     return base
 
@@ -740,7 +773,7 @@ def check_kl_term(
     """
     regime = V.as_choice("regime", regime, REGIMES)
     level = V.as_choice("level", level, LEVELS)
-    base = _as_expect(expect)
+    base = _as_expect(expect, level)
     args = (reduction, dtype)
     sizes = (3, 4, 6) if level == "token" else (6,)
     regimes = ("on_policy", "off_policy") if regime == "both" else (regime,)
@@ -801,7 +834,7 @@ def cli_kl_term(
     """
     kw = dict(level=level, reduction=reduction, dtype=dtype, draws=draws, seed=seed)
     if expect is not None:
-        _as_expect(expect)
+        _as_expect(expect, V.as_choice("level", level, LEVELS))
     print(kl_term_report(fn, **kw))
     if expect is not None:
         check_kl_term(fn, expect=expect, regime=regime, **kw)

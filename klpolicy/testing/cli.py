@@ -179,6 +179,11 @@ def _option(
     flag = "--" + name.replace("_", "-")
     default = param.default
     helps = _HELP.get(name)
+    if name == "reduction" and suite == "kl-term":
+        helps = (
+            "how the function's per-token terms (shape (N, T)) make a sequence's, at "
+            "--level sequence (default %(default)s)"
+        )
     if helps is None and name.startswith("supports_"):
         what = name.removeprefix("supports_").replace("_", " ")
         helps = f"whether the function claims to handle {what} inputs (default %(default)s)"
@@ -235,6 +240,10 @@ def _choices(name: str, suite: str = "") -> list[str] | None:
 
         return [n for n in DIVERGENCES if n != "tv"] + ["js_divergence", "alpha_divergence"]
     if name == "reduction":
+        if suite == "kl-term":  # how per-token terms make a sequence's: no "none" there
+            from ._checks_kl_terms import TERM_REDUCTIONS
+
+            return list(TERM_REDUCTIONS)
         if suite != "kl-estimator":
             return ["none", "mean", "sum"]
         from ._checks_estimators import REDUCTIONS

@@ -21,6 +21,7 @@ as strategies are checked when they are drawn.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -307,6 +308,27 @@ def problems(
 # --------------------------------------------------------------------------- sequences
 
 
+_MAX_LEAVES = 100_000  # every leaf's distribution is drawn and stored
+
+
+def _check_tree_size(vocab: int, length: int) -> None:
+    """Refuse a tree of more than ``_MAX_LEAVES`` leaves (or positions) without forming
+    ``vocab**length`` (``3**(2**63)`` exactly did not finish)."""
+    if length > _MAX_LEAVES:
+        raise InvalidArgument(
+            f"a tree with `max_length` = {length} has {length} positions, one array each; "
+            f"at most {_MAX_LEAVES:,} are allowed"
+        )
+    if vocab > 1 and length * math.log10(vocab) > math.log10(_MAX_LEAVES) + 1e-12:
+        digits = length * math.log10(vocab)
+        count = f"{vocab**length:,}" if digits < 30 else f"about 10^{digits:.4g}"
+        raise InvalidArgument(
+            f"a tree with `max_vocab` = {vocab} and `max_length` = {length} has "
+            f"`max_vocab` ** `max_length` = {count} leaves (every one a distribution drawn and "
+            f"held in memory); at most {_MAX_LEAVES:,} are allowed"
+        )
+
+
 def token_trees(
     *,
     min_vocab: Any = 1,
@@ -356,11 +378,8 @@ def token_trees(
     min_length = _int_bound("min_length", min_length)
     max_length = _int_bound("max_length", max_length)
     _order("min_length", min_length, "max_length", max_length)
-    if not _is_strategy(max_vocab) and not _is_strategy(max_length) and max_vocab**max_length > 1e5:
-        raise InvalidArgument(
-            f"a tree with `max_vocab` = {max_vocab} and `max_length` = {max_length} has "
-            f"{max_vocab**max_length} leaves; at most 100,000 are allowed"
-        )
+    if not _is_strategy(max_vocab) and not _is_strategy(max_length):
+        _check_tree_size(max_vocab, max_length)
     min_entry = _real_bound("min_entry", min_entry)
     if not _is_strategy(min_entry) and not _is_strategy(max_vocab):
         _check_min_entry(min_entry, max_vocab)
@@ -371,6 +390,7 @@ def token_trees(
         t_lo, t_hi = _draw_sizes(draw, "min_length", min_length, "max_length", max_length)
         me = _check_real("min_entry", _draw(draw, min_entry))
         _check_min_entry(me, v_hi)
+        _check_tree_size(v_hi, t_hi)  # bounds drawn from strategies
         v, t_len = draw(_ints(v_lo, v_hi)), draw(_ints(t_lo, t_hi))
         tree = []
         for t in range(t_len):

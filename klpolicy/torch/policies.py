@@ -18,6 +18,7 @@ outcomes are the ``K = V**T`` whole sequences in C order (the flattening of a
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -70,6 +71,28 @@ def _masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return torch.log_softmax(torch.where(mask, logits, -math.inf), dim=-1)
 
 
+def _memory_bytes() -> int:
+    """This machine's physical memory in bytes (2**40 where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return 1 << 40
+
+
+def _check_table_fits(vocab: int, length: int) -> None:
+    """Refuse a ``(vocab**length, length)`` int64 table beyond memory, without forming it."""
+    log2_bytes = length * math.log2(vocab) + math.log2(length) + 3.0  # 8 bytes an entry
+    mem = _memory_bytes()
+    if log2_bytes > math.log2(mem):
+        digits = length * math.log10(vocab)
+        count = f"{vocab}**{length}" + (f" (about 10^{digits:.3g})" if digits > 6 else "")
+        raise ValueError(
+            f"`vocab` ** `length` = {count} sequences of {length} tokens (8 bytes a token: "
+            f"about 2**{log2_bytes:.4g} bytes) do not fit in this machine's memory "
+            f"({mem / 2**30:.3g} GiB); enumerate a smaller tree"
+        )
+
+
 def all_sequences(vocab: int, length: int, device=None) -> torch.Tensor:
     """Every token sequence of a tree, shape ``(vocab**length, length)``, in C order.
 
@@ -83,7 +106,18 @@ def all_sequences(vocab: int, length: int, device=None) -> torch.Tensor:
     >>> from klpolicy.torch.policies import all_sequences
     >>> all_sequences(2, 2).tolist()
     [[0, 0], [0, 1], [1, 0], [1, 1]]
+
+    Raises
+    ------
+    ValueError
+        For a ``vocab`` or ``length`` that is not a positive integer, and at once (before
+        ``vocab**length`` is formed) for a table larger than this machine's memory
+        (``vocab**length * length`` int64 entries): ``all_sequences(3, 2**63)`` once computed
+        ``3**(2**63)`` exactly, and hung.
     """
+    vocab = V.as_count("vocab", vocab, hi=10**30)
+    length = V.as_count("length", length, hi=10**30)
+    _check_table_fits(vocab, length)
     idx = torch.arange(vocab**length, device=device)
     powers = vocab ** torch.arange(length - 1, -1, -1, device=device)
     return (idx[:, None] // powers) % vocab

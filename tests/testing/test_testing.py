@@ -210,8 +210,22 @@ BAD_STRATEGY_ARGS = [
     (
         kst.token_trees,
         {"max_vocab": 100, "max_length": 3},
-        "a tree with `max_vocab` = 100 and `max_length` = 3 has 1000000 leaves; "
+        "a tree with `max_vocab` = 100 and `max_length` = 3 has `max_vocab` ** `max_length` = "
+        "1,000,000 leaves (every one a distribution drawn and held in memory); "
         "at most 100,000 are allowed",
+    ),
+    (  # 3**(2**63) was computed exactly: it hung (issue 40, item 18)
+        kst.token_trees,
+        {"max_length": 2**63},
+        "a tree with `max_length` = 9223372036854775808 has 9223372036854775808 positions, "
+        "one array each; at most 100,000 are allowed",
+    ),
+    (
+        kst.token_trees,
+        {"max_vocab": 2**40, "max_length": 2**16},
+        "a tree with `max_vocab` = 1099511627776 and `max_length` = 65536 has `max_vocab` ** "
+        "`max_length` = about 10^7.891e+05 leaves (every one a distribution drawn and held in "
+        "memory); at most 100,000 are allowed",
     ),
     (
         kst.token_trees,

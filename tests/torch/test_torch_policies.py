@@ -171,3 +171,22 @@ def test_kl_level_token_only_for_sampled_kl_methods(rng):
         kt.fit_sequence_policy(
             conds, reward, 1.0, method="reinforce", kl_level="word", device="cpu"
         )
+
+
+@pytest.mark.parametrize(
+    ("vocab", "length", "msg"),
+    [
+        # 3**(2**63) was computed exactly: it hung (issue 40, item 18)
+        (3, 2**63, r"^`vocab` \*\* `length` = 3\*\*9223372036854775808 \(about 10\^4\.4e\+18\) "),
+        (2, 40, r"^`vocab` \*\* `length` = 2\*\*40 \(about 10\^12\) sequences of 40 tokens "),
+        (0, 2, r"^`vocab` must be an integer >= 1; got 0"),
+        (2, 1.5, r"^`length` must be an integer >= 1; got 1.5"),
+        (True, 2, r"^`vocab` must be an integer >= 1; got True"),
+    ],
+)
+def test_all_sequences_refuses_tables_beyond_memory_at_once(vocab, length, msg):
+    with pytest.raises(ValueError, match=msg) as info:
+        all_sequences(vocab, length)
+    if "**" in msg:
+        assert "do not fit in this machine's memory" in str(info.value)
+    assert all_sequences(1, 4).tolist() == [[0, 0, 0, 0]]
