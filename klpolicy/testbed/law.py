@@ -110,6 +110,29 @@ def _next_logits(model, batch):
     return torch.as_tensor(model(batch))
 
 
+def _check_tree_size(T: int, V: int, e: int) -> None:
+    """Refuse a tree of more than MAX_SEQUENCES completions before enumerating it.
+
+    The tree's shape does not depend on the probabilities: ``(V - e)**t`` prefixes are live
+    at depth ``t`` (``e`` of the ``V`` tokens end a completion), so there are
+    ``e * sum_{t < T-1} (V - e)**t + V * (V - e)**(T - 1)`` completions, counted here until
+    the count passes the bound (so ``T = 2**63`` is refused at once).
+    """
+    total, live = 0, 1
+    for _ in range(T - 1):
+        total += live * e
+        live *= V - e
+        if total + live * V > MAX_SEQUENCES or live == 0:
+            break
+    total += live * V
+    if total > MAX_SEQUENCES:
+        raise ValueError(
+            f"`max_new_tokens` = {T} with a vocabulary of {V} gives more than "
+            f"{MAX_SEQUENCES:,} sequences to enumerate (every one is held in memory); lower it "
+            "or pass `eos_token_id`"
+        )
+
+
 def sequence_law(
     model, prompt_ids, *, max_new_tokens: int, eos_token_id=None, sampling=None
 ) -> SequenceLaw:
@@ -218,6 +241,8 @@ def sequence_law(
                 with np.errstate(divide="ignore"):
                     lp = np.log(sampler_law(raw, **sampling))
             vocab = lp.shape[-1]
+            if depth == 0:
+                _check_tree_size(int(max_new_tokens), vocab, len(eos & set(range(vocab))))
             nxt = []
             for (pre, base), row in zip(live, lp, strict=True):
                 for v, l in enumerate(row):
@@ -227,12 +252,6 @@ def sequence_law(
                     else:
                         nxt.append(item)
             live = nxt
-            if len(done) + len(live) > MAX_SEQUENCES:
-                raise ValueError(
-                    f"`max_new_tokens` = {max_new_tokens} with a vocabulary of {lp.shape[1]} "
-                    f"gives more than {MAX_SEQUENCES:,} sequences to enumerate (every one is held "
-                    "in memory); lower it or pass `eos_token_id`"
-                )
     done.sort(key=lambda it: it[0])
     completions = tuple(c for c, _ in done)
     logprobs = np.array([l for _, l in done], dtype=np.float64)
