@@ -771,99 +771,20 @@ def tree_landing_point(
     star = _pistar(tree, b) if b > 0 else None
     star_len = _mean_length(tree, star) if star is not None else None
     if b == 0:
-        return TreeLanding(
-            rule=rule,
-            options=o,
-            policy=None,
-            kind="greedy",
-            stable=False,
-            interior=False,
-            kl=math.inf,
-            mean_length=None,
-            pistar_mean_length=None,
-            length_bias=None,
-            neutral_mean_length=None,
-            aggregation_bias=None,
-            beta_token=None,
-            reason="beta = 0: no KL term, nothing holds the policy (TRL 1.16.0's default)",
-        )
+        reason = "beta = 0: no KL term, nothing holds the policy (TRL 1.16.0's default)"
+        return _no_landing(rule, o, "greedy", None, reason)
     reach = _reach(tree)
     cells = _pack(tree, reach)
     closed = _closed_form(tree, o, b)
-    corrected = o["use_bias_correction_kl"]
-    G = o["num_generations"]
-    b_start = b if G is None else b * G / (G - 1)
     if closed is not None:
-        bt, why = closed
-        pol = _myopic(tree, bt, corrected)
-        th = _log_levels(tree, pol)
-        kind = "myopic" if corrected else "myopic_forward_kl"
-        growth, tol = _jacobian_growth(_field(tree, cells, th, b, o, True), _z_of(cells, th))
-        stable = bool(growth < -tol)
-        why += f"; the per-token KL in the loss is myopic: pi(a|h) ∝ ref exp(E_pi[r|ha]/{bt:.6g})"
+        pol, kind, stable, bt, why = _myopic_landing(tree, cells, closed, b, o)
     else:
-        bt = None
-        start = _log_levels(tree, _myopic(tree, b_start, corrected))
-        th, stable, ok = _solve(tree, cells, start, b, o)
-        if not (ok and stable):  # then from the reference, where training starts
-            again = _solve(tree, cells, _log_levels(tree, tree.ref), b, o)
-            if again[2] and (again[1] or not ok):
-                th, stable, ok = again
+        th, stable, ok = _root_from_myopic_or_reference(tree, cells, b, o)
         if not ok:
-            return TreeLanding(
-                rule=rule,
-                options=o,
-                policy=None,
-                kind="run_off",
-                stable=False,
-                interior=False,
-                kl=math.inf,
-                mean_length=None,
-                pistar_mean_length=star_len,
-                length_bias=None,
-                neutral_mean_length=None,
-                aggregation_bias=None,
-                beta_token=None,
-                reason="no fixed point was found from the myopic equilibrium or the reference"
-                + (
-                    ": the std scale grows the advantage as the policy concentrates, and "
-                    "training drives tokens' probabilities to 0 (entropy collapse, as for one token)"
-                    if o["scale_rewards"] != "none"
-                    else ""
-                ),
-            )
-        pol = _softmax_levels(th)
-        kind = "fixed_point"
-        why = {
-            "grpo": "the per-sequence token mean weights a completion's tokens by 1/L: reward "
-            "(r - E r)/L and a per-token KL weighted by E[1/L | prefix]",
-            "bnpo": "the global token mean weights every token by 1/(the group's token count), "
-            "which depends on the others' lengths",
-            "dapo": "the global token mean weights every token by 1/(the group's token count), "
-            "which depends on the others' lengths",
-            "dr_grpo": "dr_grpo's constant normaliser G L_max",
-        }[o["loss_type"]]
-        if o["mask_truncated_completions"]:
-            why += " (the truncated completions' tokens masked)"
-        if o["scale_rewards"] != "none":
-            why += ", with the group's std scale"
-        if o["importance_sampling_level"] == "sequence" and o["use_bias_correction_kl"]:
-            why += (
-                "; GSPO's sequence ratio multiplies each token's k3, so every token also "
-                "carries its sequence's mean k3 (the later tokens' KL among it)"
-            )
-        why += "; a root of the exact expected update"
-        if o["mask_truncated_completions"] and _masked_split(tree):
-            why += (
-                "; mask_truncated_completions leaves no loss on the tokens that end a completion "
-                "without an EOS, so how a prefix splits its mass among them is held by nothing "
-                "but the others' advantages: a set of fixed points, not one (the Jacobian has a "
-                "zero eigenvalue; this is the one reached from the myopic start)"
-            )
-    pol = [
-        np.where(np.broadcast_to(reach[t][..., None], p.shape), p, q)
-        for t, (p, q) in enumerate(zip(pol, tree.ref, strict=True))
-    ]
+            return _no_landing(rule, o, "run_off", star_len, _run_off_reason(o))
+        pol, kind, bt = _softmax_levels(th), "fixed_point", None
+        why = _fixed_point_reason(tree, o)
+    pol = _reference_where_unreached(tree, reach, pol)
     mean_len = _mean_length(tree, pol)
     if o["loss_type"] == "dr_grpo":
         neutral = mean_len
@@ -877,10 +798,7 @@ def tree_landing_point(
         policy=pol,
         kind=kind,
         stable=stable,
-        interior=all(
-            bool(np.all(p[np.broadcast_to(reach[t][..., None], p.shape) & (tree.ref[t] > 0)] > 0))
-            for t, p in enumerate(pol)
-        ),
+        interior=_interior(tree, reach, pol),
         kl=_sequence_kl(tree, pol),
         mean_length=mean_len,
         pistar_mean_length=star_len,
@@ -889,6 +807,115 @@ def tree_landing_point(
         aggregation_bias=None if neutral is None else mean_len - neutral,
         beta_token=bt,
         reason=why,
+    )
+
+
+def _no_landing(rule, o, kind, star_len, reason) -> TreeLanding:
+    """A :class:`TreeLanding` without a policy: ``"greedy"`` (beta = 0) or ``"run_off"``
+    (no fixed point found), with pi*'s mean length where there is one."""
+    return TreeLanding(
+        rule=rule,
+        options=o,
+        policy=None,
+        kind=kind,
+        stable=False,
+        interior=False,
+        kl=math.inf,
+        mean_length=None,
+        pistar_mean_length=star_len,
+        length_bias=None,
+        neutral_mean_length=None,
+        aggregation_bias=None,
+        beta_token=None,
+        reason=reason,
+    )
+
+
+def _myopic_landing(tree, cells, closed, b, o):
+    """The closed-form landing, the myopic equilibrium at ``closed``'s b, its stability by
+    the Jacobian of the per-prefix field: ``(policy, kind, stable, beta_token, reason)``."""
+    bt, why = closed
+    corrected = o["use_bias_correction_kl"]
+    pol = _myopic(tree, bt, corrected)
+    th = _log_levels(tree, pol)
+    kind = "myopic" if corrected else "myopic_forward_kl"
+    growth, tol = _jacobian_growth(_field(tree, cells, th, b, o, True), _z_of(cells, th))
+    stable = bool(growth < -tol)
+    why += f"; the per-token KL in the loss is myopic: pi(a|h) ∝ ref exp(E_pi[r|ha]/{bt:.6g})"
+    return pol, kind, stable, bt, why
+
+
+def _root_from_myopic_or_reference(tree, cells, b, o):
+    """A root of the expected update, ``(logits, stable, converged)``: from the myopic
+    equilibrium at ``b G/(G-1)``; where that fails or is unstable, from the reference (where
+    training starts), kept if it converged and is stable or the first did not converge."""
+    G = o["num_generations"]
+    b_start = b if G is None else b * G / (G - 1)
+    start = _log_levels(tree, _myopic(tree, b_start, o["use_bias_correction_kl"]))
+    th, stable, ok = _solve(tree, cells, start, b, o)
+    if not (ok and stable):  # then from the reference, where training starts
+        again = _solve(tree, cells, _log_levels(tree, tree.ref), b, o)
+        if again[2] and (again[1] or not ok):
+            th, stable, ok = again
+    return th, stable, ok
+
+
+def _run_off_reason(o) -> str:
+    """Why there is no landing point when no root was found (the std scale's collapse)."""
+    return "no fixed point was found from the myopic equilibrium or the reference" + (
+        ": the std scale grows the advantage as the policy concentrates, and "
+        "training drives tokens' probabilities to 0 (entropy collapse, as for one token)"
+        if o["scale_rewards"] != "none"
+        else ""
+    )
+
+
+def _fixed_point_reason(tree, o) -> str:
+    """Why the landing point is a root of the update and not a closed form: the
+    aggregation's weight, the mask, the std scale, GSPO's sequence ratio, and where the
+    mask leaves a set of fixed points."""
+    why = {
+        "grpo": "the per-sequence token mean weights a completion's tokens by 1/L: reward "
+        "(r - E r)/L and a per-token KL weighted by E[1/L | prefix]",
+        "bnpo": "the global token mean weights every token by 1/(the group's token count), "
+        "which depends on the others' lengths",
+        "dapo": "the global token mean weights every token by 1/(the group's token count), "
+        "which depends on the others' lengths",
+        "dr_grpo": "dr_grpo's constant normaliser G L_max",
+    }[o["loss_type"]]
+    if o["mask_truncated_completions"]:
+        why += " (the truncated completions' tokens masked)"
+    if o["scale_rewards"] != "none":
+        why += ", with the group's std scale"
+    if o["importance_sampling_level"] == "sequence" and o["use_bias_correction_kl"]:
+        why += (
+            "; GSPO's sequence ratio multiplies each token's k3, so every token also "
+            "carries its sequence's mean k3 (the later tokens' KL among it)"
+        )
+    why += "; a root of the exact expected update"
+    if o["mask_truncated_completions"] and _masked_split(tree):
+        why += (
+            "; mask_truncated_completions leaves no loss on the tokens that end a completion "
+            "without an EOS, so how a prefix splits its mass among them is held by nothing "
+            "but the others' advantages: a set of fixed points, not one (the Jacobian has a "
+            "zero eigenvalue; this is the one reached from the myopic start)"
+        )
+    return why
+
+
+def _reference_where_unreached(tree, reach, pol) -> list:
+    """The policy's conditionals, the reference's rows at the prefixes it never reaches."""
+    return [
+        np.where(np.broadcast_to(reach[t][..., None], p.shape), p, q)
+        for t, (p, q) in enumerate(zip(pol, tree.ref, strict=True))
+    ]
+
+
+def _interior(tree, reach, pol) -> bool:
+    """Every token on the reference's support at a reached prefix keeps probability > 0."""
+    return all(
+        bool(np.all(p[np.broadcast_to(reach[t][..., None], p.shape) & (tree.ref[t] > 0)] > 0))
+        for t, p in enumerate(pol)
     )
 
 

@@ -555,16 +555,72 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
     """:func:`run`'s body (its arguments checked), run under :func:`_quiet`."""
     adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
+    is_dpo = adapter.trainer == "DPOTrainer"
+    trainer_options, extra = _testbed_options(adapter, trainer_options, is_dpo)
+    trl = _check_trl()
+    config_cls = _trl_config_class(trl, trainer, adapter, trainer_options)
+    _set_up_torch(device, num_threads)
+    config, tmp = _trl_config(
+        config_cls, adapter, task, steps, seed, device, progress, trainer_options, extra
+    )
+    tok = task.tokenizer()
+    model = task.model()
+    law_of = _law_reader(task, is_dpo)
+    completions, ref_law = law_of(model)  # the saved initial weights: TRL's reference model
+    reward = _rewards(task, completions, is_dpo)
+    beta = float(config.beta)
+    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
+    callback, laws, law_steps = _law_callback(law_of, law_every, steps)
+    model_dir = _save_initial_model(model, tok, tmp)
+    if is_dpo:
+        pred, dataset, trainer_kwargs = _dpo_dataset_and_prediction(
+            task, config, completions, ref_law, reward, beta, rule_opts, extra, seed
+        )
+    else:
+        pred, dataset, trainer_kwargs = _prompt_dataset_and_prediction(
+            task, adapter, config, ref_law, reward, beta, rule_opts
+        )
+    tr = _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs)
+    if is_dpo:
+        _check_dpo_tokenization(tr, completions, pred.counts)
+    final, wall = _train(tr, law_of, steps, config, laws, law_steps)
+    kept = {
+        k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
+    } | rule_opts
+    if is_dpo:
+        kept |= extra
+    return _compare(
+        trainer,
+        task,
+        kept,
+        steps,
+        seed,
+        (completions, ref_law, reward),
+        (np.array(law_steps), np.array(laws), final, wall),
+        pred,
+        _versions(trl),
+    )
+
+
+def _testbed_options(adapter: Adapter, trainer_options: dict, is_dpo: bool):
+    """The caller's options split: (TRL config fields, the testbed's own options).
+
+    The testbed's own are :attr:`Adapter.testbed_options`, their defaults filled in
+    (``"trl-dpo"``: ``pairs`` as an int, ``bt_temperature`` as a float).
+    """
     trainer_options = dict(trainer_options)
     extra = {k: trainer_options.pop(k, v) for k, v in adapter.testbed_options.items()}
-    trl = _check_trl()
+    if is_dpo:  # checked in _checked when given; the defaults as numbers
+        extra["pairs"], extra["bt_temperature"] = (
+            int(extra["pairs"]),
+            float(extra["bt_temperature"]),
+        )
+    return trainer_options, extra
+
+
+def _trl_config_class(trl, trainer, adapter, trainer_options):
+    """The adapter's TRL config class; a ValueError for an option that is not one of its fields."""
     import dataclasses as dc
-
-    import torch
-    import transformers
-    from datasets import Dataset
-
-    import klpolicy
 
     config_cls = getattr(trl, adapter.config)
     fields = {f.name for f in dc.fields(config_cls)}
@@ -573,20 +629,30 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         raise ValueError(
             f"unknown option `{bad[0]}` for {trainer} ({adapter.config} has no such field)"
         )
-    is_dpo = adapter.trainer == "DPOTrainer"
-    if is_dpo:  # checked in _checked when given; the defaults as numbers
-        extra["pairs"], extra["bt_temperature"] = (
-            int(extra["pairs"]),
-            float(extra["bt_temperature"]),
-        )
+    return config_cls
+
+
+def _set_up_torch(device, num_threads) -> None:
+    """Refuse ``"cuda"`` where torch sees no GPU; set torch's threads (unless None)."""
+    import torch
+
     if device == "cuda" and not torch.cuda.is_available():
         raise ValueError(
             f'`device` is "cuda" but torch {torch.__version__} sees no CUDA device; use "cpu"'
         )
     if num_threads is not None:
         torch.set_num_threads(int(num_threads))
+
+
+def _trl_config(config_cls, adapter, task, steps, seed, device, progress, trainer_options, extra):
+    """The run's TRL config and its output folder (a new temporary one).
+
+    The adapter's defaults under the caller's options; a batch of the whole dataset for
+    DPO, of eight groups for GRPO and RLOO (their completions ``task.max_new_tokens`` long
+    at most); no saving, no reports, one log line at the end.
+    """
     options = dict(adapter.defaults) | dict(trainer_options)
-    if is_dpo:
+    if adapter.trainer == "DPOTrainer":
         options.setdefault("per_device_train_batch_size", extra["pairs"])
     else:
         options.setdefault("per_device_train_batch_size", 8 * int(options["num_generations"]))
@@ -604,8 +670,15 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         disable_tqdm=not progress,
         **options,
     )
-    tok = task.tokenizer()
-    model = task.model()
+    return config, tmp
+
+
+def _law_reader(task, is_dpo: bool):
+    """``law_of(model) -> (completions, law)``: the model's exact law after the task's prompt.
+
+    Enumerated in eval mode (the model's mode restored after). DPO's outcomes are the
+    responses, one token deeper (see :func:`_response_law`).
+    """
     prompt_ids = task.prompt_ids()
     eos = task.eos_token_id
     depth = task.max_new_tokens + (1 if is_dpo else 0)
@@ -617,16 +690,24 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         m.train(was)
         return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
 
-    completions, ref_law = law_of(model)  # the saved initial weights: TRL's reference model
+    return law_of
+
+
+def _rewards(task, completions, is_dpo: bool) -> NDArray:
+    """Each completion's reward (float64); a DPO response has its appended EOS dropped."""
     if is_dpo:  # a response longer than the task's depth is a completion with EOS appended
-        reward = np.array(
+        return np.array(
             [task.reward(c[:-1] if len(c) > task.max_new_tokens else c) for c in completions],
             dtype=np.float64,
         )
-    else:
-        reward = np.array([task.reward(c) for c in completions], dtype=np.float64)
-    beta = float(config.beta)
-    rule_opts = {k: getattr(config, k) for k in adapter.rule_options}
+    return np.array([task.reward(c) for c in completions], dtype=np.float64)
+
+
+def _law_callback(law_of, law_every: int, steps: int):
+    """A trainer callback that records the policy's law every ``law_every`` steps and at the
+    last, with the two lists it appends to: ``(callback, laws, law_steps)``."""
+    import transformers
+
     laws, law_steps = [], []
 
     class _LawCallback(transformers.TrainerCallback):
@@ -635,88 +716,136 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
                 laws.append(law_of(model)[1])
                 law_steps.append(state.global_step)
 
-    # TRL 1.16.0 builds its reference model from the policy's path
-    # (trl/trainer/grpo_trainer.py:1003, dpo_trainer.py:926), so the initial model goes
-    # through a local folder.
+    return _LawCallback(), laws, law_steps
+
+
+def _save_initial_model(model, tok, tmp: str) -> str:
+    """The initial model and tokenizer saved under ``tmp``; the folder's path.
+
+    TRL 1.16.0 builds its reference model from the policy's path
+    (trl/trainer/grpo_trainer.py:1003, dpo_trainer.py:926), so the initial model goes
+    through a local folder.
+    """
     model_dir = f"{tmp}/initial-model"
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
-    kwargs = {}
-    if is_dpo:
-        from klpolicy.preference import (
-            bradley_terry,
-            population_optimum,
-            sample_preference_counts,
-        )
+    return model_dir
 
-        temp = extra["bt_temperature"]
-        counts = sample_preference_counts(
-            bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+
+@dataclass(frozen=True)
+class _Prediction:
+    """What the trained law is compared with: the predicted point (None where there is no
+    prediction), its ``beta_eff``, the landing's description, pi*, and DPO's counts."""
+
+    policy: NDArray | None
+    beta_eff: float | None
+    landing: str
+    pistar: NDArray
+    counts: NDArray | None = None
+
+
+def _dpo_dataset_and_prediction(
+    task, config, completions, ref_law, reward, beta, rule_opts, extra, seed
+):
+    """DPO's preference dataset, drawn from the reference, and the exact optimum of its loss.
+
+    Returns ``(prediction, dataset, trainer_kwargs)``: ``pairs`` pairs drawn from
+    ``ref_law`` (seed ``seed``), labelled by Bradley-Terry at ``bt_temperature``; the
+    predicted point is the dataset's exact optimum for plain sigmoid DPO (else None), pi*
+    the population optimum.
+    """
+    from datasets import Dataset
+
+    from klpolicy.preference import bradley_terry, population_optimum, sample_preference_counts
+
+    temp = extra["bt_temperature"]
+    counts = sample_preference_counts(
+        bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+    )
+    pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
+    plain = (
+        list(config.loss_type) == ["sigmoid"]
+        and config.f_divergence_type == "reverse_kl"
+        and config.ld_alpha is None
+        and not config.use_weighting
+        and not config.sync_ref_model
+    )
+    if plain:
+        p_hat, mu_hat = _finite_data_problem(counts)
+        try:
+            pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
+        except ValueError as exc:
+            raise ValueError(
+                f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
+                f"dataset's DPO optimum ({exc}); use more `pairs`"
+            ) from None
+        landing = (
+            f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
+            f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
+            f"{temp * beta:g} is its population limit"
         )
-        pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
-        plain = (
-            list(config.loss_type) == ["sigmoid"]
-            and config.f_divergence_type == "reverse_kl"
-            and config.ld_alpha is None
-            and not config.use_weighting
-            and not config.sync_ref_model
-        )
-        if plain:
-            p_hat, mu_hat = _finite_data_problem(counts)
-            try:
-                pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
-            except ValueError as exc:
-                raise ValueError(
-                    f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
-                    f"dataset's DPO optimum ({exc}); use more `pairs`"
-                ) from None
-            landing = (
-                f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
-                f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
-                f"{temp * beta:g} is its population limit"
-            )
-        else:
-            pred = None
-            landing = (
-                f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
-            )
-        dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
-        pred_beta_eff = None
     else:
-        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
-        pistar = optimal_policy(ref_law, reward, beta)
-        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
-        landing, pred_beta_eff = str(land), land.beta_eff
+        pred = None
+        landing = f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
+    dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
+    return _Prediction(pred, None, landing, pistar, counts), dataset, {}
 
-        def reward_fn(prompts, completions, completion_ids, **kw):
-            return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
 
-        n_rows = max(int(config.per_device_train_batch_size), 1) * 4
-        dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
-        kwargs["reward_funcs"] = reward_fn
+def _prompt_dataset_and_prediction(task, adapter, config, ref_law, reward, beta, rule_opts):
+    """GRPO's and RLOO's dataset (the prompt repeated) and reward function, and the rule's
+    landing point at the config's options: ``(prediction, dataset, trainer_kwargs)``."""
+    from datasets import Dataset
+
+    land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
+    pistar = optimal_policy(ref_law, reward, beta)
+    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+
+    def reward_fn(prompts, completions, completion_ids, **kw):
+        return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
+
+    n_rows = max(int(config.per_device_train_batch_size), 1) * 4
+    dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
+    prediction = _Prediction(pred, land.beta_eff, str(land), pistar)
+    return prediction, dataset, {"reward_funcs": reward_fn}
+
+
+def _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs):
+    """TRL's trainer on the initial model's folder, with the law callback; TRL's printer
+    removed (stdout stays the caller's, for ``--json``), and its progress bar unless asked."""
+    import transformers
+
     tr = getattr(trl, adapter.trainer)(
         model=model_dir,
         args=config,
         train_dataset=dataset,
         processing_class=tok,
-        callbacks=[_LawCallback()],
-        **kwargs,
+        callbacks=[callback],
+        **trainer_kwargs,
     )
-    if is_dpo:  # the texts must tokenize back to the responses they were written from
-        want = sorted(
-            (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
-        )
-        got = sorted(
-            {
-                (tuple(a), tuple(b))
-                for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
-            }
-        )
-        if got != want:
-            raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
     tr.remove_callback(transformers.PrinterCallback)  # keeps stdout for `--json`
     if not progress:
         tr.remove_callback(transformers.ProgressCallback)
+    return tr
+
+
+def _check_dpo_tokenization(tr, completions, counts) -> None:
+    """The DPO trainer's texts tokenize back to the responses they were written from."""
+    want = sorted(
+        (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
+    )
+    got = sorted(
+        {
+            (tuple(a), tuple(b))
+            for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
+        }
+    )
+    if got != want:
+        raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
+
+
+def _train(tr, law_of, steps, config, laws, law_steps):
+    """Train, and the final law (a ValueError if it is not finite) and the seconds it took;
+    the final law is appended to ``laws`` unless the callback recorded the last step."""
     t0 = time.perf_counter()
     tr.train()
     wall = time.perf_counter() - t0
@@ -729,11 +858,33 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
     if not law_steps or law_steps[-1] != steps:
         laws.append(final)
         law_steps.append(steps)
-    kept = {
-        k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
-    } | rule_opts
-    if is_dpo:
-        kept |= extra
+    return final, wall
+
+
+def _versions(trl) -> dict:
+    """The versions of trl, transformers, torch and klpolicy the run used."""
+    import torch
+    import transformers
+
+    import klpolicy
+
+    return {
+        "trl": trl.__version__,
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "klpolicy": klpolicy.__version__,
+    }
+
+
+def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> TestbedResult:
+    """The trained law against the prediction and pi*: their KLs, and ``beta_fit``.
+
+    ``ref`` is ``(completions, ref_law, reward)``, ``trained`` ``(law_steps, laws,
+    final_law, wall_time)``, ``pred`` a :class:`_Prediction`.
+    """
+    completions, ref_law, reward = ref
+    law_steps, laws, final, wall = trained
+    p = pred.policy
     return TestbedResult(
         trainer=trainer,
         config=kept,
@@ -742,24 +893,19 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         completions=completions,
         ref_law=ref_law,
         reward=reward,
-        law_steps=np.array(law_steps),
-        laws=np.array(laws),
+        law_steps=law_steps,
+        laws=laws,
         final_law=final,
-        predicted=pred,
-        predicted_beta_eff=pred_beta_eff,
-        landing=landing,
-        pistar=pistar,
-        kl_to_predicted=None if pred is None else float(kl_divergence(final, pred)),
-        kl_to_pistar=float(kl_divergence(final, pistar)),
-        kl_ref_to_predicted=None if pred is None else float(kl_divergence(ref_law, pred)),
+        predicted=p,
+        predicted_beta_eff=pred.beta_eff,
+        landing=pred.landing,
+        pistar=pred.pistar,
+        kl_to_predicted=None if p is None else float(kl_divergence(final, p)),
+        kl_to_pistar=float(kl_divergence(final, pred.pistar)),
+        kl_ref_to_predicted=None if p is None else float(kl_divergence(ref_law, p)),
         beta_fit=float(beta_fit(final, ref_law, reward)),
-        versions={
-            "trl": trl.__version__,
-            "transformers": transformers.__version__,
-            "torch": torch.__version__,
-            "klpolicy": klpolicy.__version__,
-        },
+        versions=versions,
         wall_time=wall,
         completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in completions),
-        preference_counts=counts if is_dpo else None,
+        preference_counts=pred.counts,
     )
