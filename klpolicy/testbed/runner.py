@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from klpolicy import kl_divergence, optimal_policy
 from klpolicy.core.internal import validation as V
 from klpolicy.dynamics import RULES, beta_fit, landing_point
-from klpolicy.testbed.law import sequence_law
+from klpolicy.testbed.law import SequenceLaw, sequence_law
 from klpolicy.testbed.tasks import Task, bandit_task
 
 __all__ = ["ADAPTERS", "TRL_RANGE", "Adapter", "TestbedResult", "run"]
@@ -578,7 +578,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         )
     else:
         pred, dataset, trainer_kwargs = _prompt_dataset_and_prediction(
-            task, adapter, config, ref_law, reward, beta, rule_opts
+            task, adapter, config, completions, ref_law, reward, beta, rule_opts
         )
     tr = _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs)
     if is_dpo:
@@ -791,22 +791,74 @@ def _dpo_dataset_and_prediction(
     return _Prediction(pred, None, landing, pistar, counts), dataset, {}
 
 
-def _prompt_dataset_and_prediction(task, adapter, config, ref_law, reward, beta, rule_opts):
+def _prompt_dataset_and_prediction(
+    task, adapter, config, completions, ref_law, reward, beta, rule_opts
+):
     """GRPO's and RLOO's dataset (the prompt repeated) and reward function, and the rule's
-    landing point at the config's options: ``(prediction, dataset, trainer_kwargs)``."""
+    landing point at the config's options: ``(prediction, dataset, trainer_kwargs)``.
+
+    On a task of one token the rule's tabular landing point; GRPO on a task of several
+    tokens lands on its token tree (:func:`_tree_prediction`); RLOO's sequence-level k1 in
+    the reward makes the tabular one over whole completions exact there too.
+    """
     from datasets import Dataset
 
-    land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
     pistar = optimal_policy(ref_law, reward, beta)
-    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+    if adapter.rule == "grpo" and task.max_new_tokens > 1:
+        pred, landing, beta_eff = _tree_prediction(
+            task, completions, ref_law, reward, beta, rule_opts
+        )
+    else:
+        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
+        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+        landing, beta_eff = str(land), land.beta_eff
 
     def reward_fn(prompts, completions, completion_ids, **kw):
         return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
 
     n_rows = max(int(config.per_device_train_batch_size), 1) * 4
     dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
-    prediction = _Prediction(pred, land.beta_eff, str(land), pistar)
+    prediction = _Prediction(pred, beta_eff, landing, pistar)
     return prediction, dataset, {"reward_funcs": reward_fn}
+
+
+def _tree_prediction(task, completions, ref_law, reward, beta, rule_opts):
+    """GRPO's landing point on a task of several tokens, over the task's completions.
+
+    On a token tree TRL's per-token k3 and its ``loss_type`` aggregation do not land at the
+    tabular optimum over completions: :func:`klpolicy.dynamics.tree_landing_point` on the
+    reference's conditionals (padded after EOS) and the reward read on the padded tree,
+    ``max_completion_length`` the task's depth (as the testbed configures TRL).
+    """
+    from klpolicy.dynamics import tree_landing_point
+    from klpolicy.sequences import joint
+
+    T, V, eos = task.max_new_tokens, len(task.vocabulary), task.eos_token_id
+    ref_seq = SequenceLaw(
+        completions=tuple(completions),
+        probs=np.asarray(ref_law, dtype=np.float64),
+        logprobs=np.log(np.asarray(ref_law, dtype=np.float64)),
+        vocab_size=V,
+        eos_token_id=eos,
+    )
+    padded = [tuple(c) + (eos,) * (T - len(c)) for c in completions]
+    r_tree = np.zeros((V,) * T)
+    for idx, r in zip(padded, reward, strict=True):
+        r_tree[idx] = r
+    land = tree_landing_point(
+        "grpo",
+        ref_seq.conditionals(),
+        r_tree,
+        beta,
+        eos_token=eos,
+        max_completion_length=T,
+        **rule_opts,
+    )
+    if land.policy is None:
+        return None, str(land), None
+    J = joint(land.policy)
+    pred = np.array([J[idx] for idx in padded], dtype=np.float64)
+    return pred / pred.sum(), str(land), None  # not pi* at any beta
 
 
 def _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs):

@@ -230,3 +230,32 @@ def test_dpo_lands_at_the_finite_data_optimum():
     assert r.kl_to_predicted < 1e-5
     assert r.kl_to_pistar > 0.5
     assert r.kl_ref_to_predicted > 1.0
+
+
+def test_grpo_on_a_token_tree_is_predicted_on_the_tree():
+    # several tokens: TRL's per-token k3 and loss_type land on the tree
+    # (dynamics.tree_landing_point), not at the tabular optimum over completions
+    from klpolicy.dynamics import tree_landing_point
+    from klpolicy.sequences import joint
+    from klpolicy.testbed import SequenceLaw, tree_task
+
+    task = tree_task()
+    r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
+    assert len(r.completions) == 85 and "myopic equilibrium" in r.landing
+    V, T, eos = 5, 3, task.eos_token_id
+    law = SequenceLaw(r.completions, r.ref_law, np.log(r.ref_law), vocab_size=V, eos_token_id=eos)
+    rt = np.zeros((V,) * T)
+    pad = [c + (eos,) * (T - len(c)) for c in r.completions]
+    for idx, v in zip(pad, r.reward, strict=True):
+        rt[idx] = v
+    land = tree_landing_point(
+        "grpo", law.conditionals(), rt, 0.5, eos_token=eos, max_completion_length=T,
+        num_generations=2, scale_rewards="none", loss_type="dr_grpo",
+    )  # fmt: skip
+    J = joint(land.policy)
+    np.testing.assert_allclose(r.predicted, [J[i] for i in pad], rtol=1e-12, atol=1e-300)
+    assert r.predicted_beta_eff is None  # the myopic point is not pi* at any beta
+    tabular = landing_point("grpo", r.ref_law, r.reward, 0.5, num_generations=2,
+                            scale_rewards="none", loss_type="dr_grpo")  # fmt: skip
+    # measured: 7.7e-5 nats between the tree's myopic point and pi* at 2 beta over completions
+    assert float(kl_divergence(r.predicted, tabular.policy)) > 1e-5
