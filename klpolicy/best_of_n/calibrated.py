@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..core.internal import prepare as _prepare
 from ..core.internal import special
 from ..core.internal import validation as V
-from ._law import _law, _levels, _row_sum, _setup
+from ._law import _law, _levels, _one_problem, _row_sum, _setup
 
 __all__ = [
     "CALIBRATED_TRANSFORMS",
@@ -789,11 +789,7 @@ def optimal_exponent(
 
     from .law import _scalar_n
 
-    for name, x in (("ref", ref), ("reward", reward)):
-        if np.ndim(x) != 1:
-            raise ValueError(
-                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
-            )
+    _one_problem(ref=ref, reward=reward)
     mode = V.as_choice("decoding", decoding, _DECODINGS)
     tie = V.as_choice("ties", ties, _TIES)
     nn = _scalar_n(n)

@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V
+from ._law import _one_problem
 from .law import best_of_n_policy
 
 __all__ = [
@@ -401,11 +402,7 @@ def soft_best_of_n_frontier(
     from ..core import beta_for_kl, optimal_policy
     from .frontier import best_of_n_curve
 
-    for name, x in (("ref", ref), ("reward", reward)):
-        if np.ndim(x) != 1:
-            raise ValueError(
-                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
-            )
+    _one_problem(ref=ref, reward=reward)
     ref_a, rew_a, _, _ = _setup(ref, reward, 1.0, -1, names=("ref", "reward", "lam"))
     nn = V.as_positive_int("n", n)
     q = ref_a.astype(np.float64)
