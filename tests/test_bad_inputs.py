@@ -1729,6 +1729,7 @@ def _exact_message_rows():
                 "`model` must be callable (a causal LM or ids -> logits); got None",
             ),
             (lambda: tb.bandit_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
+            (lambda: tb.tree_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
         ]
     return out
 
