@@ -1322,6 +1322,8 @@ _TREE_DYN = dict(
     use_bias_correction_kl=(FLAG, True),
     max_completion_length=(_opt(COUNT), 2),
     mask_truncated_completions=(FLAG, False),
+    epsilon=(NONNEG, 0.2),
+    num_iterations=(COUNT, 1),
 )
 ROWS += [
     row(
