@@ -201,6 +201,23 @@ def _setup(ref: ArrayLike, reward: ArrayLike, axis: int):
     return ref_a, rew_a, ax - ref_a.ndim
 
 
+def _one_problem(**named: ArrayLike) -> None:
+    """Refuse anything but one 1-D array per name (``ref``, ``reward``: one problem).
+
+    Ragged or non-numeric input is left to the array validators that follow, which name
+    the argument (``np.ndim`` itself raises numpy's "inhomogeneous shape" on it).
+    """
+    for name, x in named.items():
+        try:
+            shape = np.shape(x)
+        except (TypeError, ValueError):
+            continue
+        if len(shape) != 1:
+            raise ValueError(
+                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {shape}"
+            )
+
+
 def _out(x: NDArray, dtype) -> NDArray:
     return np.asarray(x, dtype=dtype)[()]
 

@@ -42,7 +42,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..core.internal import prepare as _prepare
 from ..core.internal import special
 from ..core.internal import validation as V
-from ._law import _law, _levels, _row_sum, _setup
+from ._law import _law, _levels, _one_problem, _row_sum, _setup
 
 __all__ = [
     "CALIBRATED_TRANSFORMS",
@@ -290,7 +290,14 @@ def _transform(transform: Any, t: Any):
             )
 
         def phi(u):
-            out = np.asarray(transform(np.asarray(u, dtype=np.float64)), dtype=np.float64)
+            got = transform(np.asarray(u, dtype=np.float64))
+            try:
+                out = np.asarray(got, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(
+                    "`transform` must map an array of calibrated rewards to an array of real "
+                    f"numbers; got {V.describe(got)}"
+                ) from None
             if out.shape != np.shape(u):
                 raise ValueError(
                     f"`transform` must map an array of calibrated rewards to an array of the "
@@ -371,6 +378,13 @@ def _calibrated_terms(ref, reward, beta, transform, t, ties, axis):
             f"`transform` is +inf at a calibrated reward of the support (C = {where!r}; "
             f"'normal-icdf' at C = 1 with ties='upper'): the partition function is infinite; "
             "use ties='mid'"
+        )
+    top = np.maximum.reduceat(np.where(on, f, -np.inf), lv.row_first)
+    if (top == -np.inf).any():
+        row = int(np.argmax(top == -np.inf))
+        raise ValueError(
+            f"`transform` is -inf at every calibrated reward of the support of row {row}: "
+            "the tilt puts no mass anywhere (its partition function is 0)"
         )
     return lv, f, b, log_z_u, ref_a, ax
 
@@ -757,7 +771,8 @@ def optimal_exponent(
     -----
     For each ``t`` the KL is decreasing in ``beta`` and ``beta(t)`` is found by Brent's
     method in :math:`\log\beta`; the win rate is then maximised over
-    :math:`\log|t|` by a 25-point grid refined by a bounded Brent search around its best
+    :math:`\log|t|` by a 25-point grid (from :math:`\min(10^{-2}, t_{max}/100)` to
+    :math:`t_{max}`) refined by a bounded Brent search around its best
     point (the win rate need not be unimodal in ``t``; the grid guards against a wrong
     local maximum). As :math:`t \to 0` the transform is the identity (:math:`e^{tC}
     \approx 1 + tC`), so the result is never worse than the identity's up to the search's
@@ -789,11 +804,7 @@ def optimal_exponent(
 
     from .law import _scalar_n
 
-    for name, x in (("ref", ref), ("reward", reward)):
-        if np.ndim(x) != 1:
-            raise ValueError(
-                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
-            )
+    _one_problem(ref=ref, reward=reward)
     mode = V.as_choice("decoding", decoding, _DECODINGS)
     tie = V.as_choice("ties", ties, _TIES)
     nn = _scalar_n(n)
@@ -851,7 +862,8 @@ def optimal_exponent(
         f = phi(math.exp(s))
         return win(f, beta_for(f))
 
-    grid = np.linspace(math.log(1e-2), math.log(tm), 25)
+    # |t| from min(1e-2, t_max/100): a t_max below 1e-2 gave a reversed grid and a t > t_max
+    grid = np.linspace(math.log(min(1e-2, tm / 100)), math.log(tm), 25)
     vals = [score(s) for s in grid]
     i = int(np.argmax(vals))
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]

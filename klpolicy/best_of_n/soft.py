@@ -23,6 +23,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import setup as _setup
 from ..core.internal import validation as V
+from ._law import _one_problem
 from .law import best_of_n_policy
 
 __all__ = [
@@ -398,14 +399,10 @@ def soft_best_of_n_frontier(
     >>> bool((f.expected_reward <= f.optimal_expected_reward + 1e-12).all())
     True
     """
-    from ..core import beta_for_kl, optimal_policy
+    from ..core import beta_for_kl, max_kl, optimal_policy
     from .frontier import best_of_n_curve
 
-    for name, x in (("ref", ref), ("reward", reward)):
-        if np.ndim(x) != 1:
-            raise ValueError(
-                f"`{name}` must be one problem's 1-D array (shape (V,)); got shape {np.shape(x)}"
-            )
+    _one_problem(ref=ref, reward=reward)
     ref_a, rew_a, _, _ = _setup(ref, reward, 1.0, -1, names=("ref", "reward", "lam"))
     nn = V.as_positive_int("n", n)
     q = ref_a.astype(np.float64)
@@ -421,7 +418,11 @@ def soft_best_of_n_frontier(
         law = soft_best_of_n_policy(q, r, nn, lam)
         kls[i] = float(soft_best_of_n_kl(q, r, nn, lam)) if lam != np.inf else 0.0
         ers[i] = float(np.dot(law, r))
-    betas = np.asarray(beta_for_kl(q, r, np.maximum(kls, 0.0)), dtype=np.float64).reshape(-1)
+    # the tilt reaches at most max_kl (0 for a constant reward): a KL rounded past it is
+    # clipped there (beta_for_kl refused it, naming a `kl` the caller never passed)
+    reach = float(max_kl(q, r))
+    kl_t = np.clip(kls, 0.0, reach)
+    betas = np.asarray(beta_for_kl(q, r, kl_t), dtype=np.float64).reshape(-1)
     opt = np.array([float(np.dot(optimal_policy(q, r, b), r)) for b in betas])
     ns = sorted({2**k for k in range(int(np.log2(nn)) + 1)} | {nn})
     return SoftBestOfNFrontier(nn, grid, kls, ers, opt, best_of_n_curve(q, r, ns))

@@ -564,6 +564,8 @@ def _field(tree, cells, base, beta, o, scaled_by_prefix):
     """The update in the free coordinates; divided by P(h) pi (the per-node natural units)."""
 
     def f(z):
+        if not np.all(np.isfinite(z)):  # a trial step past float64: no residual there
+            return np.full(z.shape, np.nan)
         th = _unpack(tree, cells, base, z)
         pi = _softmax_levels(th)
         if scaled_by_prefix:

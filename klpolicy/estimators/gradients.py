@@ -1000,17 +1000,25 @@ def fixed_point_stability(
         logits = np.log(pol)
     ref_a, rew_a, b, ax = _setup(ref, reward, beta, axis)
     moved = np.moveaxis(pol, V.normalise_axis(axis, pol.ndim, "policy"), -1)
-    try:  # shapes that do not broadcast are reported by the logits' own check below
+    # the shapes are checked here, by the user's name: the logits' check below says `logits`
+    if moved.shape[-1] != ref_a.shape[-1]:
+        raise ValueError(
+            "`policy` must have the same size as `ref` along the probability axis; "
+            f"got {moved.shape[-1]} and {ref_a.shape[-1]}"
+        )
+    try:
         np.broadcast_shapes(moved.shape, ref_a.shape)
     except ValueError:
-        moved = None
-    if moved is not None:
-        off = np.argwhere((moved > 0) & (ref_a == 0))
-        if off.size:
-            raise ValueError(
-                f"`policy` puts probability where `ref` is zero (index {tuple(int(i) for i in off[0])}); "
-                "every KL estimate is infinite there"
-            )
+        raise ValueError(
+            f"the batch shapes of `policy` {moved.shape[:-1]} and `ref` {ref_a.shape[:-1]} "
+            "do not broadcast"
+        ) from None
+    off = np.argwhere((moved > 0) & (ref_a == 0))
+    if off.size:
+        raise ValueError(
+            f"`policy` puts probability where `ref` is zero (index {tuple(int(i) for i in off[0])}); "
+            "every KL estimate is infinite there"
+        )
     th, ref_a, rew_a, b, _ = _with_logits(logits, ref_a, rew_a, b, ax, axis)
     shape = th.shape
     th2 = th.reshape(-1, shape[-1]).astype(np.float64)

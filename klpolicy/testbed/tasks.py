@@ -153,10 +153,21 @@ def tree_task(*, model_seed: int = 0) -> Task:
     the aggregation over tokens (TRL's ``loss_type``) and the length of what the policy
     says both matter.
 
+    Parameters
+    ----------
+    model_seed : int, optional
+        The torch seed of the initial model's weights, an integer in ``[0, 2**32 - 1]``
+        (default 0).
+
     Returns
     -------
     Task
         The task; its reference is the initial model's law.
+
+    Raises
+    ------
+    ValueError
+        For ``model_seed`` not an integer in ``[0, 2**32 - 1]`` (as :func:`bandit_task`).
 
     Examples
     --------
@@ -164,11 +175,13 @@ def tree_task(*, model_seed: int = 0) -> Task:
     >>> t.reward((3, 3, 1)), t.reward((1,)), t.reward((3, 3, 3)), t.max_new_tokens
     (0.6666666666666666, 0.0, 0.0, 3)
     """
+    from klpolicy.core.internal import validation as V
+
     return Task(
         name="tree",
         vocabulary=_TREE_VOCAB,
         prompt="q",
         max_new_tokens=3,
         reward=_tree_reward,
-        model_seed=model_seed,
+        model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),
     )

@@ -271,6 +271,21 @@ BAD = [
     (inference_win_rate, {"decoding": "median"}, "decoding", "'best', 'worst'"),
     (inference_win_rate, {"policy": [0.2, 0.2]}, "policy", "sum to 1"),
     (inference_win_rate, {"ref": [1.0, 0.1]}, "ref", "sum to 1"),
+    # a callable transform: not numbers (numpy's "could not convert" before), -inf on the
+    # whole support (log Z was NaN, the policy all NaN)
+    (calibrated_partition, {"transform": lambda u: "x"}, "transform", "real numbers"),
+    (
+        calibrated_partition,
+        {"transform": lambda u: np.full(np.shape(u), -np.inf)},
+        "transform",
+        "every calibrated reward",
+    ),
+    (
+        calibrated_policy,
+        {"transform": lambda u: np.where(u > 0.9, 0.0, -np.inf)},  # C is 1/4 and 3/4
+        "transform",
+        "row 0",
+    ),
 ]
 
 
@@ -367,6 +382,8 @@ def test_optimal_exponent_depends_on_n_and_kl_only_for_a_continuous_reward():
         ({"t_max": -1.0}, "t_max"),
         ({"ref": [[0.25] * 4]}, "ref"),
         ({"ref": [0.25, 0.25, 0.25, 0.3]}, "ref"),
+        ({"ref": [[0.25] * 4, [0.5]]}, "ref"),  # ragged: numpy's message before
+        ({"reward": [[0.0, 1.0, 2.0, 3.0], [1.0]]}, "reward"),
     ],
 )
 def test_optimal_exponent_refuses_bad_input_by_name(bad, name):
@@ -389,3 +406,16 @@ def test_exponential_closed_form_for_small_exponents(t, beta):
         want = mp.log((mp.e1(mp.exp(a) / b) - mp.e1(1 / b)) / -a)
     got = CALIBRATED_TRANSFORMS["exp"].log_z_uniform(beta, t)
     assert_mp_close(got, want, rtol=1e-13, atol=1e-16)
+
+
+@pytest.mark.parametrize("t_max", [1e-3, 5e-3])
+@pytest.mark.parametrize("decoding", ["best", "worst"])
+def test_optimal_exponent_stays_within_a_small_t_max(t_max, decoding):
+    """Below t_max = 1e-2 the grid ran backwards, from 1e-2 down, and t came out > t_max."""
+    from klpolicy.best_of_n import optimal_exponent
+
+    o = optimal_exponent([0.5, 0.3, 0.2], [1.0, 0.0, -1.0], 2, 0.1, decoding=decoding, t_max=t_max)
+    assert abs(o.t) <= t_max * (1 + 1e-12)
+    assert (o.t > 0) == (decoding == "best")
+    # the win rate rises with |t| here (the best exponent is about 3), so the bound binds
+    assert o.at_bound

@@ -172,6 +172,8 @@ def test_frontier_between_best_of_n_and_the_tilt():
         ("soft_best_of_n_frontier", {"n": 0}, "n"),
         ("soft_best_of_n_frontier", {"lams": [-1.0]}, "lams"),
         ("soft_best_of_n_frontier", {"ref": [[0.5, 0.5]]}, "ref"),
+        ("soft_best_of_n_frontier", {"ref": [[0.5, 0.5], [1.0]]}, "ref"),  # ragged
+        ("soft_best_of_n_frontier", {"reward": [[1.0, 0.0], [1.0]]}, "reward"),
         ("soft_best_of_n_policy", {"ref": [0.5, 0.6]}, "ref"),
     ],
 )
@@ -183,3 +185,15 @@ def test_gap_and_frontier_refuse_bad_input_by_name(fn, args, name):
         base["lam"] = 0.5
     with pytest.raises(ValueError, match=f"`{name}`"):
         getattr(bon, fn)(**(base | args))
+
+
+def test_frontier_of_a_constant_reward_is_the_reference():
+    """Every law is the reference: KL 0 up to rounding (3.6e-33 here), which beta_for_kl
+    refused as above the reachable 0, naming a `kl` the caller never passed."""
+    from klpolicy.best_of_n import soft_best_of_n_frontier
+
+    f = soft_best_of_n_frontier([0.5, 0.3, 0.2], [1.0, 1.0, 1.0], 4)
+    assert np.all(np.abs(f.kl) < 1e-15)
+    # the soft law is a quadrature: its mass is 1 - 1.4e-14 here (measured)
+    np.testing.assert_allclose(f.expected_reward, 1.0, rtol=1e-13)
+    np.testing.assert_allclose(f.optimal_expected_reward, 1.0, rtol=1e-15)

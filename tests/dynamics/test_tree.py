@@ -501,6 +501,18 @@ def test_the_infinite_group_with_the_std_collapses_at_a_small_beta():
     assert np.min(end[0]) - np.max(end[0]) < -100  # the path drives a first token to 0
 
 
+def test_a_tiny_beta_does_not_leak_the_solver_s_overflow():
+    """Powell's method tried logits past float64 at beta = 1e-10: the softmax was NaN, no
+    level was reached and np.bincount raised "'list' argument must have no negative
+    elements". A non-finite trial step now has a NaN residual, which the solver backs off."""
+    t2 = [[0.5, 0.5], [[0.3, 0.7], [0.6, 0.4]]]
+    for beta in (1e-10, 1e-30):
+        lp = tree_landing_point("grpo", t2, [[1.0, 0.0], [0.0, 1.0]], beta, eos_token=1)
+        assert lp.kind in ("fixed_point", "run_off")
+        if lp.policy is not None:
+            assert all(np.all(np.isfinite(p)) for p in lp.policy)
+
+
 def test_beta_zero_has_no_landing_point():
     lp = tree_landing_point("grpo", REF2, RW2, 0.0, eos_token=EOS)
     assert lp.policy is None and lp.kind == "greedy" and "beta = 0" in str(lp)
