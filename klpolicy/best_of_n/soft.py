@@ -79,11 +79,15 @@ def _log_mgf(q: NDArray, lq: NDArray, lw: NDArray, s: NDArray) -> NDArray:
     q_pre = _cumsum(q)  # q_pre[i] = sum_{p < i} q
     q_suf = _cumsum(q[::-1])[::-1]  # q_suf[i] = sum_{p >= i} q
     log_m = np.empty(g_all)
+    # a block of nodes sums the union of their windows: at most a quarter more outcomes
+    # than the widest single window, and _BLOCK elements
+    widest = int((lower - upper).max(initial=1))
+    span = widest + max(64, widest // 4)
     g0 = 0
     while g0 < g_all:
-        # the longest block of nodes (at most 256) whose union of windows fits _BLOCK
         ends = np.arange(g0 + 1, min(g_all, g0 + 256) + 1)
-        fits = (ends - g0) * (lower[ends - 1] - upper[g0]) <= _BLOCK
+        union = lower[ends - 1] - upper[g0]
+        fits = ((ends - g0) * union <= _BLOCK) & (union <= span)
         g1 = int(ends[fits][-1]) if fits.any() else g0 + 1
         a, b = int(upper[g0]), int(lower[g1 - 1])
         # -t w, (nodes, outcomes): rows contiguous, so that numpy's pairwise summation
@@ -124,26 +128,29 @@ def _row_body(q: NDArray, r: NDArray, n: int, lam: float) -> NDArray:
     a = np.exp((n - 1) * log_m)  # M^{n-1}; the integrand is t w e^{-t w} M^{n-1} (dt = t ds)
     base = s + (n - 1) * log_m
     # outcome y: nodes [c, d) in closed form below (e^{-t w} = 1 there), exactly inside;
-    # below, w sum_{g<c} e^{s_g} a_g = w e^{s_c} R(c), R(c) = sum_{g<c} a_g e^{-(c-g) h}
-    c = np.searchsorted(s, -_LOW - lw, "left")
+    # below, w sum_{g<c} e^{s_g} a_g = w e^{s_c} R(c), R(c) = sum_{g<c} a_g e^{-(c-g) h}.
+    # c and d grow along the sorted outcomes: a block of them shares the nodes [c0, d1)
+    # of its first c and last d (more nodes summed exactly, none twice)
+    c_own = np.searchsorted(s, -_LOW - lw, "left")
     d = np.minimum(g_all, np.searchsorted(s, _TOP - lw, "right") + 1)
     rr = _discounted(a)  # rr[c] = R(c), c = 0 .. g_all
-    s_c = s_lo + c * _H  # s[c], and past the last node where c = g_all
-    below = np.exp(lq + lw + s_c) * rr[c]
-    inside = np.empty(qo.size)
-    width = int((d - c).max(initial=1))
-    step = max(1, _BLOCK // width)
-    cols = np.arange(width)
-    for i in range(0, qo.size, step):
-        cb, db = c[i : i + step], d[i : i + step]
-        idx = cb[:, None] + cols
-        valid = idx < db[:, None]
-        idx = np.minimum(idx, g_all - 1)
-        lwb = lw[i : i + step, None]
-        e = base[idx] - np.exp(lwb + s[idx]) + (lq[i : i + step, None] + lwb)
-        inside[i : i + step] = np.where(valid, np.exp(e), 0.0).sum(axis=1)
+    total = np.empty(qo.size)
+    widest = int((d - c_own).max(initial=1))
+    span = widest + max(16, widest // 4)  # a block's nodes: at most a quarter more
+    i, k = 0, qo.size
+    while i < k:
+        ends = np.arange(i + 1, min(k, i + 8192) + 1)
+        union = d[ends - 1] - c_own[i]
+        fits = ((ends - i) * union <= _BLOCK) & (union <= span)
+        j = int(ends[fits][-1]) if fits.any() else i + 1
+        c0, d1 = int(c_own[i]), int(d[j - 1])
+        lwb, lqb = lw[i:j], lq[i:j]
+        e = base[None, c0:d1] - np.exp(np.add.outer(lwb, s[c0:d1])) + (lqb + lwb)[:, None]
+        below = np.exp(lqb + lwb + (s_lo + c0 * _H)) * rr[c0]  # s_lo + c0 h = s[c0]
+        total[i:j] = np.exp(e).sum(axis=1) + below
+        i = j
     out = np.empty(qo.size)
-    out[order] = (inside + below) * (_H * n)
+    out[order] = total * (_H * n)
     pi = np.zeros_like(q, dtype=np.float64)
     pi[support] = out
     return pi
