@@ -242,6 +242,81 @@ def _plot_training_path(a: argparse.Namespace, ax):
     return plotting.training_path(path, ax=ax)
 
 
+#: The named games of ``klpolicy plot nash-md --game``, with their help text.
+_GAMES = {
+    "rps": "rock-paper-scissors (rock beats scissors beats paper beats rock, surely: intransitive)",
+    "transitive": "Bradley-Terry of the rewards 1 0 -1 (P[i, j] = sigmoid(r_i - r_j))",
+}
+
+
+def _game_matrix(name: str) -> np.ndarray:
+    if name == "rps":
+        return np.array([[0.5, 1.0, 0.0], [0.0, 0.5, 1.0], [1.0, 0.0, 0.5]])
+    from ..preference import bradley_terry
+
+    return bradley_terry([1.0, 0.0, -1.0])
+
+
+def _preference_rows(words: Sequence[str]) -> np.ndarray:
+    """``--preferences``: rows split by ``;``, numbers by spaces or commas
+    (``"0.5 1 0; 0 0.5 1; 1 0 0.5"``), or ``k*k`` numbers read row by row
+    (an @FILE loses its line breaks)."""
+    rows = []
+    for row in " ".join(words).split(";"):
+        numbers = []
+        for x in re.split(r"[\s,]+", row.strip()):
+            if not x:
+                continue
+            try:
+                numbers.append(float(x))
+            except ValueError:
+                raise ValueError(f"`--preferences` must hold numbers; found {x!r}") from None
+        rows.append(numbers)
+    if rows and not rows[-1]:  # a trailing `;`
+        rows.pop()
+    if len(rows) == 1:  # no `;`: a square number of values, row by row
+        flat = rows[0]
+        k = math.isqrt(len(flat))
+        if k * k != len(flat):
+            raise ValueError(
+                "`--preferences` takes the matrix's rows separated by `;` "
+                f'("0.5 1 0; 0 0.5 1; 1 0 0.5") or k*k numbers row by row; got {len(flat)} '
+                "numbers and no `;`"
+            )
+        rows = [flat[i * k : (i + 1) * k] for i in range(k)]
+    for i, row in enumerate(rows):
+        if len(row) != len(rows[0]):
+            raise ValueError(
+                f"`--preferences` rows must have the same length; row 0 has {len(rows[0])} "
+                f"numbers, row {i} has {len(row)}"
+            )
+    return np.array(rows, dtype=float)
+
+
+def _plot_nash_md(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    if a.game is not None:
+        preferences = _game_matrix(a.game)
+    else:
+        preferences = _preference_rows(a.preferences)
+    labels = a.labels
+    if labels is None:
+        labels = ("rock", "scissors", "paper") if a.game == "rps" else ("0", "1", "2")
+    return plotting.nash_md_trajectory(
+        preferences, a.tau, a.eta, mu=a.mu, init=a.init, steps=a.steps, labels=labels, ax=ax
+    )
+
+
+def _plot_soft_best_of_n(a: argparse.Namespace, ax):
+    from .. import plotting
+
+    try:
+        return plotting.soft_best_of_n(a.ref, a.reward, a.n, lams=a.lam, ax=ax)
+    except ValueError as exc:  # the library names `lams`; the user typed --lam
+        raise ValueError(str(exc).replace("`lams`", "`--lam`")) from None
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     _need_matplotlib("klpolicy plot")
     import matplotlib.pyplot as plt
@@ -421,6 +496,9 @@ _PLOT_EXAMPLES = {
     "fixed-points": "--ref 0.5 0.3 0.2 --reward 1 0 -1 -o fixed_points.png",
     "landing-points": "--ref 0.5 0.3 0.2 --reward 1 0 0.5 -o landing_points.png",
     "training-path": "--ref 0.5 0.5 --reward 1 0 --rule grpo --beta 0.5 -o path.png",
+    "nash-md": '--preferences "0.5 1 0; 0 0.5 1; 1 0 0.5" --tau 0.2 --eta 1 '
+    "--init 0.8 0.15 0.05 -o nash_md.png",
+    "soft-best-of-n": "--ref 0.2 0.5 0.3 --reward 1 0.3 -2 --n 8 -o soft_bon.png",
 }
 
 
@@ -449,6 +527,8 @@ def _add_plot_parser(sub) -> None:
         _add_fixed_points_plot,
         _add_landing_points_plot,
         _add_training_path_plot,
+        _add_nash_md_plot,
+        _add_soft_best_of_n_plot,
     ):
         add(figs)
 
@@ -642,6 +722,66 @@ def _add_training_path_plot(figs) -> None:
     f.add_argument("--steps", type=int, default=200, help="steps (default 200)")
     f.add_argument("--lr", type=float, default=1.0, help="step size (default 1)")
     f.add_argument("--optimizer", choices=("sgd", "natural"), default="sgd")
+
+
+def _add_nash_md_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
+        "nash-md",
+        _plot_nash_md,
+        "a Nash-MD trajectory on the 3-outcome simplex, with the regularised equilibrium",
+        ("preference",),
+    )
+    game = f.add_mutually_exclusive_group(required=True)
+    game.add_argument(
+        "--preferences",
+        nargs="+",
+        metavar="ROWS",
+        help='preference matrix P[i, j] = P(i preferred to j), P + P^T = 1, rows separated by ";" '
+        '(e.g. "0.5 1 0; 0 0.5 1; 1 0 0.5"), or 9 numbers row by row',
+    )
+    game.add_argument(
+        "--game",
+        choices=tuple(_GAMES),
+        help="a named game: " + "; ".join(f"{k}: {v}" for k, v in _GAMES.items()),
+    )
+    f.add_argument("--tau", type=float, default=0.2, help="KL coefficient tau > 0 (default 0.2)")
+    f.add_argument(
+        "--eta", type=float, default=1.0, help="step size, 0 < eta * tau < 1 (default 1)"
+    )
+    f.add_argument("--steps", type=int, default=60, help="Nash-MD steps drawn (default 60)")
+    f.add_argument("--mu", type=float, nargs="+", help="reference probabilities (default uniform)")
+    f.add_argument("--init", type=float, nargs="+", help="the first policy (default: mu)")
+    f.add_argument(
+        "--labels",
+        nargs=3,
+        metavar="NAME",
+        help="names of the three outcomes (default rock scissors paper for --game rps, else 0 1 2)",
+    )
+
+
+def _add_soft_best_of_n_plot(figs) -> None:
+    f = _figure_parser(
+        figs,
+        "soft-best-of-n",
+        _plot_soft_best_of_n,
+        "soft best-of-n's E[r] against KL along lam, beside the tilt's frontier and best-of-n",
+        ("best_of_n",),
+    )
+    _problem_args(f)
+    f.add_argument(
+        "--n",
+        type=int,
+        default=8,
+        help="draws from the reference (default 8); best-of-n points at 1, 2, 4, ..., N",
+    )
+    f.add_argument(
+        "--lam",
+        type=float,
+        nargs="+",
+        help="temperatures of the curve, >= 0 (0: hard best-of-n, inf: the reference; "
+        "default 0, 40 log-spaced from 1e-2 to 1e2 times the reward's spread, inf)",
+    )
 
 
 def _add_testbed_parser(sub) -> None:

@@ -539,6 +539,8 @@ VALID = {
     # one optimiser step of TRL's RLOO on the bandit task (a few seconds; needs the trl extra)
     "testbed run": ["trl-rloo", "--steps", "1"],
     "plot training-path": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--steps", "5", "-o", "OUT"],
+    "plot nash-md": ["--game", "rps", "--init", "0.8", "0.15", "0.05", "--steps", "5", "-o", "OUT"],
+    "plot soft-best-of-n": ["--ref", "0.5", "0.5", "--reward", "1", "0", "--n", "4", "--lam", "0", "1", "-o", "OUT"],
 }  # fmt: skip
 BAD_NUMBERS = ["x", "nan", "inf", "-inf", "-1", "1e309", "0", "2**63", "9223372036854775808"]
 

@@ -42,6 +42,35 @@ def test_law_matches_enumeration(q, r, n, lam):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
 
 
+@pytest.mark.parametrize(
+    ("q", "r", "n", "lam"),
+    [
+        # weights e^{r/lam} spread over e^-200 .. 1, the top two within lam of each other:
+        # every outcome is, at some nodes of the integral, above, inside and below the
+        # window of nodes evaluated term by term (soft.py's _LOW, _HIGH)
+        ([0.3, 0.2, 0.4, 0.1], [1.0, 0.995, 0.3, -1.0], 4, 0.01),
+        ([0.3, 0.2, 0.4, 0.1], [1.0, 0.9995, 0.3, -1.0], 4, 0.001),  # e^-2000 .. 1
+        ([0.1, 0.25, 0.0, 0.4, 0.25], [2.0, 1.9995, 5.0, 0.5, 0.5], 5, 0.001),  # a tie, a zero
+        ([0.05, 0.9, 0.05], [1.0, 0.0, 0.999], 3, 0.01),  # most mass far below the top
+    ],
+)
+def test_law_matches_enumeration_at_small_lam(q, r, n, lam):
+    got = soft_best_of_n_policy(q, r, n, lam)
+    want = _mp_enumerate(q, r, n, lam)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-300)
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.01, 0.001])
+def test_law_sums_to_one_on_many_outcomes(lam):
+    # an identity (sum_y pi(y) = 1) on 10^4 outcomes: every weight window in use
+    rng = np.random.default_rng(7)
+    q = rng.dirichlet(np.ones(10**4))
+    r = rng.normal(size=10**4)
+    p = soft_best_of_n_policy(q, r, 64, lam)
+    assert abs(p.sum() - 1.0) < 1e-13
+    assert (p >= 0).all()
+
+
 def test_limits_hard_best_of_n_and_reference():
     q, r = [0.2, 0.5, 0.3], [1.0, 0.3, -2.0]
     np.testing.assert_array_equal(soft_best_of_n_policy(q, r, 4, 0.0), best_of_n_policy(q, r, 4))
