@@ -300,6 +300,8 @@ def _plot_nash_md(a: argparse.Namespace, ax):
         preferences = _game_matrix(a.game)
     else:
         preferences = _preference_rows(a.preferences)
+    if not 1 <= a.steps <= 10_000:  # a path to draw, not a solve: 10^4 points at most
+        raise ValueError(f"`--steps` must be an integer in [1, 10000]; got {a.steps}")
     labels = a.labels
     if labels is None:
         labels = ("rock", "scissors", "paper") if a.game == "rps" else ("0", "1", "2")
@@ -749,9 +751,17 @@ def _add_nash_md_plot(figs) -> None:
     f.add_argument(
         "--eta", type=float, default=1.0, help="step size, 0 < eta * tau < 1 (default 1)"
     )
-    f.add_argument("--steps", type=int, default=60, help="Nash-MD steps drawn (default 60)")
+    f.add_argument(
+        "--steps", type=int, default=60, help="Nash-MD steps drawn, at most 10000 (default 60)"
+    )
     f.add_argument("--mu", type=float, nargs="+", help="reference probabilities (default uniform)")
-    f.add_argument("--init", type=float, nargs="+", help="the first policy (default: mu)")
+    f.add_argument(
+        "--init",
+        type=float,
+        nargs="+",
+        default=[0.8, 0.15, 0.05],
+        help="the first policy (default 0.8 0.15 0.05: off the equilibrium, so the path shows)",
+    )
     f.add_argument(
         "--labels",
         nargs=3,

@@ -204,7 +204,7 @@ def test_a_missing_subpackage_is_named(capsys, monkeypatch, figure, module):
     [
         ("nash-md", "--tau TAU", "KL coefficient tau > 0 (default 0.2)"),
         ("nash-md", "--eta ETA", "step size, 0 < eta * tau < 1 (default 1)"),
-        ("nash-md", "--steps STEPS", "Nash-MD steps drawn (default 60)"),
+        ("nash-md", "--steps STEPS", "Nash-MD steps drawn, at most 10000 (default 60)"),
         ("nash-md", "--game {rps,transitive}", "a named game: rps: rock-paper-scissors"),
         ("nash-md", "--preferences ROWS [ROWS ...]", "preference matrix P[i, j] = P(i preferred"),
         ("soft-best-of-n", "--n N", "draws from the reference (default 8)"),
