@@ -78,13 +78,17 @@ def test_issue_case_in_all_24_orders():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("power", [4, 20])  # weights down to ~1e-20 with power 20
 @pytest.mark.parametrize("seed", range(6))
-def test_sparse_strongly_connected_problems_in_several_orders(seed):
+def test_sparse_strongly_connected_problems_in_several_orders(seed, power):
+    # with power 20, seed 4 once had outcomes at relative gradient 0.3-0.7 (saturated
+    # pairs of weight 1e-15 against 0.34), a different point in each order: the Newton
+    # iteration cannot see them; the coordinate polish solves them
     rng = np.random.default_rng(seed)
     done = 0
     while done < 8:
         n = int(rng.integers(3, 7))
-        w = rng.random((n, n)) ** rng.uniform(1, 4) * (rng.random((n, n)) < 0.6)
+        w = rng.random((n, n)) ** rng.uniform(1, power) * (rng.random((n, n)) < 0.6)
         np.fill_diagonal(w, 0.0)
         if connected_components(csr_matrix(w > 0), directed=True, connection="strong")[0] != 1:
             continue
