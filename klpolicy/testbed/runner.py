@@ -479,7 +479,9 @@ def run(
     law_every : int
         Enumerate the policy's law every ``law_every`` steps (and after the last).
     num_threads : int or None
-        ``torch.set_num_threads`` for the run (``None`` leaves it).
+        ``torch.set_num_threads`` for the run (``None`` leaves it); the caller's count is
+        restored afterwards. The trainer seeds Python's, numpy's and torch's global
+        generators with ``seed`` (``transformers.set_seed``), as TRL does.
     progress : bool
         Show TRL's progress bar (on stderr); off by default, so that a script's output is
         only what it prints.
@@ -545,10 +547,24 @@ def run(
     steps, seed, law_every, trainer_options = _checked(
         adapter, task, steps, seed, law_every, device, num_threads, trainer_options
     )
-    with _quiet():
-        return _run(
-            trainer, task, steps, seed, device, law_every, num_threads, progress, trainer_options
-        )
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        with _quiet():
+            return _run(
+                trainer,
+                task,
+                steps,
+                seed,
+                device,
+                law_every,
+                num_threads,
+                progress,
+                trainer_options,
+            )
+    finally:  # the caller's torch keeps its own thread count
+        torch.set_num_threads(threads)
 
 
 def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, trainer_options):

@@ -259,3 +259,10 @@ def test_grpo_on_a_token_tree_is_predicted_on_the_tree():
                             scale_rewards="none", loss_type="dr_grpo")  # fmt: skip
     # measured: 7.7e-5 nats between the tree's myopic point and pi* at 2 beta over completions
     assert float(kl_divergence(r.predicted, tabular.policy)) > 1e-5
+
+
+def test_the_callers_torch_threads_are_restored():
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    run("trl-rloo", steps=1, seed=0, num_threads=1)
+    assert torch.get_num_threads() == before
