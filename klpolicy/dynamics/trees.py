@@ -65,7 +65,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core import f_optimal_policy, optimal_policy
+from ..core import f_optimal_policy, optimal_policy, soft_value
 from ..core.internal import special
 from ..core.internal import validation as V
 from .groups import MAX_COMPOSITIONS, _compositions, compositions_count, group_advantage
@@ -617,10 +617,7 @@ def _pistar(tree: _Tree, b: float) -> list:
             v = np.where(tree.leaf[t], v, value)
         q = tree.ref[t]
         pol[t] = np.asarray(optimal_policy(q, v, b), dtype=np.float64)
-        with np.errstate(divide="ignore"):
-            z = np.where(q > 0, np.log(np.where(q > 0, q, 1.0)) + v / b, -np.inf)
-        m = z.max(-1)
-        value = b * (m + np.log(np.exp(z - m[..., None]).sum(-1)))
+        value = np.asarray(soft_value(q, v, b), dtype=np.float64)  # b log E_ref e^{V/b}
     return pol
 
 
