@@ -1628,7 +1628,7 @@ RESULTS |= {
 NO_BASE_CALL = {"klpolicy.testbed.run": "trains a model: tests/testbed/test_runner.py"}
 
 
-# --- exact messages of the callables added in this round (issue 40, item 19) --------------
+# --- exact messages of the dynamics, testbed and horizon callables (issue 40, item 19) ---
 def _exact_message_rows():
     import klpolicy as kp
     from klpolicy import best_of_n as bn

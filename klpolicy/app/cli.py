@@ -827,7 +827,8 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
     from ..testbed import ADAPTERS, run
 
     if args.trainer not in ADAPTERS:
-        raise ValueError(f"`TRAINER` must be one of {sorted(ADAPTERS)}; found {args.trainer!r}")
+        valid = ", ".join(repr(k) for k in sorted(ADAPTERS))
+        raise ValueError(f"`TRAINER` must be one of {valid}; got {args.trainer!r}")
     names = (
         "beta",
         "num_generations",

@@ -118,8 +118,8 @@ def test_finite_groups_with_the_std_land_on_an_exact_zero_of_the_update(G, corre
     for w, p in zip(want, lp.policy):
         assert abs(float(w)) <= 1e-10 * p
     # no vertex is reported as a fixed point: near one the KL term pushes back (k3's
-    # pi k3' tends to -ref, exactly since expected_gradient keeps underflowed outcomes), so
-    # the zero-probability "fixed points" an earlier version reported were rounding
+    # pi k3' tends to -ref, and expected_gradient keeps underflowed outcomes), so a vertex
+    # with update 0 can only be rounding
     assert all(np.max(p.policy) < 1 - 1e-6 for p in lp.points)
 
 

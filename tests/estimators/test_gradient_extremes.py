@@ -107,7 +107,7 @@ def test_the_issues_numbers():
     # with l_1 = log pi_1 - log ref_1 = -800 - log 0.5; y = 0 (weight 2, inside) has pi_0 = 1
     l1 = -800.0 - np.log(0.5)
     np.testing.assert_allclose(g, [0.25 * l1, -0.25 * l1], rtol=1e-14)
-    # and the answer no longer jumps between -700 and -800: it is linear in the logit
+    # and the answer is continuous from -700 to -800: it is linear in the logit
     lows = np.array([-600.0, -700.0, -745.0, -750.0, -800.0, -1e4])
     gs = [
         E.expected_gradient([0.0, lw], ref, z, 1.0, estimator="k1", placement="reward", **kw)[1]
