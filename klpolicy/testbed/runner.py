@@ -7,6 +7,7 @@ import json
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +17,7 @@ from klpolicy import kl_divergence, optimal_policy
 from klpolicy.core.internal import validation as V
 from klpolicy.dynamics import RULES, beta_fit, landing_point
 from klpolicy.testbed.law import SequenceLaw, sequence_law
+from klpolicy.testbed.own import OwnMethod
 from klpolicy.testbed.tasks import Task, bandit_task
 
 __all__ = ["ADAPTERS", "TRL_RANGE", "Adapter", "TestbedResult", "run"]
@@ -32,9 +34,11 @@ class Adapter:
     rule : str
         The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it, or
         ``"dpo-finite-data"``: the exact optimum of the finite preference dataset
-        (:func:`klpolicy.preference.population_optimum` on its counts).
+        (:func:`klpolicy.preference.population_optimum` on its counts). For klpolicy's
+        own trainers the row of the default options; the row of the options run is in
+        the result's ``config["rule"]`` (see :mod:`klpolicy.testbed.own`).
     config, trainer : str
-        TRL's config and trainer class names (``trl.<name>``).
+        TRL's config and trainer class names (``trl.<name>``); empty for klpolicy's own.
     rule_options : tuple of str
         The config fields the prediction reads (for the dynamics rows, passed to
         :func:`klpolicy.dynamics.landing_point` under the same names).
@@ -43,14 +47,20 @@ class Adapter:
     testbed_options : dict
         Options the testbed reads itself (not TRL config fields), with their defaults:
         for ``"trl-dpo"``, ``pairs`` (the dataset's size) and ``bt_temperature``.
+    train : OwnMethod or None
+        None: TRL's trainer, built from ``config`` and ``trainer``. Otherwise klpolicy's
+        own trainer (:class:`klpolicy.testbed.own.OwnMethod`), which checks its options
+        (``defaults`` are all of them) and trains the same model with
+        :func:`klpolicy.torch.fit_policy`.
     """
 
     rule: str
-    config: str
-    trainer: str
-    rule_options: tuple
+    config: str = ""
+    trainer: str = ""
+    rule_options: tuple = ()
     defaults: dict = field(default_factory=dict)
     testbed_options: dict = field(default_factory=dict)
+    train: Callable | None = None
 
 
 ADAPTERS = {
@@ -86,6 +96,28 @@ ADAPTERS = {
         ),
         defaults={"beta": 0.5, "learning_rate": 1e-2},
         testbed_options={"pairs": 256, "bt_temperature": 1.0},
+    ),
+    # klpolicy's own trainers (klpolicy.torch) on the same model; see klpolicy.testbed.own
+    "klpolicy-exact": Adapter(
+        rule="reinforce",
+        defaults={"beta": 0.5, "learning_rate": 1e-2},
+        train=OwnMethod("exact"),
+    ),
+    "klpolicy-reinforce": Adapter(
+        rule="rloo",
+        defaults={
+            "beta": 0.5,
+            "learning_rate": 1e-2,
+            "batch_size": 16,
+            "estimator": "k1",
+            "placement": "reward",
+        },
+        train=OwnMethod("reinforce"),
+    ),
+    "klpolicy-grpo": Adapter(
+        rule="grpo",
+        defaults={"beta": 0.5, "learning_rate": 1e-2, "num_generations": 2, "n_groups": 8},
+        train=OwnMethod("grpo"),
     ),
 }
 
@@ -547,6 +579,8 @@ def run(
     steps, seed, law_every, trainer_options = _checked(
         adapter, task, steps, seed, law_every, device, num_threads, trainer_options
     )
+    if adapter.train is not None:  # klpolicy's own trainer: its options, by its own checks
+        trainer_options = adapter.train.check(trainer, trainer_options, adapter.defaults)
     import torch
 
     threads = torch.get_num_threads()
@@ -571,6 +605,19 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
     """:func:`run`'s body (its arguments checked), run under :func:`_quiet`."""
     adapter = ADAPTERS[trainer]
     task = bandit_task() if task is None else task
+    if adapter.train is not None:
+        return _run_own(
+            trainer,
+            adapter,
+            task,
+            steps,
+            seed,
+            device,
+            law_every,
+            num_threads,
+            progress,
+            trainer_options,
+        )
     is_dpo = adapter.trainer == "DPOTrainer"
     trainer_options, extra = _testbed_options(adapter, trainer_options, is_dpo)
     trl = _check_trl()
@@ -615,6 +662,42 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         (np.array(law_steps), np.array(laws), final, wall),
         pred,
         _versions(trl),
+    )
+
+
+def _run_own(trainer, adapter, task, steps, seed, device, law_every, num_threads, progress, o):
+    """:func:`_run` for klpolicy's own trainers (``adapter.train``) on the task's model.
+
+    The reference is the initial model's law (as for TRL); ``o`` are the checked options.
+    """
+    _set_up_torch(device, num_threads)
+    model = task.model()
+    law_of = _law_reader(task, False)
+    completions, ref_law = law_of(model)
+    reward = _rewards(task, completions, False)
+    trained, pred, kept = adapter.train(
+        model,
+        task,
+        law_of,
+        (completions, ref_law, reward),
+        steps=steps,
+        seed=seed,
+        device=device,
+        law_every=law_every,
+        progress=progress,
+        o=o,
+    )
+    policy, beta_eff, landing, pistar = pred
+    return _compare(
+        trainer,
+        task,
+        kept,
+        steps,
+        seed,
+        (completions, ref_law, reward),
+        trained,
+        _Prediction(policy, beta_eff, landing, pistar),
+        _versions(None),
     )
 
 
@@ -930,14 +1013,14 @@ def _train(tr, law_of, steps, config, laws, law_steps):
 
 
 def _versions(trl) -> dict:
-    """The versions of trl, transformers, torch and klpolicy the run used."""
+    """The versions of trl (None: klpolicy's own trainer), transformers, torch and klpolicy."""
     import torch
     import transformers
 
     import klpolicy
 
     return {
-        "trl": trl.__version__,
+        "trl": None if trl is None else trl.__version__,
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "klpolicy": klpolicy.__version__,

@@ -143,7 +143,20 @@ def _options(method, kw) -> dict:
     return o
 
 
-def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, progress, o, set_joint):
+def _train(
+    model,
+    pb: Problem,
+    target_t,
+    method,
+    steps,
+    seed,
+    lr,
+    schedule,
+    progress,
+    o,
+    set_joint,
+    callback,
+):
     steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     progress = V.as_bool("progress", progress)
     V.as_choice("schedule", schedule, ("linear", "constant"))
@@ -184,6 +197,8 @@ def _train(model, pb: Problem, target_t, method, steps, seed, lr, schedule, prog
             )
         )
         _progress(i, steps, float(dist) if progress else 0.0, progress)
+        if callback is not None:
+            callback(i + 1, model)
     seconds = time.perf_counter() - start
     table = torch.stack(rows).cpu().numpy()
     _check_diverged(table[:, 3], steps, lr if method != "trust_region" else None)
@@ -217,9 +232,11 @@ def fit_policy(
     target: ArrayLike | None = None,
     progress: bool = False,
     dtype: torch.dtype = torch.float64,
+    policy=None,
+    callback=None,
     **options,
 ) -> FitResult:
-    r"""Train a tabular softmax policy on the KL-regularised objective.
+    r"""Train a tabular softmax policy (or any model of the outcomes' law) on the KL-regularised objective.
 
     .. math::
 
@@ -255,6 +272,15 @@ def fit_policy(
     dtype : torch.dtype, optional
         The dtype of the policy's parameters and of the problem's tensors (default
         float64).
+    policy : torch.nn.Module, optional
+        The model to train instead of a :class:`TabularPolicy` started at ``ref``: any
+        module whose ``log_probs()`` returns the ``(B, V)`` log-probabilities of its exact
+        law over the outcomes (differentiable in its parameters, ``dtype`` on ``device``),
+        e.g. a language model's law over an enumerated set of completions. Trained in
+        place; its own dtype is kept. Not for ``"trust_region"`` (which sets the
+        probabilities directly).
+    callback : callable, optional
+        ``callback(step, model)`` after each step (``step`` from 1), e.g. to record the law.
     **options
         ``batch_size`` (samples per context per step; pairs for DPO/IPO),
         ``estimator`` and ``placement`` (reinforce; PPO uses ``estimator``
@@ -272,7 +298,9 @@ def fit_policy(
     Raises
     ------
     ValueError
-        For invalid problems, an unknown method, estimator or placement.
+        For invalid problems, an unknown method, estimator or placement; a ``policy``
+        without ``log_probs()`` or whose law is not of ``ref``'s shape, ``dtype`` and
+        device; a ``policy`` with ``"trust_region"``.
 
     References
     ----------
@@ -297,12 +325,22 @@ def fit_policy(
     )
     dev = default_device(device)
     pb = Problem.from_numpy(q2, r2, beta, dev, dtype)
-    model = TabularPolicy(q2, device=dev, dtype=dtype)
+    if policy is None:
+        model = TabularPolicy(q2, device=dev, dtype=dtype)
+        set_probs = model.set_probs
+    else:
+        model, set_probs = _given_policy(policy, method, pb), None
+    if callback is not None and not callable(callback):
+        raise ValueError(f"`callback` must be callable or None; got {V.describe(callback)}")
     target_t = torch.as_tensor(tgt, dtype=dtype, device=dev)
     hist, sps = _train(
-        model, pb, target_t, method, steps, seed, lr, schedule, progress, o, model.set_probs
+        model, pb, target_t, method, steps, seed, lr, schedule, progress, o, set_probs, callback
     )
-    pol = model.probs()
+    if policy is None:
+        pol = model.probs()
+    else:
+        with torch.no_grad():
+            pol = model.log_probs().exp().cpu().numpy()
     return FitResult(
         pol[0] if one_d else pol,
         hist,
@@ -311,6 +349,25 @@ def fit_policy(
         method,
         sps,
     )
+
+
+def _given_policy(policy, method: str, pb: Problem):
+    """``fit_policy``'s ``policy``: a module whose ``log_probs()`` is the law of ``pb``'s shape."""
+    if method == "trust_region":
+        raise ValueError("`method` 'trust_region' needs the tabular policy; pass `policy=None`")
+    if not isinstance(policy, torch.nn.Module) or not callable(getattr(policy, "log_probs", None)):
+        raise ValueError(
+            f"`policy` must be a torch.nn.Module with log_probs() or None; got {V.describe(policy)}"
+        )
+    with torch.no_grad():
+        lp = policy.log_probs()
+    want = (tuple(pb.ref.shape), pb.ref.dtype, pb.ref.device)
+    got = (tuple(lp.shape), lp.dtype, lp.device)
+    if got != want:
+        raise ValueError(
+            f"`policy`.log_probs() must return (shape, dtype, device) {want}, as `ref`; got {got}"
+        )
+    return policy
 
 
 def _tree(ref_conditionals, reward):
@@ -428,7 +485,7 @@ def fit_sequence_policy(
         model.set_conditionals(sequences.from_joint(new.reshape(joint.shape)))
 
     hist, sps = _train(
-        model, pb, target_t, method, steps, seed, lr, schedule, progress, o, set_joint
+        model, pb, target_t, method, steps, seed, lr, schedule, progress, o, set_joint, None
     )
     return FitResult(model.conditionals(), hist, target.reshape(joint.shape), model, method, sps)
 

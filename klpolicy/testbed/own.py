@@ -1,0 +1,280 @@
+r"""klpolicy's own trainers (:mod:`klpolicy.torch`) on the testbed's transformers model.
+
+The TRL adapters run TRL's code; these run klpolicy's update rules, unchanged, on the very
+same model (the task's :meth:`~klpolicy.testbed.Task.model`, tokenizer and prompt): the
+model's exact law over the task's completions is one differentiable forward pass (every
+completion scored after the prompt, teacher-forced), and
+:func:`klpolicy.torch.fit_policy` trains it with its own steps through ``policy=``. The
+sampled methods draw their completions from that law, which is the law of sampling the
+model token by token at temperature 1 (how TRL's GRPO and RLOO sample by default).
+
+Methods (``"klpolicy-<method>"`` in :data:`klpolicy.testbed.ADAPTERS`)
+--------------------------------------------------------------------
+``exact``
+    Adam on the exact objective :math:`\mathbb{E}_\pi[r] - \beta\,\mathrm{KL}(\pi\|\pi_{ref})`
+    over the completions. Its gradient in the logits is the expected step of REINFORCE
+    without a baseline (the ``"reinforce"`` row of :data:`klpolicy.dynamics.RULES`,
+    ``baseline="none"``): it lands at :math:`\pi^*_\beta`.
+``reinforce``
+    The score-function gradient from ``batch_size`` samples a step with a leave-one-out
+    baseline, the KL estimator ``estimator`` in the ``"reward"`` (detached) or the
+    ``"loss"`` (differentiated). Predicted by: k1 in the reward, the ``"rloo"`` row
+    (``num_generations = batch_size``: the same shaped reward and baseline), which lands
+    at :math:`\pi^*_\beta`; k2 or k3 in the reward, the ``"ppo"`` row (its value baseline
+    and the leave-one-out one give the same expected step), which has no interior fixed
+    point; k3 in the loss, the ``"grpo"`` row with the infinite group, no scale and plain
+    k3 (the leave-one-out advantage's expectation is :math:`r - \mathbb{E}_\pi r`), which
+    lands at the forward-KL optimum; k1 or k2 in the loss, which no row has,
+    :func:`klpolicy.estimators.fixed_point` (k2: :math:`\pi^*_\beta`; k1: greedy).
+``grpo``
+    ``n_groups`` groups of ``num_generations`` samples a step, advantages
+    ``(r - mean) / (std + 1e-4)`` with the unbiased group std, k3 in the loss without a
+    ratio: the ``"grpo"`` row at ``scale_rewards="group"``,
+    ``use_bias_correction_kl=False`` (its std epsilon is TRL's 1e-4, which the testbed
+    therefore sets in klpolicy's step).
+
+The KL of the sampled methods acts on whole completions (their sequence log-ratio), so on
+a task of several tokens the tabular landing point over the completions is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from klpolicy import optimal_policy
+from klpolicy.core.internal import validation as V
+from klpolicy.dynamics import landing_point
+from klpolicy.dynamics.rules import TRL_STD_EPS
+from klpolicy.estimators import fixed_point
+
+__all__ = ["OwnMethod", "completion_policy"]
+
+#: The most samples a step of a sampled method draws (``batch_size``; ``n_groups``).
+MAX_SAMPLES = 4096
+
+_ESTIMATORS = ("k1", "k2", "k3")
+
+
+def completion_policy(model, prompt_ids, completions, *, pad_token_id: int = 0):
+    r"""A causal LM's exact law over given completions, as a differentiable module.
+
+    .. math::
+
+        \log \pi(y \mid x) = \sum_t \log\mathrm{softmax}(\mathrm{logits}(x, y_{<t}))_{y_t}
+
+    Parameters
+    ----------
+    model : transformers causal LM
+        Called as ``model(input_ids=..., attention_mask=...)``; it becomes the module's
+        only submodule (``parameters()`` are the model's).
+    prompt_ids : sequence of int
+        The prompt.
+    completions : sequence of tuple of int
+        The completions (e.g. :attr:`klpolicy.testbed.SequenceLaw.completions`).
+    pad_token_id : int, optional
+        What fills the batch after a short completion (causal attention: never read by
+        its own tokens).
+
+    Returns
+    -------
+    torch.nn.Module
+        ``log_probs()``: a ``(1, n)`` float64 tensor, differentiable in the model's
+        weights; one forward pass of the ``n`` completions after the prompt.
+
+    Examples
+    --------
+    >>> from klpolicy.testbed import bandit_task, sequence_law
+    >>> t = bandit_task()
+    >>> m = t.model()
+    >>> law = sequence_law(m, t.prompt_ids(), max_new_tokens=1)
+    >>> lp = completion_policy(m, t.prompt_ids(), law.completions).log_probs()
+    >>> bool(abs(lp.exp().detach().numpy()[0] - law.probs).max() < 1e-6)
+    True
+    """
+    import torch
+
+    prompt = [int(t) for t in prompt_ids]
+    P, T = len(prompt), max(len(c) for c in completions)
+    ids = torch.full((len(completions), P + T), int(pad_token_id), dtype=torch.long)
+    ids[:, :P] = torch.tensor(prompt)
+    mask = torch.zeros(len(completions), T, dtype=torch.bool)
+    for i, c in enumerate(completions):
+        ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
+        mask[i, : len(c)] = True
+
+    class _CompletionLaw(torch.nn.Module):
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+            dev = next(lm.parameters()).device
+            self.register_buffer("ids", ids.to(dev), persistent=False)
+            self.register_buffer("mask", mask.to(dev), persistent=False)
+
+        def log_probs(self):
+            x = self.ids[:, :-1]
+            logits = self.lm(input_ids=x, attention_mask=torch.ones_like(x)).logits
+            lp = torch.log_softmax(logits[:, P - 1 :, :].to(torch.float64), dim=-1)
+            tok = lp.gather(-1, self.ids[:, P:, None])[..., 0]
+            return torch.where(self.mask, tok, torch.zeros_like(tok)).sum(-1)[None, :]
+
+    return _CompletionLaw(model)
+
+
+@dataclass(frozen=True)
+class OwnMethod:
+    """One of klpolicy's own trainers as a testbed adapter's ``train``.
+
+    Attributes
+    ----------
+    method : str
+        The :func:`klpolicy.torch.fit_policy` method: ``"exact"``, ``"reinforce"`` or
+        ``"grpo"``.
+    """
+
+    method: str
+
+    def check(self, trainer: str, options: dict, defaults: dict) -> dict:
+        """The caller's options over ``defaults``, each checked (an unknown one refused).
+
+        ``beta`` must be positive (as in :func:`klpolicy.torch.fit_policy`);
+        ``batch_size`` in ``[2, 4096]``, ``n_groups`` in ``[1, 4096]``, ``estimator`` one
+        of k1, k2, k3 and ``placement`` ``"reward"`` or ``"loss"``.
+        """
+        unknown = sorted(set(options) - set(defaults))
+        if unknown:
+            listed = ", ".join(sorted(defaults))
+            raise ValueError(
+                f"unknown option `{unknown[0]}` for {trainer} (its options are {listed})"
+            )
+        o = dict(defaults) | dict(options)
+        o["beta"] = V.as_positive_scalar("beta", o["beta"])
+        o["learning_rate"] = V.as_positive_scalar("learning_rate", o["learning_rate"])
+        if "batch_size" in o:
+            o["batch_size"] = V.as_count("batch_size", o["batch_size"], lo=2, hi=MAX_SAMPLES)
+        if "n_groups" in o:
+            o["n_groups"] = V.as_count("n_groups", o["n_groups"], lo=1, hi=MAX_SAMPLES)
+        if "num_generations" in o:
+            o["num_generations"] = V.as_count(
+                "num_generations", o["num_generations"], lo=2, hi=MAX_SAMPLES
+            )
+        if "estimator" in o:
+            o["estimator"] = V.as_choice("estimator", o["estimator"], _ESTIMATORS)
+        if "placement" in o:
+            o["placement"] = V.as_choice("placement", o["placement"], ("reward", "loss"))
+        return o
+
+    def fit_options(self, o: dict) -> dict:
+        """The :func:`klpolicy.torch.fit_policy` options of checked testbed options ``o``."""
+        if self.method == "reinforce":
+            return {k: o[k] for k in ("batch_size", "estimator", "placement")}
+        if self.method == "grpo":
+            return {
+                "group_size": o["num_generations"],
+                "n_groups": o["n_groups"],
+                "eps": TRL_STD_EPS,
+                "unbiased_std": True,
+            }
+        return {}
+
+    def prediction(self, ref, reward, o: dict):
+        """Where this method lands: ``(rule, rule_options, landing)`` for ``ref``, ``reward``.
+
+        ``rule`` names the :data:`klpolicy.dynamics.RULES` row (or
+        ``"estimators.fixed_point"``); ``landing`` is ``(policy or None, beta_eff,
+        description)``.
+        """
+        beta = o["beta"]
+        rule, ro = _rule_of(self.method, o)
+        if rule == "estimators.fixed_point":  # k1 or k2 in the loss
+            pi = fixed_point(ref, reward, beta, estimator=o["estimator"], placement="loss")
+            b = beta if o["estimator"] == "k2" else 0.0
+            why = (
+                "k2 in the loss follows the reverse KL: pi* at beta"
+                if b
+                else "k1 in the loss has no expected gradient: the greedy limit"
+            )
+            return rule, ro, (pi, b, f"{why} (klpolicy.estimators.fixed_point)")
+        land = landing_point(rule, ref, reward, beta, **ro)
+        pi = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+        return rule, ro, (pi, land.beta_eff, str(land))
+
+    def __call__(self, model, task, law_of, ref, *, steps, seed, device, law_every, progress, o):
+        """Train ``model`` ``steps`` steps; the laws over time and the prediction.
+
+        ``ref`` is ``(completions, ref_law, reward)``. Returns ``(trained, prediction,
+        kept)``: ``trained = (law_steps, laws, final_law, wall_time)`` (the law read by
+        ``law_of`` every ``law_every`` steps and after the last), ``prediction =
+        (policy, beta_eff, landing, pistar)`` and ``kept`` the configuration reported.
+        """
+        import time
+
+        from klpolicy.torch import fit_policy
+
+        completions, ref_law, reward = ref
+        rule, ro, (pi, beta_eff, landing) = self.prediction(ref_law, reward, o)
+        pistar = optimal_policy(ref_law, reward, o["beta"])
+        dev = "cpu" if device is None else device
+        pad = task.tokenizer().pad_token_id
+        policy = completion_policy(model.to(dev), task.prompt_ids(), completions, pad_token_id=pad)
+        laws, law_steps = [], []
+
+        def record(step, m):
+            if step % law_every == 0 or step == steps:
+                laws.append(law_of(m.lm)[1])
+                law_steps.append(step)
+
+        t0 = time.perf_counter()
+        try:
+            fit_policy(
+                ref_law,
+                reward,
+                o["beta"],
+                method=self.method,
+                steps=steps,
+                seed=seed,
+                device=dev,
+                lr=o["learning_rate"],
+                schedule="linear",
+                progress=progress,
+                policy=policy,
+                callback=record,
+                **self.fit_options(o),
+            )
+        except ValueError as exc:
+            if "diverged" not in str(exc):
+                raise
+            raise ValueError(
+                f"the run diverged: the policy's law is not finite after {steps} steps; "
+                f"lower `learning_rate` (got {o['learning_rate']!r})"
+            ) from None
+        wall = time.perf_counter() - t0
+        final = laws[-1]
+        kept = {"method": self.method, **o, "rule": rule} | ro
+        trained = (np.array(law_steps), np.array(laws), final, wall)
+        return trained, (pi, beta_eff, landing, pistar), kept
+
+
+def _rule_of(method: str, o: dict) -> tuple[str, dict]:
+    """The dynamics row (and its options) whose expected step is ``method``'s at ``o``."""
+    if method == "exact":
+        return "reinforce", {"baseline": "none"}
+    if method == "grpo":
+        return "grpo", {
+            "num_generations": o["num_generations"],
+            "scale_rewards": "group",
+            "use_bias_correction_kl": False,
+        }
+    est, place = o["estimator"], o["placement"]
+    if place == "reward":
+        if est == "k1":
+            return "rloo", {"num_generations": o["batch_size"], "normalize_advantages": False}
+        return "ppo", {"kl_estimator": est}
+    if est == "k3":
+        return "grpo", {
+            "num_generations": None,
+            "scale_rewards": "none",
+            "use_bias_correction_kl": False,
+        }
+    return "estimators.fixed_point", {"kl_estimator": est, "placement": "loss"}
