@@ -800,10 +800,21 @@ def _add_testbed_parser(sub) -> None:
         "testbed", help="train a tiny transformers model with a real trainer (needs klpolicy[trl])"
     )
     tsub = tb.add_subparsers(dest="testbed_command", required=True, metavar="COMMAND")
-    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo, trl-dpo) on the bandit task")
-    r.add_argument("trainer", metavar="TRAINER", help="trl-grpo, trl-rloo or trl-dpo")
+    r = tsub.add_parser(
+        "run",
+        help="run TRAINER (trl-grpo, trl-rloo, trl-dpo, or klpolicy's own klpolicy-exact, "
+        "klpolicy-reinforce, klpolicy-grpo) on the bandit task",
+    )
+    r.add_argument(
+        "trainer",
+        metavar="TRAINER",
+        help="trl-grpo, trl-rloo, trl-dpo (TRL's trainers), klpolicy-exact, klpolicy-reinforce "
+        "or klpolicy-grpo (klpolicy.torch's rules on the same model)",
+    )
     r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
-    r.add_argument("--num-generations", type=int, help="group size G (default 2)")
+    r.add_argument(
+        "--num-generations", type=int, help="group size G (default 2; not klpolicy-reinforce)"
+    )
     r.add_argument("--scale-rewards", help='GRPO: "group", "batch" or "none" (default "none")')
     r.add_argument("--loss-type", help="GRPO's loss_type (TRL's default dapo)")
     r.add_argument("--learning-rate", type=float, help="the optimiser's lr (default 0.01)")
@@ -812,6 +823,13 @@ def _add_testbed_parser(sub) -> None:
         "--bt-temperature",
         type=float,
         help="DPO: the Bradley-Terry labels' temperature (default 1)",
+    )
+    r.add_argument("--batch-size", type=int, help="klpolicy-reinforce: samples a step (default 16)")
+    r.add_argument(
+        "--estimator", help='klpolicy-reinforce: the KL estimator, "k1" (default), "k2" or "k3"'
+    )
+    r.add_argument(
+        "--placement", help='klpolicy-reinforce: the KL "reward" (default, detached) or "loss"'
     )
     r.add_argument("--steps", type=int, default=300, help="optimiser steps (default 300)")
     r.add_argument("--seed", type=_seed, default=0, help="the trainer's seed (default 0)")
@@ -837,6 +855,9 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
         "learning_rate",
         "pairs",
         "bt_temperature",
+        "batch_size",
+        "estimator",
+        "placement",
     )
     options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     out = None
