@@ -1100,6 +1100,8 @@ ROWS += [
         lr=(_opt(POS), 0.1),
         schedule=(CHOICE, "linear"),
         progress=(FLAG, False),
+        policy=(_opt(Kind("model of the law", lambda v: [("str", "abc"), ("number", 3)])), None),
+        callback=(_opt(CALLABLE), None),
     ),
     row(
         _T + "fit_reference",
@@ -1714,7 +1716,34 @@ def _exact_message_rows():
         out += [
             (
                 lambda: tb.run("trl-ppo", steps=1, seed=0),
-                "`trainer` must be one of 'trl-dpo', 'trl-grpo', 'trl-rloo'; got 'trl-ppo'",
+                "`trainer` must be one of 'klpolicy-exact', 'klpolicy-grpo', "
+                "'klpolicy-reinforce', 'trl-dpo', 'trl-grpo', 'trl-rloo'; got 'trl-ppo'",
+            ),
+            (  # klpolicy's own trainers: their options, refused before the model is built
+                lambda: tb.run("klpolicy-exact", steps=1, seed=0, scale_rewards="none"),
+                "unknown option `scale_rewards` for klpolicy-exact (its options are beta, "
+                "learning_rate)",
+            ),
+            (
+                lambda: tb.run("klpolicy-exact", steps=1, seed=0, beta=0),
+                "`beta` must be a positive finite number; got 0.0",
+            ),
+            (
+                lambda: tb.run("klpolicy-reinforce", steps=1, seed=0, estimator="k3+"),
+                "`estimator` must be one of 'k1', 'k2', 'k3'; got 'k3+'",
+            ),
+            (
+                lambda: tb.run("klpolicy-reinforce", steps=1, seed=0, placement=None),
+                "`placement` must be one of 'reward', 'loss'; got None",
+            ),
+            (
+                lambda: tb.run("klpolicy-reinforce", steps=1, seed=0, batch_size=2**63),
+                "`batch_size` must be at most 4,096 (a loop length or an allocation that large "
+                "would not finish); got 9223372036854775808",
+            ),
+            (
+                lambda: tb.run("klpolicy-grpo", steps=1, seed=0, n_groups=1.5),
+                "`n_groups` must be an integer >= 1; got 1.5",
             ),
             (
                 lambda: tb.run("trl-rloo", steps=2**63, seed=0),

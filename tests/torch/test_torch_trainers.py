@@ -299,3 +299,68 @@ def test_missing_torch_gives_an_install_hint():
 def test_grpo_fixed_point_bad_inputs(kwargs, msg):
     with pytest.raises(ValueError, match=re.escape(msg)):
         klpolicy.estimators.grpo_fixed_point(REF, R, **kwargs)
+
+
+class _SoftmaxOfLinear(torch.nn.Module):
+    """A law that is not tabular: softmax(W x + b) over the outcomes, for one context."""
+
+    def __init__(self, ref):
+        super().__init__()
+        k = len(ref)
+        self.w = torch.nn.Parameter(torch.zeros(k, 2, dtype=torch.float64))
+        self.b = torch.nn.Parameter(torch.log(torch.as_tensor(ref, dtype=torch.float64)))
+        self.x = torch.tensor([0.3, -0.7], dtype=torch.float64)
+
+    def log_probs(self):
+        return torch.log_softmax(self.w @ self.x + self.b, -1)[None, :]
+
+
+@pytest.mark.parametrize("method", ["exact", "reinforce", "grpo"])
+def test_a_given_policy_is_trained_in_place_with_the_same_steps(method):
+    # a TabularPolicy passed in trains exactly as the one fit_policy builds
+    own = kt.fit_policy(REF, R, BETA, method=method, steps=20, seed=3, device="cpu")
+    given = kt.TabularPolicy(REF, device="cpu")
+    seen = []
+    res = kt.fit_policy(
+        REF,
+        R,
+        BETA,
+        method=method,
+        steps=20,
+        seed=3,
+        device="cpu",
+        policy=given,
+        callback=lambda step, m: seen.append((step, m)),
+    )
+    assert res.model is given and [s for s, _ in seen] == list(range(1, 21))
+    assert all(m is given for _, m in seen)
+    for key in ("loss", "reward", "kl", "distance"):
+        np.testing.assert_array_equal(res.history[key], own.history[key])
+    np.testing.assert_allclose(res.policy, own.policy, rtol=1e-15)
+
+
+def test_any_model_of_the_law_lands_at_pistar():
+    model = _SoftmaxOfLinear(REF)
+    res = kt.fit_policy(REF, R, BETA, method="exact", steps=400, lr=0.05, policy=model)
+    assert tv(res.policy, PI_STAR) < 1e-4 and res.history["distance"][-1] < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        ({"policy": "tabular"}, "`policy` must be a torch.nn.Module with log_probs() or None"),
+        ({"policy": torch.nn.Linear(2, 2)}, "`policy` must be a torch.nn.Module with log_probs()"),
+        (
+            {"policy": _SoftmaxOfLinear([0.5, 0.5])},
+            "`policy`.log_probs() must return (shape, dtype, device) ((1, 3), torch.float64",
+        ),
+        (
+            {"policy": _SoftmaxOfLinear(REF), "method": "trust_region"},
+            "`method` 'trust_region' needs the tabular policy; pass `policy=None`",
+        ),
+        ({"callback": 3}, "`callback` must be callable or None; got 3"),
+    ],
+)
+def test_a_bad_policy_or_callback_is_refused(kwargs, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        kt.fit_policy(REF, R, BETA, **{"method": "exact", "steps": 2, "device": "cpu", **kwargs})
