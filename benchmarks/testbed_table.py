@@ -1,4 +1,4 @@
-"""Where real TRL trainers land on the bandit task: the table of docs/testbed.md.
+"""Where real trainers (TRL's, and klpolicy's own) land on the bandit task: docs/testbed.md's table.
 
 Each row is one ``klpolicy testbed run ... --json`` command, run here in-process through
 the CLI's own entry point (so the row is exactly what the command prints), and summarised
@@ -41,6 +41,19 @@ ROWS = [
     ("RLOO, G=2", "trl-rloo --num-generations 2"),
     ("DPO, 256 pairs", "trl-dpo --pairs 256"),
     ("DPO, 2048 pairs", "trl-dpo --pairs 2048 --steps 200"),
+    # klpolicy's own update rules (klpolicy.torch) on the same model
+    ("klpolicy exact gradient", "klpolicy-exact"),
+    (
+        "klpolicy REINFORCE, k1 in the reward",
+        "klpolicy-reinforce --estimator k1 --placement reward",
+    ),
+    ("klpolicy REINFORCE, k2 in the loss", "klpolicy-reinforce --estimator k2 --placement loss"),
+    ("klpolicy REINFORCE, k3 in the loss", "klpolicy-reinforce --estimator k3 --placement loss"),
+    (
+        "klpolicy REINFORCE, k3 in the reward",
+        "klpolicy-reinforce --estimator k3 --placement reward",
+    ),
+    ("klpolicy GRPO, G=4, group std", "klpolicy-grpo --num-generations 4"),
 ]
 
 
@@ -73,6 +86,8 @@ def _row(label: str, args: str, seed: int, json_dir: Path | None) -> str:
     beta_eff = d["predicted_beta_eff"]
     if beta_eff is None and d["trainer"] == "trl-dpo":
         pred = "dataset's optimum"
+    elif d["predicted"] is None:
+        pred = "none (runs off)"
     elif beta_eff is None:
         pred = "outside pi*"
     else:

@@ -497,7 +497,9 @@ def run(
     Parameters
     ----------
     trainer : str
-        A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
+        A name in :data:`ADAPTERS`: TRL's ``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``, or
+        klpolicy's own ``"klpolicy-exact"``, ``"klpolicy-reinforce"``, ``"klpolicy-grpo"``
+        (:mod:`klpolicy.testbed.own`: :mod:`klpolicy.torch`'s update rules on the same model).
     task : Task, optional
         The task; :func:`bandit_task` by default.
     steps : int
@@ -521,7 +523,10 @@ def run(
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
         ``loss_type``, ``learning_rate``, ...), over the adapter's defaults; and the
         adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
-        and ``bt_temperature``, default 1).
+        and ``bt_temperature``, default 1). klpolicy's own trainers take ``beta`` (> 0) and
+        ``learning_rate``; ``"klpolicy-reinforce"`` also ``batch_size``, ``estimator`` and
+        ``placement``, ``"klpolicy-grpo"`` ``num_generations`` and ``n_groups``
+        (:attr:`Adapter.defaults` lists them with their defaults).
 
     Returns
     -------
@@ -536,7 +541,8 @@ def run(
         non-finite ``beta``, a ``learning_rate`` that is not finite and positive,
         ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
         the dynamics rule does not know, ``pairs`` below 1, a ``bt_temperature`` that is
-        not positive and finite, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
+        not positive and finite, a klpolicy trainer's ``beta`` of 0 or bad ``estimator``,
+        ``placement``, ``batch_size`` or ``n_groups``, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
         without a GPU), or a preference dataset whose comparisons do not connect every
         response. After training: a law that is not finite (the run diverged).
     RuntimeError
