@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core import f_optimal_policy, kl_divergence, optimal_policy
 from ..core.internal import validation as V
-from ..estimators import estimator_names, expected_gradient
+from ..estimators import estimator_names, expected_gradient, get_estimator
 from ..estimators import fixed_point as _estimator_fixed_point
 from .covariance import clip_cov_weights
 from .groups import group_advantage
@@ -133,8 +133,9 @@ class Rule:
 # ----------------------------------------------------------------------------- the pieces
 
 
-def _kl_loss_update(th, ref, beta, corrected: bool):
-    """-beta times the expected gradient of the k3 term in the loss (TRL's GRPO term)."""
+def _kl_loss_update(th, ref, beta, corrected: bool, estimator: str = "k3"):
+    """-beta times the expected gradient of the estimator's term in the loss (k3: TRL's GRPO
+    term; ``corrected``: times the differentiable ratio)."""
     if beta == 0:
         return np.zeros_like(th)
     return expected_gradient(
@@ -142,7 +143,7 @@ def _kl_loss_update(th, ref, beta, corrected: bool):
         ref,
         np.zeros_like(th),
         beta,
-        estimator="k3",
+        estimator=estimator,
         placement="loss",
         ratio="differentiable" if corrected else "none",
     )
@@ -173,6 +174,24 @@ def _pistar(rule, o, ref, r, b, reason) -> Landing:
 
 def _greedy(rule, o, ref, r, why) -> Landing:
     return _pistar(rule, o, ref, r, 0.0, why)
+
+
+def _forward_kl(rule, o, ref, r, b, reason) -> Landing:
+    """The maximiser of E_pi r - b KL(ref || pi), pi_j = b ref_j / (lam - r_j), with its reason."""
+    pi = f_optimal_policy(ref, r, b, divergence="forward_kl")
+    return Landing(
+        rule=rule,
+        options=o,
+        policy=pi,
+        beta_eff=None,
+        interior=bool(np.all(pi > 0)),
+        stable=True,
+        kl=float(kl_divergence(pi, ref)),
+        kind="forward_kl",
+        beta_divergence=float(b),
+        reason=reason,
+        points=(FixedPoint(policy=pi, stable=True, growth=-np.inf),),
+    )
 
 
 def _numeric(rule, o, ref, r, beta, update, scale, reason) -> Landing:
@@ -273,19 +292,8 @@ def _grpo_land(ref, r, beta, o, rule="grpo") -> Landing:
         if corrected:
             kl = "the ratio-corrected k3 follows the reverse KL"
             return _pistar(rule, o, ref, r, b, f"{why}; {kl}: beta G/(G-1)")
-        pi = f_optimal_policy(ref, r, b, divergence="forward_kl")
-        return Landing(
-            rule=rule,
-            options=o,
-            policy=pi,
-            beta_eff=None,
-            interior=bool(np.all(pi > 0)),
-            stable=True,
-            kl=float(kl_divergence(pi, ref)),
-            kind="forward_kl",
-            beta_divergence=float(b),
-            reason=f"{why}; plain k3 in the loss follows the forward KL(ref||pi)",
-            points=(FixedPoint(policy=pi, stable=True, growth=-np.inf),),
+        return _forward_kl(
+            rule, o, ref, r, b, f"{why}; plain k3 in the loss follows the forward KL(ref||pi)"
         )
     if G is None:
         return _family_land(rule, o, ref, r, beta, corrected)
@@ -371,13 +379,15 @@ GRPO_OPTIONS = {
 # ----------------------------------------------------------------------------- RLOO, REINFORCE, PPO
 
 
-def _shaped(pi, ref, r, beta):
-    """r - beta k1: the reward with the sample's log-ratio folded in (detached); 0 where pi is."""
+def _shaped(pi, ref, r, beta, estimator: str = "k1"):
+    """r - beta k: the reward with the sample's KL estimate (k1: its log-ratio) folded in
+    (detached); 0 where pi is."""
     if beta == 0:
         return r
     on = pi > 0
     out = np.zeros_like(r)
-    out[on] = r[on] - beta * (np.log(pi[on]) - np.log(ref[on]))
+    ell = np.log(pi[on]) - np.log(ref[on])
+    out[on] = r[on] - beta * get_estimator(estimator).value(ell)
     return out
 
 
@@ -419,20 +429,44 @@ RLOO_OPTIONS = {
 
 
 def _reinforce_update(th, pi, ref, r, beta, o):
-    v = _shaped(pi, ref, r, beta)
-    a = group_advantage(pi, v, o["num_generations"], baseline=o["baseline"], scale="none")
-    return _score(pi, a)
+    G, baseline, est = o["num_generations"], o["baseline"], o["kl_estimator"]
+    if o["placement"] == "loss":
+        a = group_advantage(pi, r, G, baseline=baseline, scale="none")
+        return _score(pi, a) + _kl_loss_update(th, ref, beta, False, est)
+    v = _shaped(pi, ref, r, beta, est)
+    return _score(pi, group_advantage(pi, v, G, baseline=baseline, scale="none"))
+
+
+_REINFORCE_BASELINES = {
+    "none": "no baseline: E[grad log pi] = 0, so the expected step is the exact gradient",
+    "loo": "the leave-one-out baseline is unbiased",
+    "mean": "the batch mean includes the sample and scales the advantage by (G-1)/G",
+}
 
 
 def _reinforce_land(ref, r, beta, o) -> Landing:
+    est, place = o["kl_estimator"], o["placement"]
     if beta == 0:
-        return _greedy("reinforce", o, ref, r, "beta = 0: no KL in the reward")
-    why = (
-        "no baseline: E[grad log pi] = 0, so the expected step is the exact gradient"
-        if o["baseline"] == "none"
-        else "the batch mean includes the sample and scales the whole shaped reward (KL too) by (G-1)/G"
+        return _greedy("reinforce", o, ref, r, f"beta = 0: no KL in the {place}")
+    why = _REINFORCE_BASELINES[o["baseline"]]
+    kind = get_estimator(est).fixed_point[place]
+    if place == "reward":  # a mean baseline scales the whole shaped reward, KL too
+        if kind == "optimum":
+            return _pistar(
+                "reinforce", o, ref, r, beta, f"{why}; k1 in the reward follows the reverse KL"
+            )
+        return _estimator_land("reinforce", o, ref, r, beta, est, "reward")
+    G = o["num_generations"]
+    b = beta * G / (G - 1) if o["baseline"] == "mean" and G is not None else beta
+    if kind == "greedy":
+        return _greedy("reinforce", o, ref, r, f"{why}; {est} in the loss has no expected gradient")
+    if kind == "optimum":
+        return _pistar(
+            "reinforce", o, ref, r, b, f"{why}; {est} in the loss follows the reverse KL"
+        )
+    return _forward_kl(
+        "reinforce", o, ref, r, b, f"{why}; {est} in the loss follows the forward KL(ref||pi)"
     )
-    return _pistar("reinforce", o, ref, r, beta, why + "; k1 in the reward follows the reverse KL")
 
 
 def _ppo_update(th, pi, ref, r, beta, o):
@@ -445,11 +479,16 @@ def _ppo_land(ref, r, beta, o) -> Landing:
     if o["kl_estimator"] == "k1":
         why = "k1 in the reward with a value baseline is the exact gradient"
         return _pistar("ppo", o, ref, r, beta, why)
+    return _estimator_land("ppo", o, ref, r, beta, o["kl_estimator"], "reward")
+
+
+def _estimator_land(rule, o, ref, r, beta, estimator, placement) -> Landing:
+    """:func:`klpolicy.estimators.fixed_point` as a Landing; a run-off where it has none."""
     try:
-        pi = _estimator_fixed_point(ref, r, beta, estimator=o["kl_estimator"], placement="reward")
+        pi = _estimator_fixed_point(ref, r, beta, estimator=estimator, placement=placement)
     except ValueError as exc:
         return Landing(
-            rule="ppo",
+            rule=rule,
             options=o,
             policy=None,
             beta_eff=None,
@@ -460,7 +499,7 @@ def _ppo_land(ref, r, beta, o) -> Landing:
             reason=str(exc).split(";")[0],
         )
     return Landing(
-        rule="ppo",
+        rule=rule,
         options=o,
         policy=pi,
         beta_eff=None,
@@ -468,7 +507,7 @@ def _ppo_land(ref, r, beta, o) -> Landing:
         stable=True,
         kl=float(kl_divergence(pi, ref)),
         kind="fixed_point",
-        reason=f"{o['kl_estimator']} in the reward (klpolicy.estimators.fixed_point)",
+        reason=f"{estimator} in the {placement} (klpolicy.estimators.fixed_point)",
     )
 
 
@@ -616,14 +655,27 @@ RULES: dict[str, Rule] = {
     ),
     "reinforce": Rule(
         name="reinforce",
-        trainer="REINFORCE with a KL-shaped reward (Williams 1992; Ziegler et al. 2019)",
-        source="arXiv:1909.08593 eq. 2",
+        trainer="REINFORCE with a KL-shaped reward (Williams 1992; Ziegler et al. 2019), "
+        "or a KL estimator in the reward or the loss (klpolicy.torch's 'reinforce')",
+        source="arXiv:1909.08593 eq. 2; klpolicy/torch/_steps.py (step_reinforce)",
         options={
-            "baseline": Option("none", _choice(("none", "mean")), "none, or the batch mean"),
+            "baseline": Option(
+                "none",
+                _choice(("none", "mean", "loo")),
+                "none, the batch mean, or the leave-one-out mean",
+            ),
             "num_generations": Option(8, _count_or_none, "batch size of the mean baseline"),
+            "kl_estimator": Option(
+                "k1", _choice(estimator_names(kl_only=True)), "the per-sample KL estimate"
+            ),
+            "placement": Option(
+                "reward",
+                _choice(("reward", "loss")),
+                "folded into the reward (detached) or added to the loss (differentiated)",
+            ),
         },
-        kl_term="k1 folded into the reward",
-        baseline="none, or the batch mean (the sample included)",
+        kl_term="kl_estimator folded into the reward (k1 by default), or added to the loss",
+        baseline="none, the batch mean (the sample included), or the leave-one-out mean",
         scale="none",
         aggregation="per sequence",
         update=_reinforce_update,

@@ -18,14 +18,11 @@ Methods (``"klpolicy-<method>"`` in :data:`klpolicy.testbed.ADAPTERS`)
 ``reinforce``
     The score-function gradient from ``batch_size`` samples a step with a leave-one-out
     baseline, the KL estimator ``estimator`` in the ``"reward"`` (detached) or the
-    ``"loss"`` (differentiated). Predicted by: k1 in the reward, the ``"rloo"`` row
-    (``num_generations = batch_size``: the same shaped reward and baseline), which lands
-    at :math:`\pi^*_\beta`; k2 or k3 in the reward, the ``"ppo"`` row (its value baseline
-    and the leave-one-out one give the same expected step), which has no interior fixed
-    point; k3 in the loss, the ``"grpo"`` row with the infinite group, no scale and plain
-    k3 (the leave-one-out advantage's expectation is :math:`r - \mathbb{E}_\pi r`), which
-    lands at the forward-KL optimum; k1 or k2 in the loss, which no row has,
-    :func:`klpolicy.estimators.fixed_point` (k2: :math:`\pi^*_\beta`; k1: greedy).
+    ``"loss"`` (differentiated): the ``"reinforce"`` row with ``baseline="loo"``,
+    ``num_generations = batch_size`` and the same ``kl_estimator`` and ``placement``.
+    k1 in the reward and k2 in the loss land at :math:`\pi^*_\beta`, k3 in the loss at
+    the forward-KL optimum, k1 in the loss goes greedy, and k2 or k3 in the reward have
+    no interior fixed point (no prediction).
 ``grpo``
     ``n_groups`` groups of ``num_generations`` samples a step, advantages
     ``(r - mean) / (std + 1e-4)`` with the unbiased group std, k3 in the loss without a
@@ -47,7 +44,6 @@ from klpolicy import optimal_policy
 from klpolicy.core.internal import validation as V
 from klpolicy.dynamics import landing_point
 from klpolicy.dynamics.rules import TRL_STD_EPS
-from klpolicy.estimators import fixed_point
 
 __all__ = ["OwnMethod", "completion_policy"]
 
@@ -181,22 +177,11 @@ class OwnMethod:
     def prediction(self, ref, reward, o: dict):
         """Where this method lands: ``(rule, rule_options, landing)`` for ``ref``, ``reward``.
 
-        ``rule`` names the :data:`klpolicy.dynamics.RULES` row (or
-        ``"estimators.fixed_point"``); ``landing`` is ``(policy or None, beta_eff,
-        description)``.
+        ``rule`` names the :data:`klpolicy.dynamics.RULES` row; ``landing`` is
+        ``(policy or None, beta_eff, description)``.
         """
-        beta = o["beta"]
         rule, ro = _rule_of(self.method, o)
-        if rule == "estimators.fixed_point":  # k1 or k2 in the loss
-            pi = fixed_point(ref, reward, beta, estimator=o["estimator"], placement="loss")
-            b = beta if o["estimator"] == "k2" else 0.0
-            why = (
-                "k2 in the loss follows the reverse KL: pi* at beta"
-                if b
-                else "k1 in the loss has no expected gradient: the greedy limit"
-            )
-            return rule, ro, (pi, b, f"{why} (klpolicy.estimators.fixed_point)")
-        land = landing_point(rule, ref, reward, beta, **ro)
+        land = landing_point(rule, ref, reward, o["beta"], **ro)
         pi = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
         return rule, ro, (pi, land.beta_eff, str(land))
 
@@ -266,15 +251,9 @@ def _rule_of(method: str, o: dict) -> tuple[str, dict]:
             "scale_rewards": "group",
             "use_bias_correction_kl": False,
         }
-    est, place = o["estimator"], o["placement"]
-    if place == "reward":
-        if est == "k1":
-            return "rloo", {"num_generations": o["batch_size"], "normalize_advantages": False}
-        return "ppo", {"kl_estimator": est}
-    if est == "k3":
-        return "grpo", {
-            "num_generations": None,
-            "scale_rewards": "none",
-            "use_bias_correction_kl": False,
-        }
-    return "estimators.fixed_point", {"kl_estimator": est, "placement": "loss"}
+    return "reinforce", {
+        "baseline": "loo",
+        "num_generations": o["batch_size"],
+        "kl_estimator": o["estimator"],
+        "placement": o["placement"],
+    }

@@ -35,8 +35,8 @@ class Adapter:
         The row of :data:`klpolicy.dynamics.RULES` whose landing point predicts it, or
         ``"dpo-finite-data"``: the exact optimum of the finite preference dataset
         (:func:`klpolicy.preference.population_optimum` on its counts). For klpolicy's
-        own trainers the row of the default options; the row of the options run is in
-        the result's ``config["rule"]`` (see :mod:`klpolicy.testbed.own`).
+        own trainers the result's ``config`` holds the row's options for the run
+        (see :mod:`klpolicy.testbed.own`).
     config, trainer : str
         TRL's config and trainer class names (``trl.<name>``); empty for klpolicy's own.
     rule_options : tuple of str
@@ -104,7 +104,7 @@ ADAPTERS = {
         train=OwnMethod("exact"),
     ),
     "klpolicy-reinforce": Adapter(
-        rule="rloo",
+        rule="reinforce",
         defaults={
             "beta": 0.5,
             "learning_rate": 1e-2,

@@ -237,3 +237,58 @@ def test_hard_reference_resets_drive_the_effective_beta_to_zero():
 def test_bad_inputs_are_refused_by_name(call, msg):
     with pytest.raises(ValueError, match=__import__("re").escape(msg)):
         call()
+
+
+def _mp_forward_kl_optimum(ref, reward, beta, start):
+    """pi_j = beta ref_j / (lam - r_j), sum pi = 1: lam by mp.findroot from ``start``'s."""
+    with mp.workdps(40):
+        q = [mp.mpf(float(x)) for x in ref]
+        r = [mp.mpf(float(x)) for x in reward]
+        b = mp.mpf(beta)
+        lam = mp.findroot(
+            lambda x: mp.fsum(b * qj / (x - rj) for qj, rj in zip(q, r)) - 1,
+            b * q[0] / mp.mpf(float(start[0])) + r[0],
+        )
+        return [b * qj / (lam - rj) for qj, rj in zip(q, r)]
+
+
+@pytest.mark.parametrize("baseline", ["none", "loo", "mean"])
+@pytest.mark.parametrize(
+    ("estimator", "placement", "kind"),
+    [
+        ("k1", "reward", "pistar"),
+        ("k2", "loss", "pistar"),
+        ("k3", "loss", "forward_kl"),
+        ("k1", "loss", "greedy"),
+        ("k2", "reward", "run_off"),
+        ("k3", "reward", "run_off"),
+    ],
+)
+def test_reinforce_with_an_estimator_lands_where_the_placement_says(
+    baseline, estimator, placement, kind
+):
+    G, beta = 4, 0.7
+    opts = {
+        "baseline": baseline,
+        "num_generations": G,
+        "kl_estimator": estimator,
+        "placement": placement,
+    }
+    lp = landing_point("reinforce", REF, REW, beta, **opts)
+    assert lp.kind == kind
+    # a mean baseline scales the advantage by (G-1)/G; in the loss the KL term is not scaled
+    b = beta * G / (G - 1) if baseline == "mean" and placement == "loss" else beta
+    if kind == "run_off":
+        assert lp.policy is None and "no fixed point" in lp.reason
+        return
+    if kind == "greedy":
+        assert lp.beta_eff == 0.0 and "no expected gradient" in lp.reason
+        return
+    if kind == "pistar":
+        assert lp.beta_eff == pytest.approx(b, rel=1e-15)
+        R.assert_mp_close(lp.policy, R.optimal_policy(REF, REW, b), rtol=1e-12)
+    else:
+        assert lp.beta_eff is None and lp.beta_divergence == pytest.approx(b, rel=1e-15)
+        R.assert_mp_close(lp.policy, _mp_forward_kl_optimum(REF, REW, b, lp.policy), rtol=1e-12)
+    u = expected_update("reinforce", np.log(lp.policy), REF, REW, beta, **opts)
+    assert np.abs(u).max() <= 1e-13

@@ -221,3 +221,56 @@ def test_grpo_update_against_trl_code(scale_rewards, corrected):
     )
     want = _trl_update(th, ref, r, 0.3, 3, scale_rewards, corrected)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+
+
+def _mp_reinforce_update(th, ref, r, beta, G, baseline, estimator, placement):
+    """REINFORCE with a KL estimate k(l), l = log(pi/ref) of the sample, by enumeration.
+
+    In the reward: v = r - beta k(l) (detached), loss -A log pi. In the loss: v = r, loss
+    -A log pi + beta k(l), with d k / d theta = k'(l) (e_y - pi): k1' = 1, k2' = l,
+    k3' = 1 - ref/pi (k3 = ref/pi - 1 + l).
+    """
+    pi = _mp_softmax(th)
+    q = R.normalise(ref)
+    rr = [mp.mpf(float(x)) for x in r]
+    n = len(pi)
+    ell = [mp.log(pi[y] / q[y]) for y in range(n)]
+    value = {"k1": lambda y: ell[y], "k2": lambda y: ell[y] ** 2 / 2}
+    value["k3"] = lambda y: q[y] / pi[y] - 1 + ell[y]
+    slope = {"k1": lambda y: 1, "k2": lambda y: ell[y], "k3": lambda y: 1 - q[y] / pi[y]}
+    total = [mp.mpf(0)] * n
+    for group in itertools.product(range(n), repeat=G):
+        w = mp.fprod(pi[y] for y in group)
+        if placement == "reward":
+            v = [rr[y] - beta * value[estimator](y) for y in group]
+        else:
+            v = [rr[y] for y in group]
+        adv = _mp_advantages(v, baseline, "none", 0)
+        for y, a in zip(group, adv):
+            coef = -a + (beta * slope[estimator](y) if placement == "loss" else 0)
+            for j in range(n):
+                total[j] -= w * coef * ((1 if j == y else 0) - pi[j]) / G
+    return total
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+@pytest.mark.parametrize("placement", ["reward", "loss"])
+@pytest.mark.parametrize("baseline", ["none", "mean", "loo"])
+def test_reinforce_with_an_estimator_against_mpmath_enumeration(estimator, placement, baseline):
+    ref, r, th = CASES[0]
+    got = expected_update(
+        "reinforce",
+        th,
+        ref,
+        r,
+        0.3,
+        baseline=baseline,
+        num_generations=3,
+        kl_estimator=estimator,
+        placement=placement,
+    )
+    want = _mp_reinforce_update(th, ref, r, 0.3, 3, baseline, estimator, placement)
+    R.assert_mp_close(got, want, rtol=1e-12, atol=1e-15)
+    if estimator == "k1" and placement == "reward":  # the row's defaults: as before
+        old = expected_update("reinforce", th, ref, r, 0.3, baseline=baseline, num_generations=3)
+        np.testing.assert_array_equal(got, old)

@@ -90,7 +90,10 @@ def test_short_run_reports_consistent_numbers(trainer, options):
 def test_the_rule_of_each_configuration():
     rules = {
         "klpolicy-exact": ("reinforce", {"baseline": "none"}),
-        "klpolicy-reinforce": ("rloo", {"num_generations": 16, "normalize_advantages": False}),
+        "klpolicy-reinforce": (
+            "reinforce",
+            {"baseline": "loo", "num_generations": 16, "kl_estimator": "k1", "placement": "reward"},
+        ),
         "klpolicy-grpo": (
             "grpo",
             {"num_generations": 2, "scale_rewards": "group", "use_bias_correction_kl": False},
@@ -115,21 +118,20 @@ def test_the_landing_of_each_kl_estimator_and_placement():
         return own.train.prediction(ref, r, o)
 
     star = mp_optimal_policy(ref, r, beta)
-    rule, _, (pi, b, why) = land("k1", "reward")
-    assert rule == "rloo" and b == beta
-    assert_mp_close(pi, star, rtol=1e-12)
-    rule, _, (pi, b, why) = land("k2", "loss")
-    assert rule == "estimators.fixed_point" and b == beta and "reverse KL" in why
-    assert_mp_close(pi, star, rtol=1e-12)
+    for est, place in [("k1", "reward"), ("k2", "loss")]:  # the reverse KL: pi* at beta
+        rule, ro, (pi, b, why) = land(est, place)
+        assert rule == "reinforce" and ro["baseline"] == "loo" and ro["kl_estimator"] == est
+        assert b == beta and "reverse KL" in why
+        assert_mp_close(pi, star, rtol=1e-12)
     rule, _, (pi, b, why) = land("k1", "loss")
-    assert b == 0.0 and "greedy" in why
+    assert b == 0.0 and "no expected gradient" in why
     np.testing.assert_array_equal(pi, fixed_point(ref, r, beta, estimator="k1", placement="loss"))
     rule, _, (pi, b, why) = land("k3", "loss")
-    assert rule == "grpo" and b is None and "forward-KL" in why
+    assert b is None and "forward KL" in why
     assert_mp_close(pi, _mp_forward_kl_optimum(ref, r, beta, pi), rtol=1e-12)
     for est in ("k2", "k3"):  # no interior fixed point in the reward
         rule, _, (pi, b, why) = land(est, "reward")
-        assert rule == "ppo" and pi is None and b is None and "runs off" in why
+        assert pi is None and b is None and "runs off" in why
 
 
 def test_same_seed_same_run():
@@ -211,7 +213,8 @@ def test_cli_runs_klpolicy_trainers(capsys):
     args = ["testbed", "run", "klpolicy-reinforce", "--steps", "2", "--json"]
     assert main([*args, "--estimator", "k3", "--placement", "loss", "--batch-size", "8"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["config"]["rule"] == "grpo" and d["config"]["batch_size"] == 8
+    assert d["config"]["rule"] == "reinforce" and d["config"]["num_generations"] == 8
+    assert d["config"]["kl_estimator"] == "k3" and d["config"]["placement"] == "loss"
     assert len(d["final_law"]) == len(d["predicted"]) == len(d["completions"]) == 7
     assert main(["testbed", "run", "klpolicy-reinforce", "--estimator", "k4"]) == 2
     err = capsys.readouterr().err
