@@ -44,13 +44,14 @@ from klpolicy import optimal_policy
 from klpolicy.core.internal import validation as V
 from klpolicy.dynamics import landing_point
 from klpolicy.dynamics.rules import TRL_STD_EPS
+from klpolicy.estimators import estimator_names
 
 __all__ = ["OwnMethod", "completion_policy"]
 
 #: The most samples a step of a sampled method draws (``batch_size``; ``n_groups``).
 MAX_SAMPLES = 4096
 
-_ESTIMATORS = ("k1", "k2", "k3")
+_ESTIMATORS = estimator_names(kl_only=True)
 
 
 def completion_policy(model, prompt_ids, completions, *, pad_token_id: int = 0):
@@ -127,6 +128,16 @@ class OwnMethod:
     method : str
         The :func:`klpolicy.torch.fit_policy` method: ``"exact"``, ``"reinforce"`` or
         ``"grpo"``.
+
+    Examples
+    --------
+    >>> from klpolicy.testbed import ADAPTERS
+    >>> a = ADAPTERS["klpolicy-reinforce"]
+    >>> o = a.train.check("klpolicy-reinforce", {"estimator": "k3", "placement": "loss"},
+    ...                   a.defaults)
+    >>> rule, options, (policy, beta_eff, why) = a.train.prediction([0.5, 0.5], [1.0, 0.0], o)
+    >>> rule, options["baseline"], beta_eff, policy.round(4)
+    ('reinforce', 'loo', None, array([0.809, 0.191]))
     """
 
     method: str
@@ -230,12 +241,14 @@ class OwnMethod:
         except ValueError as exc:
             if "diverged" not in str(exc):
                 raise
+            laws.append(np.full(len(completions), np.nan))
+        wall = time.perf_counter() - t0
+        final = laws[-1]
+        if not np.isfinite(final).all():
             raise ValueError(
                 f"the run diverged: the policy's law is not finite after {steps} steps; "
                 f"lower `learning_rate` (got {o['learning_rate']!r})"
-            ) from None
-        wall = time.perf_counter() - t0
-        final = laws[-1]
+            )
         kept = {"method": self.method, **o, "rule": rule} | ro
         trained = (np.array(law_steps), np.array(laws), final, wall)
         return trained, (pi, beta_eff, landing, pistar), kept
