@@ -1,4 +1,5 @@
-"""The testbed: real trainers (TRL) train small transformers models whose law is enumerable.
+"""The testbed: real trainers (TRL's, and klpolicy's own) train small transformers models
+whose law is enumerable.
 
 A leaf of klpolicy (nothing else imports it); torch, transformers and TRL are imported
 only when a function needs them (extra ``klpolicy[trl]``).
