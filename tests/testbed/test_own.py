@@ -231,3 +231,16 @@ def test_runs_on_cuda():
         r = run(trainer, steps=2, seed=0, device="cuda")
         assert r.final_law.sum() == pytest.approx(1.0, rel=1e-6)
         assert not np.array_equal(r.final_law, r.ref_law)
+
+
+def test_cuda_without_a_gpu_is_refused_and_a_result_plots(tmp_path):
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"`device` is \"cuda\" but torch .* sees no CUDA"):
+            run("klpolicy-exact", steps=1, seed=0, device="cuda")
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = run("klpolicy-grpo", steps=2, seed=0).plot()
+    assert [ax.get_title() for ax in fig.axes] == ["Distance to the targets", "The final law"]
+    fig.savefig(tmp_path / "run.png")
