@@ -54,6 +54,7 @@ ROWS = [
         "klpolicy-reinforce --estimator k3 --placement reward",
     ),
     ("klpolicy GRPO, G=4, group std", "klpolicy-grpo --num-generations 4"),
+    ("klpolicy PPO, k1 in the reward, 4 epochs", "klpolicy-ppo --estimator k1"),
 ]
 
 

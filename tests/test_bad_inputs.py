@@ -1716,7 +1716,7 @@ def _exact_message_rows():
         out += [
             (
                 lambda: tb.run("trl-ppo", steps=1, seed=0),
-                "`trainer` must be one of 'klpolicy-exact', 'klpolicy-grpo', "
+                "`trainer` must be one of 'klpolicy-exact', 'klpolicy-grpo', 'klpolicy-ppo', "
                 "'klpolicy-reinforce', 'trl-dpo', 'trl-grpo', 'trl-rloo'; got 'trl-ppo'",
             ),
             (  # klpolicy's own trainers: their options, refused before the model is built

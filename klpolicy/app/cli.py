@@ -803,13 +803,13 @@ def _add_testbed_parser(sub) -> None:
     r = tsub.add_parser(
         "run",
         help="run TRAINER (trl-grpo, trl-rloo, trl-dpo, or klpolicy's own klpolicy-exact, "
-        "klpolicy-reinforce, klpolicy-grpo) on the bandit task",
+        "klpolicy-reinforce, klpolicy-ppo, klpolicy-grpo) on the bandit task",
     )
     r.add_argument(
         "trainer",
         metavar="TRAINER",
-        help="trl-grpo, trl-rloo, trl-dpo (TRL's trainers), klpolicy-exact, klpolicy-reinforce "
-        "or klpolicy-grpo (klpolicy.torch's rules on the same model)",
+        help="trl-grpo, trl-rloo, trl-dpo (TRL's trainers), klpolicy-exact, klpolicy-reinforce, "
+        "klpolicy-ppo or klpolicy-grpo (klpolicy.torch's rules on the same model)",
     )
     r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
     r.add_argument(
@@ -824,9 +824,14 @@ def _add_testbed_parser(sub) -> None:
         type=float,
         help="DPO: the Bradley-Terry labels' temperature (default 1)",
     )
-    r.add_argument("--batch-size", type=int, help="klpolicy-reinforce: samples a step (default 16)")
     r.add_argument(
-        "--estimator", help='klpolicy-reinforce: the KL estimator, "k1" (default), "k2" or "k3"'
+        "--batch-size",
+        type=int,
+        help="klpolicy-reinforce, klpolicy-ppo: samples a step (default 16)",
+    )
+    r.add_argument(
+        "--estimator",
+        help='klpolicy-reinforce, klpolicy-ppo: the KL estimator, "k1" (default), "k2" or "k3"',
     )
     r.add_argument(
         "--placement", help='klpolicy-reinforce: the KL "reward" (default, detached) or "loss"'

@@ -23,6 +23,13 @@ Methods (``"klpolicy-<method>"`` in :data:`klpolicy.testbed.ADAPTERS`)
     k1 in the reward and k2 in the loss land at :math:`\pi^*_\beta`, k3 in the loss at
     the forward-KL optimum, k1 in the loss goes greedy, and k2 or k3 in the reward have
     no interior fixed point (no prediction).
+``ppo``
+    ``batch_size`` samples a step, the estimator ``estimator`` folded into the reward, a
+    leave-one-out baseline of the shaped rewards, ``epochs`` optimiser steps on the batch
+    with the ratio clipped at ``1 +- clip``: the ``"ppo"`` row with the same
+    ``kl_estimator`` (its value baseline and the leave-one-out one have the same expected
+    step; on-policy the clip is inactive and the later epochs share its zeros). k1 lands at
+    :math:`\pi^*_\beta`; k2 and k3 have no interior fixed point.
 ``grpo``
     ``n_groups`` groups of ``num_generations`` samples a step, advantages
     ``(r - mean) / (std + 1e-4)`` with the unbiased group std, k3 in the loss without a
@@ -126,8 +133,8 @@ class OwnMethod:
     Attributes
     ----------
     method : str
-        The :func:`klpolicy.torch.fit_policy` method: ``"exact"``, ``"reinforce"`` or
-        ``"grpo"``.
+        The :func:`klpolicy.torch.fit_policy` method: ``"exact"``, ``"reinforce"``,
+        ``"ppo"`` or ``"grpo"``.
 
     Examples
     --------
@@ -146,8 +153,9 @@ class OwnMethod:
         """The caller's options over ``defaults``, each checked (an unknown one refused).
 
         ``beta`` must be positive (as in :func:`klpolicy.torch.fit_policy`);
-        ``batch_size`` in ``[2, 4096]``, ``n_groups`` in ``[1, 4096]``, ``estimator`` one
-        of k1, k2, k3 and ``placement`` ``"reward"`` or ``"loss"``.
+        ``batch_size`` in ``[2, 4096]``, ``n_groups`` and ``epochs`` in ``[1, 4096]``,
+        ``clip`` positive, ``estimator`` one of k1, k2, k3 and ``placement`` ``"reward"``
+        or ``"loss"``.
         """
         unknown = sorted(set(options) - set(defaults))
         if unknown:
@@ -160,8 +168,11 @@ class OwnMethod:
         o["learning_rate"] = V.as_positive_scalar("learning_rate", o["learning_rate"])
         if "batch_size" in o:
             o["batch_size"] = V.as_count("batch_size", o["batch_size"], lo=2, hi=MAX_SAMPLES)
-        if "n_groups" in o:
-            o["n_groups"] = V.as_count("n_groups", o["n_groups"], lo=1, hi=MAX_SAMPLES)
+        for name in ("n_groups", "epochs"):
+            if name in o:
+                o[name] = V.as_count(name, o[name], lo=1, hi=MAX_SAMPLES)
+        if "clip" in o:
+            o["clip"] = V.as_positive_scalar("clip", o["clip"])
         if "num_generations" in o:
             o["num_generations"] = V.as_count(
                 "num_generations", o["num_generations"], lo=2, hi=MAX_SAMPLES
@@ -176,6 +187,8 @@ class OwnMethod:
         """The :func:`klpolicy.torch.fit_policy` options of checked testbed options ``o``."""
         if self.method == "reinforce":
             return {k: o[k] for k in ("batch_size", "estimator", "placement")}
+        if self.method == "ppo":
+            return {k: o[k] for k in ("batch_size", "estimator", "epochs", "clip")}
         if self.method == "grpo":
             return {
                 "group_size": o["num_generations"],
@@ -258,6 +271,8 @@ def _rule_of(method: str, o: dict) -> tuple[str, dict]:
     """The dynamics row (and its options) whose expected step is ``method``'s at ``o``."""
     if method == "exact":
         return "reinforce", {"baseline": "none"}
+    if method == "ppo":
+        return "ppo", {"kl_estimator": o["estimator"]}
     if method == "grpo":
         return "grpo", {
             "num_generations": o["num_generations"],

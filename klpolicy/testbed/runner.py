@@ -114,6 +114,18 @@ ADAPTERS = {
         },
         train=OwnMethod("reinforce"),
     ),
+    "klpolicy-ppo": Adapter(
+        rule="ppo",
+        defaults={
+            "beta": 0.5,
+            "learning_rate": 1e-2,
+            "batch_size": 16,
+            "estimator": "k1",
+            "epochs": 4,
+            "clip": 0.2,
+        },
+        train=OwnMethod("ppo"),
+    ),
     "klpolicy-grpo": Adapter(
         rule="grpo",
         defaults={"beta": 0.5, "learning_rate": 1e-2, "num_generations": 2, "n_groups": 8},
@@ -498,7 +510,8 @@ def run(
     ----------
     trainer : str
         A name in :data:`ADAPTERS`: TRL's ``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``, or
-        klpolicy's own ``"klpolicy-exact"``, ``"klpolicy-reinforce"``, ``"klpolicy-grpo"``
+        klpolicy's own ``"klpolicy-exact"``, ``"klpolicy-reinforce"``, ``"klpolicy-ppo"``,
+        ``"klpolicy-grpo"``
         (:mod:`klpolicy.testbed.own`: :mod:`klpolicy.torch`'s update rules on the same model).
     task : Task, optional
         The task; :func:`bandit_task` by default.
@@ -525,7 +538,8 @@ def run(
         adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
         and ``bt_temperature``, default 1). klpolicy's own trainers take ``beta`` (> 0) and
         ``learning_rate``; ``"klpolicy-reinforce"`` also ``batch_size``, ``estimator`` and
-        ``placement``, ``"klpolicy-grpo"`` ``num_generations`` and ``n_groups``
+        ``placement``, ``"klpolicy-ppo"`` ``batch_size``, ``estimator``, ``epochs`` and
+        ``clip``, ``"klpolicy-grpo"`` ``num_generations`` and ``n_groups``
         (:attr:`Adapter.defaults` lists them with their defaults).
 
     Returns
@@ -542,7 +556,7 @@ def run(
         ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
         the dynamics rule does not know, ``pairs`` below 1, a ``bt_temperature`` that is
         not positive and finite, a klpolicy trainer's ``beta`` of 0 or bad ``estimator``,
-        ``placement``, ``batch_size`` or ``n_groups``, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
+        ``placement``, ``batch_size``, ``n_groups``, ``epochs`` or ``clip``, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
         without a GPU), or a preference dataset whose comparisons do not connect every
         response. After training: a law that is not finite (the run diverged).
     RuntimeError

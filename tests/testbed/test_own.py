@@ -24,7 +24,7 @@ from klpolicy.testbed.own import completion_policy
 from .._mpref import assert_mp_close
 from .._mpref import optimal_policy as mp_optimal_policy
 
-OWN = ("klpolicy-exact", "klpolicy-reinforce", "klpolicy-grpo")
+OWN = ("klpolicy-exact", "klpolicy-reinforce", "klpolicy-ppo", "klpolicy-grpo")
 
 
 def _mp_forward_kl_optimum(ref, reward, beta, start):
@@ -64,6 +64,7 @@ def test_completion_policy_is_the_enumerated_law_and_differentiable():
         ("klpolicy-exact", {}),
         ("klpolicy-reinforce", {}),
         ("klpolicy-reinforce", {"estimator": "k3", "placement": "loss"}),
+        ("klpolicy-ppo", {"epochs": 2}),
         ("klpolicy-grpo", {"num_generations": 4}),
     ],
 )
@@ -94,6 +95,7 @@ def test_the_rule_of_each_configuration():
             "reinforce",
             {"baseline": "loo", "num_generations": 16, "kl_estimator": "k1", "placement": "reward"},
         ),
+        "klpolicy-ppo": ("ppo", {"kl_estimator": "k1"}),
         "klpolicy-grpo": (
             "grpo",
             {"num_generations": 2, "scale_rewards": "group", "use_bias_correction_kl": False},
@@ -196,6 +198,8 @@ def test_k3_in_the_loss_lands_at_the_forward_kl_optimum_not_pistar():
         ),
         ("klpolicy-reinforce", {"batch_size": 1}, "`batch_size` must be an integer >= 2; got 1"),
         ("klpolicy-grpo", {"n_groups": 0}, "`n_groups` must be an integer >= 1; got 0"),
+        ("klpolicy-ppo", {"epochs": 0}, "`epochs` must be an integer >= 1; got 0"),
+        ("klpolicy-ppo", {"clip": 0.0}, "`clip` must be a positive finite number; got 0.0"),
         (
             "klpolicy-grpo",
             {"num_generations": 1},
@@ -244,3 +248,6 @@ def test_cuda_without_a_gpu_is_refused_and_a_result_plots(tmp_path):
     fig = run("klpolicy-grpo", steps=2, seed=0).plot()
     assert [ax.get_title() for ax in fig.axes] == ["Distance to the targets", "The final law"]
     fig.savefig(tmp_path / "run.png")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
