@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import monotone_root, special
 from ..core.internal import validation as V
+from ._inputs import as_pair_law, as_preference_matrix
 from .fdpo import (
     DEFAULT_TRL_VERSION,
     _as_clamp,
@@ -362,8 +363,8 @@ def _robust_denoised(ref, preferences, mu, e: float):
     of the robust kernel needs q strictly inside), else None.
     """
     n = ref.shape[-1]
-    p = V.as_preference_matrix("preferences", preferences, n)
-    joint = V.as_pair_law(mu, ref)
+    p = as_preference_matrix("preferences", preferences, n)
+    joint = as_pair_law(mu, ref)
     drawn = ((joint + joint.T) > 0) & ~np.eye(n, dtype=bool) & np.outer(ref > 0, ref > 0)
     bad = drawn & ((p < e) | (p > 1 - e))
     if bad.any():
@@ -1217,7 +1218,7 @@ def population_optimum(
         # one code path with ipo_optimum; the loss leaves the mass of outcomes the pairs
         # never connect free, which ipo_optimum's closed form (the objective's maximiser)
         # would fix silently: refuse those here, as for every margin loss
-        joint = V.as_pair_law(mu, ref_a)
+        joint = as_pair_law(mu, ref_a)
         _check_connected(joint + joint.T, np.flatnonzero(support))
         return ipo_optimum(ref_a, preferences, b, mu=mu)
     if not row.margin_only:
@@ -1285,8 +1286,8 @@ def _per_outcome_optimum(name, ref_a, preferences, mu, w, b, o):
             f"loss {name!r} (its population loss depends on beta, not only on a scale, "
             f"and 1 / beta overflows); got {float(b)!r}"
         )
-    joint = V.as_pair_law(mu, ref_a)
-    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    joint = as_pair_law(mu, ref_a)
+    p = as_preference_matrix("preferences", preferences, ref_a.shape[-1])
     with np.errstate(invalid="ignore"):
         terms = (joint + joint.T) * (p - p.T)
     skew = np.array([math.fsum(t) for t in terms.tolist()])
@@ -1374,8 +1375,8 @@ def optimum_set(
     o = row.resolve_options(options)
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
-    joint = V.as_pair_law(mu, ref_a)
+    p = as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    joint = as_pair_law(mu, ref_a)
     n = ref_a.size
     support = ref_a > 0
     sym = joint + joint.T
@@ -1548,9 +1549,9 @@ def compare_losses(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     # checked here, not only inside each loss's solve (whose errors become a row's status)
-    V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    as_preference_matrix("preferences", preferences, ref_a.shape[-1])
     if mu is not None:
-        V.as_pair_law(mu, ref_a)
+        as_pair_law(mu, ref_a)
     support = ref_a > 0
     if reward is not None:
         r = V.as_rewards("reward", reward)
