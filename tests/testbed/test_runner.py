@@ -303,6 +303,10 @@ def test_grpo_on_several_prompts_reports_each_prompts_law_and_the_mean_distances
         kl = float(kl_divergence(r.final_law[x], r.predicted[x]))
         assert r.kl_to_predicted_by_prompt[x] == pytest.approx(kl, rel=1e-12)
     assert r.predicted_beta_eff == pytest.approx(1.0, rel=1e-12)
+    assert r.landing.startswith("after each prompt, grpo lands at pi* at beta_eff = 1: ")
+    kls = ", ".join(f"{p!r} {float(kl_divergence(q, r.ref_law[x])):.4g}"
+                    for x, (p, q) in enumerate(zip(r.prompts, r.predicted)))  # fmt: skip
+    assert r.landing.endswith(f"(KL to the reference: {kls} nats)")
     # the distances reported are the prompts' mean (uniform weights)
     assert r.kl_to_predicted == pytest.approx(np.mean(r.kl_to_predicted_by_prompt), rel=1e-12)
     assert r.kl_to_pistar == pytest.approx(np.mean(r.kl_to_pistar_by_prompt), rel=1e-12)
