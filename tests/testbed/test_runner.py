@@ -367,9 +367,12 @@ def test_cli_task_choice(capsys):
 @pytest.mark.slow
 def test_grpo_on_several_prompts_lands_at_twice_beta():
     # issue 38 item 5's criterion, prompt-averaged: nearer the predicted point (pi* at
-    # 2 beta after each prompt) than pi*(beta), and under half the reference's distance
+    # 2 beta after each prompt) than pi*(beta), and under half the reference's distance.
+    # measured (seed 0): KL to predicted 8.8e-4 (9.5e-4, 8.4e-4, 8.4e-4 by prompt), to
+    # pi*(beta) 0.089, reference to predicted 0.072; beta_fit 0.973
     r = run("trl-grpo", prompts_task(), steps=300, seed=0, num_generations=2,
             scale_rewards="none")  # fmt: skip
     assert r.kl_to_predicted < r.kl_to_pistar
     assert r.kl_to_predicted < r.kl_ref_to_predicted / 2
-    assert np.all(r.kl_to_predicted_by_prompt < r.kl_to_pistar_by_prompt)
+    assert np.all(r.kl_to_predicted_by_prompt < r.kl_to_pistar_by_prompt / 10)
+    assert r.beta_fit == pytest.approx(1.0, rel=0.1)
