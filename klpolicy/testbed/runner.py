@@ -441,7 +441,7 @@ def _quiet():
 MAX_GENERATIONS = 4096
 #: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
 MAX_SEED = 2**32 - 1
-#: The most preference pairs a DPO run draws (its dataset is held in memory).
+#: The most preference pairs a DPO run draws per prompt (its dataset is held in memory).
 MAX_PAIRS = 10**6
 
 
