@@ -829,215 +829,6 @@ def _discopop_nonfinite(x, bad, got, o):
 _SIGMOID_MARGIN = MarginKernel(_sigmoid_phi, _sigmoid_d1, _sigmoid_d2, _logit_margin)
 
 
-def _build() -> dict[str, PairLoss]:
-    rows = (
-        _margin_row(
-            name="sigmoid",
-            formula=r"(1-\varepsilon)\,\mathrm{sp}(-x) + \varepsilon\,\mathrm{sp}(x)",
-            margin=_SIGMOID_MARGIN,
-            options=(_EPS_SIGMOID,),
-            population_loss=P.on_scores(P.smoothed_dpo_sum),
-            optimum=P.margin_optimum(P.dpo_solve),
-            reference="Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: "
-            "Mitchell, 2023, https://ericmitchell.ai/cdpo.pdf (cDPO)",
-            notes="label_smoothing is cDPO's flip rate, as TRL 0.1x applies it to sigmoid; TRL "
-            "1.x ignores label_smoothing for sigmoid (observed with TRL 1.16.0): compare it at "
-            "label_smoothing=0",
-        ),
-        _margin_row(
-            name="hinge",
-            formula=r"\max(0,\,1 - x)",
-            margin=MarginKernel(_hinge_phi, _hinge_d1, _hinge_d2, _logit_margin),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.margin_optimum(P.hinge_solve),
-            minimiser_ranges=P.hinge_ranges,
-            mistakes=_hinge_mistakes(),
-            reference="Zhao et al., 2023, arXiv:2305.10425 (SLiC-HF)",
-            notes="piecewise linear: the population minimiser can be a set",
-        ),
-        _margin_row(
-            name="ipo",
-            formula=r"\big(h - \tfrac{1}{2\beta}\big)^2",
-            pair=PairKernel(_ipo_ell, _ipo_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.margin_optimum(P.ipo_solve),
-            mistakes=_IPO_MISTAKES,
-            reference="Azar et al., 2023, arXiv:2310.12036, eq. (17); TRL's beta is the "
-            "paper's tau",
-        ),
-        _margin_row(
-            name="exo_pair",
-            formula=r"\sigma(x)\big(\log\sigma(x) - \log(1-\epsilon)\big)"
-            r" + \sigma(-x)\big(\log\sigma(-x) - \log\epsilon\big)",
-            margin=MarginKernel(_exo_phi, _exo_d1, _exo_d2, _exo_margin),
-            options=(
-                LossOption(
-                    "epsilon",
-                    1e-3,
-                    0.0,
-                    1.0,
-                    low_open=True,
-                    high_open=True,
-                    doc="TRL's label_smoothing, replaced by 1e-3 when 0",
-                ),
-            ),
-            population_loss=P.on_scores(P.pair_sum),
-            # its infimum is attained: scores never run off to infinity
-            optimum=P.margin_optimum(P.newton_solve(runaway=False)),
-            reference="Ji et al., 2024, arXiv:2402.00856 (EXO), eq. (16)",
-            notes="TRL passes label_smoothing as epsilon and substitutes 1e-3 for 0",
-        ),
-        _pair_row(
-            name="nca_pair",
-            formula=r"\mathrm{sp}(-\beta a) + \tfrac12\mathrm{sp}(\beta a)"
-            r" + \tfrac12\mathrm{sp}(\beta b)",
-            pair=PairKernel(_nca_ell, _nca_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.per_outcome_optimum,
-            per_outcome=P.NCAOutcomes,
-            f_divergence=_REFUSED_SCORES,
-            reference="Chen et al., 2024, arXiv:2402.05369 (NCA)",
-        ),
-        _margin_row(
-            name="robust",
-            formula=r"\frac{(1-\varepsilon)\,\mathrm{sp}(-x) - \varepsilon\,\mathrm{sp}(x)}"
-            r"{1-2\varepsilon}",
-            margin=MarginKernel(_robust_phi, _robust_d1, _sigmoid_d2, _robust_margin),
-            options=(_EPS_ROBUST,),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.margin_optimum(P.robust_solve(_SIGMOID_MARGIN)),
-            reference=_RDPO,
-            notes="unbiased for labels flipped with probability label_smoothing",
-        ),
-        _pair_row(
-            name="bco_pair",
-            formula=r"\mathrm{sp}(\delta - \beta a) + \mathrm{sp}(\beta b - \delta)",
-            pair=PairKernel(_bco_ell, _bco_grad),
-            options=(
-                LossOption(
-                    "delta",
-                    0.0,
-                    # beyond 2**53 the margin delta - beta a keeps none of its O(1) part
-                    -(2.0**53),
-                    2.0**53,
-                    False,
-                    False,
-                    doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
-                ),
-            ),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.per_outcome_optimum,
-            per_outcome=P.BCOOutcomes,
-            f_divergence=_REFUSED_SCORES,
-            reference="Jung et al., 2024, arXiv:2404.04656 (BCO)",
-            notes="TRL's delta is a running mean of the batch means of beta a and beta b; its "
-            "population value is beta E_W[(a + b) / 2]",
-        ),
-        _pair_row(
-            name="sppo_hard",
-            formula=r"\big(a - \tfrac{1}{2\beta}\big)^2 + \big(b + \tfrac{1}{2\beta}\big)^2",
-            pair=PairKernel(_sppo_ell, _sppo_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.per_outcome_optimum,
-            per_outcome=P.QuadraticOutcomes,
-            f_divergence=_REFUSED_SCORES,
-            reference="Wu et al., 2024, arXiv:2405.00675 (SPPO), eq. (4.7) with hard labels",
-        ),
-        _sorting_row(
-            name="aot",
-            paired=False,
-            formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
-            r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
-            r"\ \delta_k = \mathrm{sort}(\log\tfrac{\pi(y_w)}{\pi(y_l)})_k"
-            r" - \mathrm{sort}(\log\tfrac{\pi_{ref}(y_w)}{\pi_{ref}(y_l)})_k",
-            options=(_EPS_DPO,),
-            reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT)",
-            notes="sorts along the batch axis 0",
-        ),
-        _sorting_row(
-            name="aot_pair",
-            paired=True,
-            formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
-            r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
-            r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
-            options=(_EPS_DPO,),
-            reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, paired)",
-            notes="sorts along the batch axis 0",
-        ),
-        _sorting_row(
-            name="aot_unpaired",
-            paired=True,
-            formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
-            r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
-            r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
-            options=(_EPS_DPO,),
-            reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, unpaired)",
-            notes="TRL's current name for aot_pair (the same loss; aot_pair is kept as the old "
-            "name); sorts along the batch axis 0",
-        ),
-        _pair_row(
-            name="apo_zero",
-            formula=r"1 - \sigma(\beta a) + \sigma(\beta b)",
-            pair=PairKernel(_apo_zero_ell, _apo_zero_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.refused_optimum,
-            no_optimum=_NOT_CONVEX,
-            f_divergence=_REFUSED_INPUTS,
-            reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (7)",
-        ),
-        _pair_row(
-            name="apo_down",
-            formula=r"\sigma(\beta a) + 1 - \sigma(\beta(a - b))",
-            pair=PairKernel(_apo_down_ell, _apo_down_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.refused_optimum,
-            no_optimum=_NOT_CONVEX,
-            f_divergence=("refused", "unmodelled"),
-            reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (8)",
-        ),
-        _margin_row(
-            name="discopop",
-            formula=r"(1 - m)\,\mathrm{sp}(-x) + m\,e^{-x},\ m = \sigma(x/\tau)",
-            margin=MarginKernel(_disco_phi, _disco_d1, _disco_d2, _logit_margin),
-            options=(LossOption("tau", 0.05, 0.0, math.inf, True, True, doc="TRL's discopop_tau"),),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.margin_optimum(P.newton_solve(), check=P.discopop_tau_check),
-            nonfinite_hint=_discopop_nonfinite,
-            reference="Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
-        ),
-        _likelihood_row(),
-        _pair_row(
-            name="sigmoid_norm",
-            formula=r"\mathrm{sp}\big(-\beta\,[a / L_w - b / L_l]\big)",
-            pair=PairKernel(_norm_ell, _norm_grad),
-            options=(
-                _LengthsOption("lengths", None, 0.0, math.inf, True, True, doc="response lengths"),
-            ),
-            population_loss=P.on_scores(P.length_normalised_sum),
-            optimum=P.length_normalised_optimum,
-            length_normalised=True,
-            reference="Lambert et al., 2024, arXiv:2411.15124 (Tulu 3), sec. 5.1.2, eq. (6); TRL "
-            "loss_type='sigmoid_norm' (huggingface/trl#5406, merged 2026-03-30)",
-            notes="DPO's sigmoid loss on the length-normalised log-ratios a / L_w, b / L_l. Pair "
-            "form: lengths=(L_w, L_l), each broadcasting with the pairs; population_loss and "
-            "population_optimum take one length per outcome (shape of ref)",
-        ),
-        _pair_row(
-            name="chi_po",
-            formula=r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
-            pair=PairKernel(_chipo_ell, _chipo_grad),
-            population_loss=P.on_scores(P.pair_sum),
-            optimum=P.fixed_link_optimum,
-            score_divergence="chi2_kl",
-            reference="Huang et al., 2024, arXiv:2407.13399 (chi-PO), without the paper's clip "
-            "of the margin at 2 R_max",
-            notes="DPO's sigmoid loss on chi-PO's link t + log t (t = e^a): f-DPO with the "
-            "chi2_kl row of klpolicy.DIVERGENCES; not a TRL loss_type",
-        ),
-    )
-    return {r.name: r for r in rows}
-
-
 def _likelihood_row() -> PairLoss:
     """``sft``: the chosen response's negative log-likelihood (no divergence enters)."""
     value, gradient = _make_sft()
@@ -1059,7 +850,214 @@ def _likelihood_row() -> PairLoss:
     )
 
 
-LOSSES: Mapping[str, PairLoss] = MappingProxyType(_build())
+# the rows, in TRL's order of loss_type values (then sigmoid_norm and chi_po)
+_ROWS: tuple[PairLoss, ...] = (
+    _margin_row(
+        name="sigmoid",
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-x) + \varepsilon\,\mathrm{sp}(x)",
+        margin=_SIGMOID_MARGIN,
+        options=(_EPS_SIGMOID,),
+        population_loss=P.on_scores(P.smoothed_dpo_sum),
+        optimum=P.margin_optimum(P.dpo_solve),
+        reference="Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: "
+        "Mitchell, 2023, https://ericmitchell.ai/cdpo.pdf (cDPO)",
+        notes="label_smoothing is cDPO's flip rate, as TRL 0.1x applies it to sigmoid; TRL "
+        "1.x ignores label_smoothing for sigmoid (observed with TRL 1.16.0): compare it at "
+        "label_smoothing=0",
+    ),
+    _margin_row(
+        name="hinge",
+        formula=r"\max(0,\,1 - x)",
+        margin=MarginKernel(_hinge_phi, _hinge_d1, _hinge_d2, _logit_margin),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.hinge_solve),
+        minimiser_ranges=P.hinge_ranges,
+        mistakes=_hinge_mistakes(),
+        reference="Zhao et al., 2023, arXiv:2305.10425 (SLiC-HF)",
+        notes="piecewise linear: the population minimiser can be a set",
+    ),
+    _margin_row(
+        name="ipo",
+        formula=r"\big(h - \tfrac{1}{2\beta}\big)^2",
+        pair=PairKernel(_ipo_ell, _ipo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.ipo_solve),
+        mistakes=_IPO_MISTAKES,
+        reference="Azar et al., 2023, arXiv:2310.12036, eq. (17); TRL's beta is the paper's tau",
+    ),
+    _margin_row(
+        name="exo_pair",
+        formula=r"\sigma(x)\big(\log\sigma(x) - \log(1-\epsilon)\big)"
+        r" + \sigma(-x)\big(\log\sigma(-x) - \log\epsilon\big)",
+        margin=MarginKernel(_exo_phi, _exo_d1, _exo_d2, _exo_margin),
+        options=(
+            LossOption(
+                "epsilon",
+                1e-3,
+                0.0,
+                1.0,
+                low_open=True,
+                high_open=True,
+                doc="TRL's label_smoothing, replaced by 1e-3 when 0",
+            ),
+        ),
+        population_loss=P.on_scores(P.pair_sum),
+        # its infimum is attained: scores never run off to infinity
+        optimum=P.margin_optimum(P.newton_solve(runaway=False)),
+        reference="Ji et al., 2024, arXiv:2402.00856 (EXO), eq. (16)",
+        notes="TRL passes label_smoothing as epsilon and substitutes 1e-3 for 0",
+    ),
+    _pair_row(
+        name="nca_pair",
+        formula=r"\mathrm{sp}(-\beta a) + \tfrac12\mathrm{sp}(\beta a)"
+        r" + \tfrac12\mathrm{sp}(\beta b)",
+        pair=PairKernel(_nca_ell, _nca_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.NCAOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Chen et al., 2024, arXiv:2402.05369 (NCA)",
+    ),
+    _margin_row(
+        name="robust",
+        formula=r"\frac{(1-\varepsilon)\,\mathrm{sp}(-x) - \varepsilon\,\mathrm{sp}(x)}"
+        r"{1-2\varepsilon}",
+        margin=MarginKernel(_robust_phi, _robust_d1, _sigmoid_d2, _robust_margin),
+        options=(_EPS_ROBUST,),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.robust_solve(_SIGMOID_MARGIN)),
+        reference=_RDPO,
+        notes="unbiased for labels flipped with probability label_smoothing",
+    ),
+    _pair_row(
+        name="bco_pair",
+        formula=r"\mathrm{sp}(\delta - \beta a) + \mathrm{sp}(\beta b - \delta)",
+        pair=PairKernel(_bco_ell, _bco_grad),
+        options=(
+            LossOption(
+                "delta",
+                0.0,
+                # beyond 2**53 the margin delta - beta a keeps none of its O(1) part
+                -(2.0**53),
+                2.0**53,
+                False,
+                False,
+                doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
+            ),
+        ),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.BCOOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Jung et al., 2024, arXiv:2404.04656 (BCO)",
+        notes="TRL's delta is a running mean of the batch means of beta a and beta b; its "
+        "population value is beta E_W[(a + b) / 2]",
+    ),
+    _pair_row(
+        name="sppo_hard",
+        formula=r"\big(a - \tfrac{1}{2\beta}\big)^2 + \big(b + \tfrac{1}{2\beta}\big)^2",
+        pair=PairKernel(_sppo_ell, _sppo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.QuadraticOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Wu et al., 2024, arXiv:2405.00675 (SPPO), eq. (4.7) with hard labels",
+    ),
+    _sorting_row(
+        name="aot",
+        paired=False,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(\log\tfrac{\pi(y_w)}{\pi(y_l)})_k"
+        r" - \mathrm{sort}(\log\tfrac{\pi_{ref}(y_w)}{\pi_{ref}(y_l)})_k",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT)",
+        notes="sorts along the batch axis 0",
+    ),
+    _sorting_row(
+        name="aot_pair",
+        paired=True,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, paired)",
+        notes="sorts along the batch axis 0",
+    ),
+    _sorting_row(
+        name="aot_unpaired",
+        paired=True,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+        r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, unpaired)",
+        notes="TRL's current name for aot_pair (the same loss; aot_pair is kept as the old "
+        "name); sorts along the batch axis 0",
+    ),
+    _pair_row(
+        name="apo_zero",
+        formula=r"1 - \sigma(\beta a) + \sigma(\beta b)",
+        pair=PairKernel(_apo_zero_ell, _apo_zero_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.refused_optimum,
+        no_optimum=_NOT_CONVEX,
+        f_divergence=_REFUSED_INPUTS,
+        reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (7)",
+    ),
+    _pair_row(
+        name="apo_down",
+        formula=r"\sigma(\beta a) + 1 - \sigma(\beta(a - b))",
+        pair=PairKernel(_apo_down_ell, _apo_down_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.refused_optimum,
+        no_optimum=_NOT_CONVEX,
+        f_divergence=("refused", "unmodelled"),
+        reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (8)",
+    ),
+    _margin_row(
+        name="discopop",
+        formula=r"(1 - m)\,\mathrm{sp}(-x) + m\,e^{-x},\ m = \sigma(x/\tau)",
+        margin=MarginKernel(_disco_phi, _disco_d1, _disco_d2, _logit_margin),
+        options=(LossOption("tau", 0.05, 0.0, math.inf, True, True, doc="TRL's discopop_tau"),),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.newton_solve(), check=P.discopop_tau_check),
+        nonfinite_hint=_discopop_nonfinite,
+        reference="Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
+    ),
+    _likelihood_row(),
+    _pair_row(
+        name="sigmoid_norm",
+        formula=r"\mathrm{sp}\big(-\beta\,[a / L_w - b / L_l]\big)",
+        pair=PairKernel(_norm_ell, _norm_grad),
+        options=(
+            _LengthsOption("lengths", None, 0.0, math.inf, True, True, doc="response lengths"),
+        ),
+        population_loss=P.on_scores(P.length_normalised_sum),
+        optimum=P.length_normalised_optimum,
+        length_normalised=True,
+        reference="Lambert et al., 2024, arXiv:2411.15124 (Tulu 3), sec. 5.1.2, eq. (6); TRL "
+        "loss_type='sigmoid_norm' (huggingface/trl#5406, merged 2026-03-30)",
+        notes="DPO's sigmoid loss on the length-normalised log-ratios a / L_w, b / L_l. Pair "
+        "form: lengths=(L_w, L_l), each broadcasting with the pairs; population_loss and "
+        "population_optimum take one length per outcome (shape of ref)",
+    ),
+    _pair_row(
+        name="chi_po",
+        formula=r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
+        pair=PairKernel(_chipo_ell, _chipo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.fixed_link_optimum,
+        score_divergence="chi2_kl",
+        reference="Huang et al., 2024, arXiv:2407.13399 (chi-PO), without the paper's clip "
+        "of the margin at 2 R_max",
+        notes="DPO's sigmoid loss on chi-PO's link t + log t (t = e^a): f-DPO with the "
+        "chi2_kl row of klpolicy.DIVERGENCES; not a TRL loss_type",
+    ),
+)
+
+
+LOSSES: Mapping[str, PairLoss] = MappingProxyType({r.name: r for r in _ROWS})
 """The pair losses by TRL ``loss_type``: a read-only mapping of :class:`PairLoss` rows.
 
 ``LOSSES["sigmoid"]`` follows TRL 0.1x's ``label_smoothing`` (cDPO's label-flip rate);
