@@ -462,7 +462,7 @@ def f_population_optimum(
         row, a, c = resolve_divergence(_LOG_RATIO.name, None)
         clamp = None  # TRL returns the log-ratio itself there, unclamped
         if lengths is None:
-            return f_optimal_policy(ref, x, beta, divergence="reverse_kl")
+            return f_optimal_policy(ref, x, beta, divergence=row.name)
     if lengths is None:
         pi = f_optimal_policy(ref, x, c * beta, divergence=row.name, alpha=a)
     else:
