@@ -292,6 +292,12 @@ def _robust_margin(p, o):
     return special.logit(np.clip((p - e) / (1 - 2 * e), 1e-300, 1 - 1e-16))
 
 
+def _hinge_margin(p, o):
+    """hinge: sign(2 p - 1), the exact minimiser of p max(0, 1 - x) + (1 - p) max(0, 1 + x)
+    (any x in [-1, 1] at p = 1/2: 0)."""
+    return np.sign(2 * p - 1)
+
+
 def _exo_margin(p, o):
     """exo_pair: (2 p - 1) log((1 - e) / e), the start of the Newton descent."""
     e = o["epsilon"]
@@ -868,7 +874,7 @@ _ROWS: tuple[PairLoss, ...] = (
     _margin_row(
         name="hinge",
         formula=r"\max(0,\,1 - x)",
-        margin=MarginKernel(_hinge_phi, _hinge_d1, _hinge_d2, _logit_margin),
+        margin=MarginKernel(_hinge_phi, _hinge_d1, _hinge_d2, _hinge_margin),
         population_loss=P.on_scores(P.pair_sum),
         optimum=P.margin_optimum(P.hinge_solve),
         minimiser_ranges=P.hinge_ranges,
