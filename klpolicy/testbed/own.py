@@ -62,7 +62,7 @@ _ESTIMATORS = estimator_names(kl_only=True)
 
 
 def completion_policy(model, prompt_ids, completions, *, pad_token_id: int = 0):
-    r"""A causal LM's exact law over given completions, as a differentiable module.
+    r"""A causal LM's exact law over given completions after each prompt, as a module.
 
     .. math::
 
@@ -73,10 +73,11 @@ def completion_policy(model, prompt_ids, completions, *, pad_token_id: int = 0):
     model : transformers causal LM
         Called as ``model(input_ids=..., attention_mask=...)``; it becomes the module's
         only submodule (``parameters()`` are the model's).
-    prompt_ids : sequence of int
-        The prompt.
+    prompt_ids : sequence of sequence of int
+        The prompts' token ids, one list per prompt (as :meth:`Task.prompt_ids` gives them).
     completions : sequence of tuple of int
-        The completions (e.g. :attr:`klpolicy.testbed.SequenceLaw.completions`).
+        The completions (e.g. :attr:`klpolicy.testbed.SequenceLaw.completions`), the same
+        after every prompt.
     pad_token_id : int, optional
         What fills the batch after a short completion (causal attention: never read by
         its own tokens).
@@ -84,44 +85,51 @@ def completion_policy(model, prompt_ids, completions, *, pad_token_id: int = 0):
     Returns
     -------
     torch.nn.Module
-        ``log_probs()``: a ``(1, n)`` float64 tensor, differentiable in the model's
-        weights; one forward pass of the ``n`` completions after the prompt.
+        ``log_probs()``: a ``(P, n)`` float64 tensor, row ``x`` the law after prompt ``x``,
+        differentiable in the model's weights; one forward pass of the ``n`` completions
+        per prompt (teacher-forced, the log-softmax in float64). Its token tensors live on
+        the model's device at construction.
 
     Examples
     --------
     >>> from klpolicy.testbed import bandit_task, sequence_law
     >>> t = bandit_task()
     >>> m = t.model()
-    >>> law = sequence_law(m, t.prompt_ids(), max_new_tokens=1)
+    >>> law = sequence_law(m, t.prompt_ids()[0], max_new_tokens=1)
     >>> lp = completion_policy(m, t.prompt_ids(), law.completions).log_probs()
-    >>> bool(abs(lp.exp().detach().numpy()[0] - law.probs).max() < 1e-6)
-    True
+    >>> lp.shape, bool(abs(lp.exp().detach().numpy()[0] - law.probs).max() < 1e-6)
+    (torch.Size([1, 7]), True)
     """
     import torch
 
-    prompt = [int(t) for t in prompt_ids]
-    P, T = len(prompt), max(len(c) for c in completions)
-    ids = torch.full((len(completions), P + T), int(pad_token_id), dtype=torch.long)
-    ids[:, :P] = torch.tensor(prompt)
-    mask = torch.zeros(len(completions), T, dtype=torch.bool)
-    for i, c in enumerate(completions):
-        ids[i, P : P + len(c)] = torch.tensor(c, dtype=torch.long)
-        mask[i, : len(c)] = True
+    T = max(len(c) for c in completions)
+    dev = next(model.parameters()).device
+    batches = []
+    for prompt in prompt_ids:
+        prompt = [int(t) for t in prompt]
+        L = len(prompt)
+        ids = torch.full((len(completions), L + T), int(pad_token_id), dtype=torch.long)
+        ids[:, :L] = torch.tensor(prompt)
+        mask = torch.zeros(len(completions), T, dtype=torch.bool)
+        for i, c in enumerate(completions):
+            ids[i, L : L + len(c)] = torch.tensor(c, dtype=torch.long)
+            mask[i, : len(c)] = True
+        batches.append((L, ids.to(dev), mask.to(dev)))
 
     class _CompletionLaw(torch.nn.Module):
         def __init__(self, lm):
             super().__init__()
             self.lm = lm
-            dev = next(lm.parameters()).device
-            self.register_buffer("ids", ids.to(dev), persistent=False)
-            self.register_buffer("mask", mask.to(dev), persistent=False)
 
         def log_probs(self):
-            x = self.ids[:, :-1]
-            logits = self.lm(input_ids=x, attention_mask=torch.ones_like(x)).logits
-            lp = torch.log_softmax(logits[:, P - 1 :, :].to(torch.float64), dim=-1)
-            tok = lp.gather(-1, self.ids[:, P:, None])[..., 0]
-            return torch.where(self.mask, tok, torch.zeros_like(tok)).sum(-1)[None, :]
+            rows = []
+            for L, ids, mask in batches:
+                x = ids[:, :-1]
+                logits = self.lm(input_ids=x, attention_mask=torch.ones_like(x)).logits
+                lp = torch.log_softmax(logits[:, L - 1 :, :].to(torch.float64), dim=-1)
+                tok = lp.gather(-1, ids[:, L:, None])[..., 0]
+                rows.append(torch.where(mask, tok, torch.zeros_like(tok)).sum(-1))
+            return torch.stack(rows)
 
     return _CompletionLaw(model)
 
@@ -201,21 +209,35 @@ class OwnMethod:
     def prediction(self, ref, reward, o: dict):
         """Where this method lands: ``(rule, rule_options, landing)`` for ``ref``, ``reward``.
 
-        ``rule`` names the :data:`klpolicy.dynamics.RULES` row; ``landing`` is
-        ``(policy or None, beta_eff, description)``.
+        ``ref`` and ``reward`` are one context's rows ``(n,)`` or one row per prompt
+        ``(P, n)``, each its own context. ``rule`` names the
+        :data:`klpolicy.dynamics.RULES` row; ``landing`` is ``(policy or None, beta_eff,
+        descriptions)``: the landing policy in ``ref``'s shape (None where any context has
+        none), the ``beta_eff`` shared by every context (else None) and one description
+        per context.
         """
         rule, ro = _rule_of(self.method, o)
-        land = landing_point(rule, ref, reward, o["beta"], **ro)
-        pi = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
-        return rule, ro, (pi, land.beta_eff, str(land))
+        q, r = np.asarray(ref, dtype=np.float64), np.asarray(reward, dtype=np.float64)
+        lands = [landing_point(rule, qx, rx, o["beta"], **ro) for qx, rx in zip(
+            np.atleast_2d(q), np.atleast_2d(r), strict=True
+        )]  # fmt: skip
+        pi = None
+        if all(land.policy is not None for land in lands):
+            pi = np.stack([np.asarray(land.policy, dtype=np.float64) for land in lands])
+            pi = pi.reshape(q.shape)
+        betas = {land.beta_eff for land in lands}
+        beta_eff = betas.pop() if len(betas) == 1 else None
+        return rule, ro, (pi, beta_eff, [str(land) for land in lands])
 
     def __call__(self, model, task, law_of, ref, *, steps, seed, device, law_every, progress, o):
         """Train ``model`` ``steps`` steps; the laws over time and the prediction.
 
-        ``ref`` is ``(completions, ref_law, reward)``. Returns ``(trained, prediction,
-        kept)``: ``trained = (law_steps, laws, final_law, wall_time)`` (the law read by
-        ``law_of`` every ``law_every`` steps and after the last), ``prediction =
-        (policy, beta_eff, landing, pistar)`` and ``kept`` the configuration reported.
+        ``ref`` is ``(completions, ref_law, reward)``, a row per prompt ``(P, n)``: each
+        prompt is a context of :func:`klpolicy.torch.fit_policy`, the samples drawn per
+        prompt. Returns ``(trained, prediction, kept)``: ``trained = (law_steps, laws,
+        final_law, wall_time)`` (the law read by ``law_of`` every ``law_every`` steps and
+        after the last), ``prediction = (policy, beta_eff, descriptions, pistar)`` (one
+        description per prompt) and ``kept`` the configuration reported.
         """
         import time
 
@@ -254,7 +276,7 @@ class OwnMethod:
         except ValueError as exc:
             if "diverged" not in str(exc):
                 raise
-            laws.append(np.full(len(completions), np.nan))
+            laws.append(np.full(np.shape(ref_law), np.nan))
         wall = time.perf_counter() - t0
         final = laws[-1]
         if not np.isfinite(final).all():

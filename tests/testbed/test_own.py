@@ -18,7 +18,7 @@ from klpolicy import kl_divergence, optimal_policy
 from klpolicy.app.cli import main
 from klpolicy.dynamics import RULES, beta_fit, landing_point
 from klpolicy.estimators import fixed_point
-from klpolicy.testbed import ADAPTERS, bandit_task, run, sequence_law, tree_task
+from klpolicy.testbed import ADAPTERS, bandit_task, prompts_task, run, sequence_law, tree_task
 from klpolicy.testbed.own import completion_policy
 
 from .._mpref import assert_mp_close
@@ -45,13 +45,13 @@ def _mp_forward_kl_optimum(ref, reward, beta, start):
 def test_completion_policy_is_the_enumerated_law_and_differentiable():
     t = tree_task()
     m = t.model()
-    law = sequence_law(m, t.prompt_ids(), max_new_tokens=3, eos_token_id=t.eos_token_id)
+    law = sequence_law(m, t.prompt_ids()[0], max_new_tokens=3, eos_token_id=t.eos_token_id)
     pol = completion_policy(m, t.prompt_ids(), law.completions, pad_token_id=0)
     lp = pol.log_probs()
     assert lp.shape == (1, 85) and lp.dtype == torch.float64
     # the same law as the tree's forward passes, to the rounding of float32 logits
     np.testing.assert_allclose(lp.detach().numpy()[0], law.logprobs, rtol=0, atol=2e-6)
-    reward = torch.tensor([t.reward(c) for c in law.completions], dtype=torch.float64)
+    reward = torch.tensor([t.reward(0, c) for c in law.completions], dtype=torch.float64)
     (lp.exp()[0] @ reward).backward()
     assert list(pol.parameters()) == list(m.parameters())
     assert all(p.grad is not None for p in m.parameters())
@@ -70,18 +70,19 @@ def test_completion_policy_is_the_enumerated_law_and_differentiable():
 )
 def test_short_run_reports_consistent_numbers(trainer, options):
     r = run(trainer, steps=3, seed=0, **options)
-    assert r.laws.shape == (3, 7) and list(r.law_steps) == [1, 2, 3]
+    assert r.laws.shape == (3, 1, 7) and list(r.law_steps) == [1, 2, 3]
     np.testing.assert_array_equal(r.laws[-1], r.final_law)
     assert not np.array_equal(r.final_law, r.ref_law)  # it trained
     ref0 = sequence_law(bandit_task().model(), [2], max_new_tokens=1).probs
-    np.testing.assert_array_equal(r.ref_law, ref0)  # the reference: the initial model's law
+    np.testing.assert_array_equal(r.ref_law[0], ref0)  # the reference: the initial model's law
     rule = r.config["rule"]
     rule_opts = {k: r.config[k] for k in RULES[rule].options if k in r.config}
-    land = landing_point(rule, r.ref_law, r.reward, 0.5, **rule_opts)
-    np.testing.assert_allclose(r.predicted, land.policy, rtol=1e-12)
+    land = landing_point(rule, r.ref_law[0], r.reward[0], 0.5, **rule_opts)
+    np.testing.assert_allclose(r.predicted[0], land.policy, rtol=1e-12)
     assert r.predicted_beta_eff == land.beta_eff
     np.testing.assert_allclose(r.pistar, optimal_policy(r.ref_law, r.reward, 0.5), rtol=1e-12)
-    assert r.kl_to_pistar == pytest.approx(float(kl_divergence(r.final_law, r.pistar)), rel=1e-12)
+    want = float(kl_divergence(r.final_law[0], r.pistar[0]))
+    assert r.kl_to_pistar == pytest.approx(want, rel=1e-12)
     assert r.beta_fit == pytest.approx(beta_fit(r.final_law, r.ref_law, r.reward), rel=1e-12)
     d = json.loads(r.to_json())
     assert d["versions"]["trl"] is None and d["versions"]["torch"] == torch.__version__
@@ -117,7 +118,8 @@ def test_the_landing_of_each_kl_estimator_and_placement():
         o = own.train.check(
             "klpolicy-reinforce", {"estimator": estimator, "placement": placement}, own.defaults
         )
-        return own.train.prediction(ref, r, o)
+        rule, ro, (pi, b, whys) = own.train.prediction(ref, r, o)
+        return rule, ro, (pi, b, whys[0])  # one context: one description
 
     star = mp_optimal_policy(ref, r, beta)
     for est, place in [("k1", "reward"), ("k2", "loss")]:  # the reverse KL: pi* at beta
@@ -146,17 +148,36 @@ def test_same_seed_same_run():
 
 def test_law_every_and_a_token_tree():
     r = run("klpolicy-exact", tree_task(), steps=3, seed=0, law_every=2)
-    assert list(r.law_steps) == [2, 3] and r.laws.shape == (2, 85)
+    assert list(r.law_steps) == [2, 3] and r.laws.shape == (2, 1, 85)
     # whole completions are the outcomes: the exact objective's landing is pi* over them
     np.testing.assert_allclose(r.predicted, r.pistar, rtol=1e-12)
-    assert r.final_law @ r.reward > r.ref_law @ r.reward
+    assert r.final_law[0] @ r.reward[0] > r.ref_law[0] @ r.reward[0]
+
+
+def test_several_prompts_are_contexts_each_with_its_prediction():
+    t = prompts_task()
+    r = run("klpolicy-reinforce", t, steps=2, seed=0, estimator="k3", placement="loss")
+    P = len(t.prompts)
+    assert r.laws.shape == (2, P, r.ref_law.shape[1]) and r.final_law.shape == r.ref_law.shape
+    for x in range(P):  # each prompt's row: its own reference and rewards, its own landing
+        own = ADAPTERS["klpolicy-reinforce"]
+        o = own.train.check(
+            "klpolicy-reinforce", {"estimator": "k3", "placement": "loss"}, own.defaults
+        )
+        _, _, (pi, _, _) = own.train.prediction(r.ref_law[x], r.reward[x], o)
+        np.testing.assert_allclose(r.predicted[x], pi, rtol=1e-12)
+        assert r.kl_to_pistar_by_prompt[x] == pytest.approx(
+            float(kl_divergence(r.final_law[x], r.pistar[x])), rel=1e-12
+        )
+    assert r.kl_to_pistar == pytest.approx(float(np.mean(r.kl_to_pistar_by_prompt)), rel=1e-12)
+    assert r.predicted_beta_eff is None and "forward KL" in r.landing
 
 
 def test_exact_lands_at_pistar():
     # measured (CPU, seed 0, lr 0.01): KL(final || pi*) 1.7e-7 after 100 steps, 2.4e-12 after
     # 200 (beta_fit 0.5000003), 2.1e-15 after 300
     r = run("klpolicy-exact", steps=200, seed=0)
-    assert_mp_close(r.pistar, mp_optimal_policy(r.ref_law, r.reward, 0.5), rtol=1e-12)
+    assert_mp_close(r.pistar[0], mp_optimal_policy(r.ref_law[0], r.reward[0], 0.5), rtol=1e-12)
     assert r.kl_to_pistar < 1e-10 and r.kl_to_predicted == r.kl_to_pistar
     assert r.beta_fit == pytest.approx(0.5, rel=1e-5)
 
@@ -219,7 +240,7 @@ def test_cli_runs_klpolicy_trainers(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["rule"] == "reinforce" and d["config"]["num_generations"] == 8
     assert d["config"]["kl_estimator"] == "k3" and d["config"]["placement"] == "loss"
-    assert len(d["final_law"]) == len(d["predicted"]) == len(d["completions"]) == 7
+    assert len(d["final_law"][0]) == len(d["predicted"][0]) == len(d["completions"]) == 7
     assert main(["testbed", "run", "klpolicy-reinforce", "--estimator", "k4"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "`estimator`" in err
