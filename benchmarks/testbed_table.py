@@ -63,6 +63,11 @@ ROWS = [
     ),
     ("klpolicy GRPO, G=4, group std", "klpolicy-grpo --num-generations 4"),
     ("klpolicy PPO, k1 in the reward, 4 epochs", "klpolicy-ppo --estimator k1"),
+    ("3 prompts: klpolicy exact gradient", "klpolicy-exact --task prompts"),
+    (
+        "3 prompts: klpolicy REINFORCE, k3 in the loss",
+        "klpolicy-reinforce --task prompts --estimator k3 --placement loss",
+    ),
 ]
 
 
