@@ -4,6 +4,7 @@ A leaf of klpolicy (nothing else imports it); torch, transformers and TRL are im
 only when a function needs them (extra ``klpolicy[trl]``).
 """
 
+from klpolicy.testbed.fit import FittedTask, fitted_task, reachable_law, task_completions
 from klpolicy.testbed.law import SequenceLaw, sequence_law
 from klpolicy.testbed.runner import ADAPTERS, TRL_RANGE, Adapter, TestbedResult, run
 from klpolicy.testbed.tasks import Task, bandit_task, tree_task
@@ -12,11 +13,15 @@ __all__ = [
     "ADAPTERS",
     "TRL_RANGE",
     "Adapter",
+    "FittedTask",
     "SequenceLaw",
     "Task",
     "TestbedResult",
     "bandit_task",
+    "fitted_task",
+    "reachable_law",
     "run",
     "sequence_law",
+    "task_completions",
     "tree_task",
 ]

@@ -133,6 +133,13 @@ class TestbedResult:
     preference_counts : ndarray or None
         ``"trl-dpo"``: the dataset as counts ``C[winner, loser]`` over :attr:`completions`
         (the trainer saw each pair ``C[i, j]`` times); None for the other trainers.
+    ref_target : ndarray or None
+        A :func:`~klpolicy.testbed.fitted_task`'s target law over the task's completions
+        (:func:`~klpolicy.testbed.task_completions`); None for an unfitted task.
+    kl_target_to_ref : float or None
+        ``KL(ref_target || fitted)``, the initial model's exact law over the task's
+        completions (for GRPO and RLOO that is :attr:`ref_law`; for DPO, whose outcomes are
+        responses, the law the fit matched); None for an unfitted task.
     """
 
     trainer: str
@@ -157,6 +164,8 @@ class TestbedResult:
     wall_time: float
     completion_text: tuple = ()
     preference_counts: NDArray | None = None
+    ref_target: NDArray | None = None
+    kl_target_to_ref: float | None = None
 
     def kl_path(self) -> tuple[NDArray, NDArray, NDArray | None]:
         r"""The law's distance to pi* and to the predicted point, from the reference on.
@@ -600,6 +609,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
     if is_dpo:
         _check_dpo_tokenization(tr, completions, pred.counts)
     final, wall = _train(tr, law_of, steps, config, laws, law_steps)
+    fit = _fit_report(task, model)
     kept = {
         k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
     } | rule_opts
@@ -615,7 +625,25 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         (np.array(law_steps), np.array(laws), final, wall),
         pred,
         _versions(trl),
+        fit,
     )
+
+
+def _fit_report(task, model) -> tuple:
+    """A fitted task's target and ``KL(target || initial model's law)``, else ``(None, None)``."""
+    from klpolicy.testbed.fit import FittedTask
+
+    if not isinstance(task, FittedTask):
+        return None, None
+    law = sequence_law(
+        model.eval(),
+        task.prompt_ids(),
+        max_new_tokens=task.max_new_tokens,
+        eos_token_id=task.eos_token_id,
+    )
+    if law.completions != task.completions:
+        raise RuntimeError("the fitted task's completions are not its model's")
+    return task.target, float(kl_divergence(task.target, law.probs))
 
 
 def _testbed_options(adapter: Adapter, trainer_options: dict, is_dpo: bool):
@@ -944,11 +972,14 @@ def _versions(trl) -> dict:
     }
 
 
-def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> TestbedResult:
+def _compare(
+    trainer, task, kept, steps, seed, ref, trained, pred, versions, fit=(None, None)
+) -> TestbedResult:
     """The trained law against the prediction and pi*: their KLs, and ``beta_fit``.
 
     ``ref`` is ``(completions, ref_law, reward)``, ``trained`` ``(law_steps, laws,
-    final_law, wall_time)``, ``pred`` a :class:`_Prediction`.
+    final_law, wall_time)``, ``pred`` a :class:`_Prediction`, ``fit`` ``(ref_target,
+    kl_target_to_ref)``.
     """
     completions, ref_law, reward = ref
     law_steps, laws, final, wall = trained
@@ -976,4 +1007,6 @@ def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> 
         wall_time=wall,
         completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in completions),
         preference_counts=pred.counts,
+        ref_target=fit[0],
+        kl_target_to_ref=fit[1],
     )
