@@ -7,10 +7,11 @@ only when a function needs them (extra ``klpolicy[trl]``).
 from klpolicy.testbed.fit import FittedTask, fitted_task, reachable_law, task_completions
 from klpolicy.testbed.law import SequenceLaw, sequence_law
 from klpolicy.testbed.runner import ADAPTERS, TRL_RANGE, Adapter, TestbedResult, run
-from klpolicy.testbed.tasks import Task, bandit_task, tree_task
+from klpolicy.testbed.tasks import TASKS, Task, bandit_task, prompts_task, tree_task
 
 __all__ = [
     "ADAPTERS",
+    "TASKS",
     "TRL_RANGE",
     "Adapter",
     "FittedTask",
@@ -19,6 +20,7 @@ __all__ = [
     "TestbedResult",
     "bandit_task",
     "fitted_task",
+    "prompts_task",
     "reachable_law",
     "run",
     "sequence_law",

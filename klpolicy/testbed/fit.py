@@ -22,9 +22,10 @@ _CACHE: dict = {}
 
 
 def task_completions(task: Task) -> tuple:
-    """The completions of ``task``'s prompt, in :func:`sequence_law`'s order.
+    """The completions of ``task``'s prompts, in :func:`sequence_law`'s order.
 
-    Every sequence of at most ``task.max_new_tokens`` tokens that stops at the first EOS,
+    The same after every prompt (the tree's shape does not depend on the prompt): every
+    sequence of at most ``task.max_new_tokens`` tokens that stops at the first EOS,
     depth first with tokens ascending: the order of ``sequence_law(...).completions`` for
     any model of the task (the order does not depend on the probabilities).
 
@@ -52,7 +53,7 @@ def task_completions(task: Task) -> tuple:
     n = len(task.vocabulary)
     law = sequence_law(
         lambda ids: torch.zeros(len(ids), n),
-        task.prompt_ids(),
+        task.prompt_ids()[0],
         max_new_tokens=task.max_new_tokens,
         eos_token_id=task.eos_token_id,
     )
@@ -67,13 +68,42 @@ def _check_task(task) -> None:
         )
 
 
-def _target_law(law, completions: tuple) -> NDArray[np.float64]:
-    """``law`` as a float64 vector over ``completions``, checked (a ValueError naming `law`).
+def _target_law(law, completions: tuple, n_prompts: int) -> NDArray[np.float64]:
+    """``law`` as float64 rows over ``completions``, shape ``(P, n)``, checked.
 
-    A mapping ``{completion tuple: probability}`` must name every completion once; an array
-    is read in ``completions``' order. Entries must be finite and positive (a softmax never
-    gives 0) and sum to 1 within 1e-9.
+    One prompt: a mapping or a 1-D array (or one row of them); ``P`` prompts: a sequence of
+    ``P`` rows, each a mapping or a 1-D array (a 2-D array of ``P`` rows included). Errors
+    name `law` (`law[i]` for the row of prompt ``i``).
     """
+    rows = None
+    if isinstance(law, Mapping):
+        rows = [law]
+    else:
+        with contextlib.suppress(ValueError, TypeError):
+            a = np.asarray(law)
+            if a.dtype.kind in "iuf" and a.ndim in (1, 2):
+                rows = [a] if a.ndim == 1 else list(a)
+        if rows is None and isinstance(law, (list, tuple)) and law:
+            if all(isinstance(r, Mapping) for r in law):
+                rows = list(law)
+    if rows is None:
+        raise ValueError(
+            f"`law` must be probabilities over the task's {len(completions)} completions "
+            "(a 1-D array in task_completions(task)'s order or a mapping completion -> "
+            f"probability; a row of them per prompt); got {V.describe(law)}"
+        )
+    if len(rows) != n_prompts:
+        raise ValueError(
+            f"`law` must have one row per prompt: the task has {n_prompts}, `law` {len(rows)}"
+        )
+    names = ["`law`"] if n_prompts == 1 else [f"`law[{i}]`" for i in range(n_prompts)]
+    return np.stack([_target_row(r, completions, nm) for r, nm in zip(rows, names, strict=True)])
+
+
+def _target_row(law, completions: tuple, name: str) -> NDArray[np.float64]:
+    """One row of ``law`` over ``completions``: a mapping naming every completion once, or a
+    1-D array in ``completions``' order; finite, positive (a softmax never gives 0), summing
+    to 1 within 1e-9."""
     n = len(completions)
     if isinstance(law, Mapping):
         index = {c: i for i, c in enumerate(completions)}
@@ -85,58 +115,52 @@ def _target_law(law, completions: tuple) -> NDArray[np.float64]:
                 c = None
             if c is None or c not in index or list(c) != list(key):
                 raise ValueError(
-                    f"`law` has the key {key!r}, which is not a completion of the task "
+                    f"{name} has the key {key!r}, which is not a completion of the task "
                     f"(a tuple of token ids such as {completions[0]!r}; task_completions(task) "
                     "lists them)"
                 )
-            vec[index[c]] = _as_prob(value, key)
+            vec[index[c]] = _as_prob(value, key, name)
         missing = [completions[i] for i in np.flatnonzero(np.isnan(vec))]
         if missing:
             raise ValueError(
-                f"`law` must give every one of the task's {n} completions a probability; "
+                f"{name} must give every one of the task's {n} completions a probability; "
                 f"{len(missing)} missing, the first {missing[0]!r}"
             )
     else:
-        try:
-            vec = np.asarray(law)
-        except ValueError:
-            vec = None
-        if vec is None or vec.dtype.kind not in "iuf" or vec.ndim != 1:
-            raise ValueError(
-                f"`law` must be a 1-D array of {n} probabilities over the task's completions "
-                f"(or a mapping completion -> probability); got {V.describe(law)}"
-            )
+        vec = np.asarray(law)
         if vec.shape[0] != n:
             raise ValueError(
-                f"`law` must have one probability for each of the task's {n} completions; "
+                f"{name} must have one probability for each of the task's {n} completions; "
                 f"got {vec.shape[0]}"
             )
         vec = vec.astype(np.float64)
         for i, c in enumerate(completions):
-            _as_prob(vec[i], c)
+            _as_prob(law[i], c, name)
     total = float(np.sum(vec))
     if not abs(total - 1.0) <= 1e-9:
         raise ValueError(
-            f"`law` must sum to 1 (within 1e-9); it sums to {total!r}; klpolicy never "
+            f"{name} must sum to 1 (within 1e-9); it sums to {total!r}; klpolicy never "
             "renormalises silently"
         )
     return vec
 
 
-def _as_prob(value, completion) -> float:
-    """One probability of ``law``: a finite real number > 0 (a ValueError naming `law`)."""
+def _as_prob(value, completion, name: str) -> float:
+    """One probability of ``law``: a finite real number > 0 (a ValueError naming it)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating)
     ):
         raise ValueError(
-            f"`law` must hold real numbers; found {V.describe(value)} at completion {completion!r}"
+            f"{name} must hold real numbers; found {V.describe(value)} at completion {completion!r}"
         )
     v = float(value)
     if not np.isfinite(v) or v < 0:
-        raise ValueError(f"`law` must be finite and >= 0; found {v!r} at completion {completion!r}")
+        raise ValueError(
+            f"{name} must be finite and >= 0; found {v!r} at completion {completion!r}"
+        )
     if v == 0:
         raise ValueError(
-            f"`law` must be positive on every completion: a softmax model never gives "
+            f"{name} must be positive on every completion: a softmax model never gives "
             f"probability 0; found 0 at completion {completion!r} (give it a small positive "
             "probability instead)"
         )
@@ -149,16 +173,16 @@ class FittedTask(Task):
 
     Attributes
     ----------
-    target : ndarray, shape (n,)
-        The law the reference was fitted to, over :attr:`completions`.
+    target : ndarray, shape (P, n)
+        The law the reference was fitted to, a row per prompt, over :attr:`completions`.
     completions : tuple of tuple of int
         The task's completions (:func:`task_completions`), the order of :attr:`target`.
     fit_kl : float
-        :math:`\mathrm{KL}(\text{target} \,\|\, \text{fitted})`, the fitted model's
-        exact law enumerated by :func:`sequence_law` (float32 weights, as :meth:`model`
-        returns them), in nats.
+        :math:`\max_x \mathrm{KL}(\text{target}_x \,\|\, \text{fitted}_x)` over the
+        prompts, the fitted model's exact law enumerated by :func:`sequence_law` (float32
+        weights, as :meth:`model` returns them), in nats.
     fit_steps : int
-        The L-BFGS iterations the fit took.
+        The optimiser steps the fit took.
     tol : float
         The tolerance the fit reached (``fit_kl < tol``).
     """
@@ -193,89 +217,102 @@ def _base_fields(task: Task) -> dict:
 
 
 def _edge_masses(completions: tuple, target: NDArray, vocab: int) -> dict:
-    r"""``{prefix: W}`` over the live prefixes: ``W[v]`` is the target mass through the edge
-    ``prefix -> v`` (of the completions that start with ``prefix + (v,)``).
+    r"""``{(x, prefix): W}`` over each prompt ``x``'s live prefixes: ``W[v]`` is the target
+    mass through the edge ``prefix -> v`` (of the completions that start with ``prefix +
+    (v,)``), from row ``x`` of ``target``.
 
-    Then :math:`-\sum_c \text{target}(c) \log m(c) = -\sum_{\text{prefix}} \sum_v
-    W_{\text{prefix}}[v] \log m(v \mid \text{prefix})`: the cross-entropy over
+    Then :math:`-\sum_c \text{target}_x(c) \log m(c \mid x) = -\sum_{\text{prefix}} \sum_v
+    W_{x, \text{prefix}}[v] \log m(v \mid x, \text{prefix})`: the cross-entropy over
     completions is a weighted cross-entropy of the next-token rows of the token tree.
     """
     out: dict = {}
-    for c, p in zip(completions, target, strict=True):
-        for t in range(len(c)):
-            out.setdefault(c[:t], np.zeros(vocab))[c[t]] += p
+    for x, row in enumerate(target):
+        for c, p in zip(completions, row, strict=True):
+            for t in range(len(c)):
+                out.setdefault((x, c[:t]), np.zeros(vocab))[c[t]] += p
     return dict(sorted(out.items()))
 
 
-def _tied_prefixes(prompt: list, prefixes) -> list[list]:
-    """Groups of live prefixes whose context ``prompt + prefix`` is one token repeated.
+def _tied_nodes(prompt_ids, nodes) -> list[list]:
+    """Groups of nodes ``(x, prefix)`` whose contexts have one next-token law for any weights.
 
     The task's Llama has no absolute position (RoPE rotates queries and keys only) and no
-    biases, so on such a context every position has the same hidden state, whatever the
-    weights (attention averages equal values): the next-token law after ``q``, ``q q``,
-    ``q q q`` is one law. Groups of one are left out.
+    biases, so on a context of one token repeated every position has the same hidden
+    state, whatever the weights (attention averages equal values): the next-token law after
+    ``q``, ``q q``, ``q q q`` is one law. Equal contexts (two equal prompts) are tied too.
+    Groups of one are left out.
     """
     groups: dict = {}
-    for p in prefixes:
-        ctx = list(prompt) + list(p)
-        if len(set(ctx)) == 1:
-            groups.setdefault(ctx[0], []).append(p)
+    for x, p in nodes:
+        ctx = tuple(prompt_ids[x]) + tuple(p)
+        key = ("repeated", ctx[0]) if len(set(ctx)) == 1 else ("context", ctx)
+        groups.setdefault(key, []).append((x, p))
     return [g for g in groups.values() if len(g) > 1]
 
 
-def _projected(masses: dict, prompt: list) -> dict:
+def _projected(masses: dict, prompt_ids) -> dict:
     r"""The conditionals of the closest law (in KL(target || .)) with the tied rows equal.
 
     Untied rows keep the target's conditional; a tied group gets the mass-weighted
     mixture of its rows' conditionals, which minimises
     :math:`\sum_i s_i \mathrm{KL}(c_i \,\|\, m)` over one shared row ``m``.
     """
-    cond = {p: w / w.sum() for p, w in masses.items()}
-    for group in _tied_prefixes(prompt, masses):
-        mix = sum(masses[p] for p in group)
-        for p in group:
-            cond[p] = mix / mix.sum()
+    cond = {k: w / w.sum() for k, w in masses.items()}
+    for group in _tied_nodes(prompt_ids, masses):
+        mix = sum(masses[k] for k in group)
+        for k in group:
+            cond[k] = mix / mix.sum()
     return cond
 
 
-def _law_from_conditionals(completions: tuple, cond: dict) -> NDArray[np.float64]:
-    out = np.ones(len(completions))
-    for i, c in enumerate(completions):
-        for t in range(len(c)):
-            out[i] *= cond[c[:t]][c[t]]
+def _law_from_conditionals(completions: tuple, cond: dict, n_prompts: int) -> NDArray:
+    """Each prompt's law of ``completions``, shape ``(P, n)``: products of conditionals."""
+    out = np.ones((n_prompts, len(completions)))
+    for x in range(n_prompts):
+        for i, c in enumerate(completions):
+            for t in range(len(c)):
+                out[x, i] *= cond[(x, c[:t])][c[t]]
     return out
 
 
-def _objective(prompt: list, masses: dict, torch):
-    """``f(model) -> -sum_c target(c) log m(c)``, differentiable: one batched forward pass
-    over the longest live prefixes (causal logits give every shorter prefix's row)."""
-    prefixes = list(masses)
+def _objective(prompt_ids, masses: dict, torch):
+    """``f(model) -> (P,)``: each prompt's ``-sum_c target_x(c) log m(c | x)``, differentiable,
+    from one batched forward pass per context length over the longest live prefixes (causal
+    logits give every shorter prefix's row)."""
+    nodes = list(masses)
     longest = [
-        p for p in prefixes if not any(len(q) > len(p) and q[: len(p)] == p for q in prefixes)
+        (x, p)
+        for x, p in nodes
+        if not any(y == x and len(q) > len(p) and q[: len(p)] == p for y, q in nodes)
     ]
     by_len: dict = {}
-    for p in longest:
-        by_len.setdefault(len(p), []).append(p)
-    passes = []
-    for n, rows in sorted(by_len.items()):
-        covered = [p for p in prefixes if len(p) <= n and any(r[: len(p)] == p for r in rows)]
-        prefixes = [p for p in prefixes if p not in covered]
-        row_of = [next(i for i, r in enumerate(rows) if r[: len(p)] == p) for p in covered]
+    for x, p in longest:
+        by_len.setdefault(len(prompt_ids[x]) + len(p), []).append((x, p))
+    passes, left = [], nodes
+    for _, rows in sorted(by_len.items()):
+        covered = [(x, p) for x, p in left if any(y == x and r[: len(p)] == p for y, r in rows)]
+        left = [k for k in left if k not in covered]
+        row_of = [
+            next(i for i, (y, r) in enumerate(rows) if y == x and r[: len(p)] == p)
+            for x, p in covered
+        ]
         passes.append(
             (
-                torch.tensor([list(prompt) + list(r) for r in rows], dtype=torch.long),
+                torch.tensor([list(prompt_ids[y]) + list(r) for y, r in rows], dtype=torch.long),
                 torch.tensor(row_of),
-                torch.tensor([len(prompt) - 1 + len(p) for p in covered]),
-                torch.as_tensor(np.array([masses[p] for p in covered])),
+                torch.tensor([len(prompt_ids[x]) - 1 + len(p) for x, p in covered]),
+                torch.as_tensor(np.array([masses[k] for k in covered])),
+                torch.tensor([x for x, _ in covered]),
             )
         )
+    n_prompts = len(prompt_ids)
 
     def f(model):
-        total = 0.0
-        for batch, row_of, pos, w in passes:
+        total = torch.zeros(n_prompts, dtype=torch.float64)
+        for batch, row_of, pos, w, prompt in passes:
             out = model(input_ids=batch, attention_mask=torch.ones_like(batch)).logits
             logp = torch.log_softmax(out[row_of, pos].to(torch.float64), dim=-1)
-            total = total - (w * logp[:, : w.shape[1]]).sum()
+            total = total.index_add(0, prompt, -(w * logp[:, : w.shape[1]]).sum(-1))
         return total
 
     return f
@@ -293,19 +330,19 @@ def _one_thread(torch):
 
 
 def _fit_state(task: Task, completions: tuple, target: NDArray, tol: float, steps: int):
-    """The fitted state dict, ``KL(target || fitted)`` and the optimiser steps taken.
+    """The fitted state dict, each prompt's ``KL(target || fitted)`` and the steps taken.
 
     Full-batch Adam (learning rate 0.01, halved after 50 steps without a new best) on the
-    exact cross-entropy, on the task's float32 model, until ``KL < tol`` or ``steps``;
-    the weights with the lowest KL are kept and their law enumerated again for the KL
-    reported.
+    exact cross-entropy summed over the prompts, on the task's float32 model, until every
+    prompt's KL is below ``tol / 2`` or ``steps``; the weights with the lowest largest KL
+    are kept and their law enumerated again for the KL reported.
     """
     import torch
 
-    prompt = task.prompt_ids()
+    prompt_ids = task.prompt_ids()
     masses = _edge_masses(completions, target, len(task.vocabulary))
-    floor = -float(np.sum(target * np.log(target)))  # the entropy: the cross-entropy's floor
-    f = _objective(prompt, masses, torch)
+    floor = -np.sum(target * np.log(target), axis=-1)  # the entropies: the floors
+    f = _objective(prompt_ids, masses, torch)
     model = Task.model(task).eval()
     with _one_thread(torch):
         opt = torch.optim.Adam(model.parameters(), lr=1e-2)
@@ -315,21 +352,29 @@ def _fit_state(task: Task, completions: tuple, target: NDArray, tol: float, step
             used = step
             opt.zero_grad()
             loss = f(model)
-            kl = float(loss.detach()) - floor
+            kl = float(np.max(loss.detach().numpy() - floor))
             if kl < best:
                 best = kl
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
             if kl < tol / 2:  # the enumerated law is checked after
                 break
-            loss.backward()
+            loss.sum().backward()
             opt.step()
             sched.step(kl)
     model.load_state_dict(best_state)
-    law = sequence_law(
-        model, prompt, max_new_tokens=task.max_new_tokens, eos_token_id=task.eos_token_id
+    kls = np.array(
+        [
+            np.sum(row * (np.log(row) - _enumerated(model, task, ids).logprobs))
+            for row, ids in zip(target, prompt_ids, strict=True)
+        ]
     )
-    kl = float(np.sum(target * (np.log(target) - law.logprobs)))
-    return best_state, kl, used
+    return best_state, kls, used
+
+
+def _enumerated(model, task: Task, ids):
+    return sequence_law(
+        model, ids, max_new_tokens=task.max_new_tokens, eos_token_id=task.eos_token_id
+    )
 
 
 def reachable_law(task: Task, law) -> NDArray[np.float64]:
@@ -353,13 +398,14 @@ def reachable_law(task: Task, law) -> NDArray[np.float64]:
     task : Task
         The task.
     law : array_like or mapping
-        As in :func:`fitted_task`.
+        As in :func:`fitted_task` (a row per prompt for a task of several prompts).
 
     Returns
     -------
-    ndarray, shape (n,)
-        The reachable law over :func:`task_completions` (float64); ``law`` itself, up to
-        rounding, when no two tied contexts differ (always on :func:`bandit_task`).
+    ndarray, shape (n,) or (P, n)
+        The reachable law over :func:`task_completions` (float64), in ``law``'s shape (one
+        row for one row given); ``law`` itself, up to rounding, when no two tied contexts
+        differ (always on :func:`bandit_task`).
 
     Raises
     ------
@@ -372,30 +418,44 @@ def reachable_law(task: Task, law) -> NDArray[np.float64]:
     >>> from klpolicy.testbed import tree_task
     >>> t = tree_task()
     >>> q = np.full(85, 1 / 85)
-    >>> bool(np.allclose(reachable_law(t, q), q))  # uniform: p(. | q) is not uniform
+    >>> bool(np.allclose(reachable_law(t, q), q))  # p(. | q) and p(. | q q) differ in q
     False
     """
     _check_task(task)
     completions = task_completions(task)
-    target = _target_law(law, completions)
+    target = _target_law(law, completions, len(task.prompts))
     masses = _edge_masses(completions, target, len(task.vocabulary))
-    return _law_from_conditionals(completions, _projected(masses, task.prompt_ids()))
+    out = _law_from_conditionals(completions, _projected(masses, task.prompt_ids()), len(target))
+    return out[0] if _one_row(law) else out
+
+
+def _one_row(law) -> bool:
+    """Whether ``law`` was given as one row (a mapping or a 1-D array), not rows per prompt."""
+    if isinstance(law, Mapping):
+        return True
+    if isinstance(law, (list, tuple)) and law and isinstance(law[0], Mapping):
+        return False
+    return np.ndim(law) == 1
 
 
 def _check_reachable(task: Task, completions: tuple, target: NDArray, tol: float) -> None:
     """Refuse a ``law`` that no weights reach within ``tol`` (tied contexts that differ)."""
-    prompt = task.prompt_ids()
+    prompt_ids = task.prompt_ids()
     masses = _edge_masses(completions, target, len(task.vocabulary))
-    nearest = _law_from_conditionals(completions, _projected(masses, prompt))
-    gap = float(np.sum(target * (np.log(target) - np.log(nearest))))
-    if gap >= tol:
-        group = next(g for g in _tied_prefixes(prompt, masses))
-        words = [" ".join(task.vocabulary[t] for t in prompt + list(p)) for p in group]
+    nearest = _law_from_conditionals(completions, _projected(masses, prompt_ids), len(target))
+    gaps = np.sum(target * (np.log(target) - np.log(nearest)), axis=-1)
+    if np.max(gaps) >= tol:
+        x = int(np.argmax(gaps))
+        group = next(g for g in _tied_nodes(prompt_ids, masses) if any(k[0] == x for k in g))
+        words = [
+            " ".join(task.vocabulary[t] for t in list(prompt_ids[y]) + list(p)) for y, p in group
+        ]
+        name = "`law`" if len(target) == 1 else f"`law[{x}]`"
         raise ValueError(
-            f"`law` is out of the model's reach: its next-token laws after {words} differ, "
-            "and a Llama without absolute positions gives every repetition of one token the "
-            f"same next-token law; no weights come nearer than KL = {gap:.3g} (`tol` = "
-            f"{tol:g}); reachable_law(task, law) is the nearest law it can fit"
+            f"{name} is out of the model's reach: its next-token laws after {words} differ, "
+            "and the task's Llama (no absolute positions) gives every repetition of one token "
+            f"the same next-token law; no weights come nearer than KL = {gaps[x]:.3g} (`tol` "
+            f"= {tol:g}); reachable_law(task, law) is the nearest law it can fit"
         )
 
 
@@ -408,7 +468,8 @@ def fitted_task(task: Task, law, *, tol: float = 1e-6, steps: int = 2000) -> Fit
         = \arg\min_\theta -\sum_y q(y) \log m_\theta(y \mid x),
         \qquad m_\theta(y \mid x) = \prod_t m_\theta(y_t \mid x, y_{<t})
 
-    over every completion ``y`` of the prompt ``x`` (exactly, by enumeration), started at
+    over every completion ``y`` of the prompt ``x`` (exactly, by enumeration; for several
+    prompts the sum over them, each held to ``tol``), started at
     the task's initial weights (``task.model_seed``). The run's reference (TRL's reference
     model is the initial weights) is then the *fitted* model's exact law, within ``tol`` of
     ``q`` in KL, not ``q`` itself: :func:`klpolicy.testbed.run` reports
@@ -422,8 +483,9 @@ def fitted_task(task: Task, law, *, tol: float = 1e-6, steps: int = 2000) -> Fit
     law : array_like or mapping
         The target ``q``: an array of probabilities in the order of
         :func:`task_completions` (``sequence_law``'s), or a mapping ``{completion tuple:
-        probability}`` naming every completion once. Finite, positive, summing to 1
-        (within 1e-9).
+        probability}`` naming every completion once; for a task of ``P`` prompts, a row
+        per prompt (a ``(P, n)`` array or ``P`` mappings). Finite, positive, each row
+        summing to 1 (within 1e-9).
     tol : float, optional
         The fit stops once :math:`\mathrm{KL}(q \,\|\, m_\theta) < tol / 2` (nats) and
         must end below ``tol``: a number in ``[1e-9, 1)`` (default 1e-6; float32 logits
@@ -477,7 +539,7 @@ def fitted_task(task: Task, law, *, tol: float = 1e-6, steps: int = 2000) -> Fit
         raise ValueError(f"`tol` must be in [1e-9, 1) (nats); got {tol!r}")
     steps = V.as_count("steps", steps, lo=1, hi=10**6)
     completions = task_completions(task)
-    target = _target_law(law, completions)
+    target = _target_law(law, completions, len(task.prompts))
     base = _base_fields(task)
     key = None
     with contextlib.suppress(TypeError):  # an unhashable task field: no caching
@@ -486,7 +548,8 @@ def fitted_task(task: Task, law, *, tol: float = 1e-6, steps: int = 2000) -> Fit
     if key is not None and key in _CACHE:
         return _CACHE[key]
     _check_reachable(task, completions, target, tol)
-    state, kl, used = _fit_state(Task(**base), completions, target, tol, steps)
+    state, kls, used = _fit_state(Task(**base), completions, target, tol, steps)
+    kl = float(np.max(kls))
     if not kl < tol:
         raise ValueError(
             f"the fit did not reach `tol` = {tol:g}: KL(law || fitted) = {kl:.3g} after "

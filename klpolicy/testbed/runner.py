@@ -42,7 +42,11 @@ class Adapter:
         Config values the testbed sets unless the caller does.
     testbed_options : dict
         Options the testbed reads itself (not TRL config fields), with their defaults:
-        for ``"trl-dpo"``, ``pairs`` (the dataset's size) and ``bt_temperature``.
+        for ``"trl-dpo"``, ``pairs`` (the dataset's size per prompt) and ``bt_temperature``.
+    prompt_coupling : dict
+        Config values under which one prompt's update depends on the other prompts in the
+        batch (``{"scale_rewards": ("batch",)}``: GRPO's std over the whole batch): on a
+        task of several prompts there is then no per-prompt prediction.
     """
 
     rule: str
@@ -51,6 +55,7 @@ class Adapter:
     rule_options: tuple
     defaults: dict = field(default_factory=dict)
     testbed_options: dict = field(default_factory=dict)
+    prompt_coupling: dict = field(default_factory=dict)
 
 
 ADAPTERS = {
@@ -65,6 +70,7 @@ ADAPTERS = {
             "scale_rewards": "none",
             "learning_rate": 1e-2,
         },
+        prompt_coupling={"scale_rewards": ("batch",)},
     ),
     "trl-rloo": Adapter(
         rule="rloo",
@@ -92,38 +98,55 @@ ADAPTERS = {
 
 @dataclass
 class TestbedResult:
-    """What a testbed run measured.
+    r"""What a testbed run measured.
+
+    Every law has a prompt axis, also for a task of one prompt: row ``x`` is the law after
+    prompt ``x`` (``task.prompts[x]``), each prompt its own context. The distances are
+    averaged over the prompts with uniform weights (the trainer's dataset holds each prompt
+    equally often), and given per prompt beside.
 
     Attributes
     ----------
     trainer : str
         The adapter's name.
+    task : str
+        The task's name.
     config : dict
         The trainer config's values that matter (beta, the rule's options, lr, batch).
     steps, seed : int
         Optimiser steps and the trainer's seed.
+    prompts : tuple of str
+        The task's prompts, in the order of the laws' rows (P of them).
     completions : tuple of tuple of int
-        The completions every law below is over.
-    ref_law, reward : ndarray, shape (n,)
-        The initial model's exact law (TRL's reference) and each completion's reward.
+        The completions every law below is over (the same n for every prompt).
+    ref_law, reward : ndarray, shape (P, n)
+        The initial model's exact law after each prompt (TRL's reference) and each
+        completion's reward there.
     law_steps : ndarray, shape (k,)
         The steps at which the policy's law was enumerated.
-    laws : ndarray, shape (k, n)
+    laws : ndarray, shape (k, P, n)
         The policy's exact law at those steps.
-    final_law : ndarray, shape (n,)
+    final_law : ndarray, shape (P, n)
         The law after the last step.
-    predicted : ndarray or None
-        :func:`klpolicy.dynamics.landing_point`'s policy for this configuration.
+    predicted : ndarray of shape (P, n), or None
+        The predicted landing point after each prompt (the dynamics'
+        :func:`~klpolicy.dynamics.landing_point` for this configuration; DPO's finite-data
+        optimum), or None where there is no prediction.
     predicted_beta_eff : float or None
-        Its ``beta_eff``.
+        Its ``beta_eff``, when it is one number for every prompt.
     landing : str
-        The landing point's one-line description.
-    pistar : ndarray
-        ``optimal_policy(ref_law, reward, beta)``.
+        The landing point's description (one line per prompt where they differ).
+    pistar : ndarray, shape (P, n)
+        ``optimal_policy(ref_law, reward, beta)``, row by row.
     kl_to_predicted, kl_to_pistar, kl_ref_to_predicted : float or None
-        ``KL(final_law || predicted)``, ``KL(final_law || pistar)``, ``KL(ref_law || predicted)``.
+        ``KL(final_law || predicted)``, ``KL(final_law || pistar)``, ``KL(ref_law ||
+        predicted)``, each the mean over the prompts of the rows' KLs:
+        :math:`\frac1P \sum_x \mathrm{KL}(\pi(\cdot \mid x) \,\|\, q(\cdot \mid x))`.
+    kl_to_predicted_by_prompt, kl_to_pistar_by_prompt, kl_ref_to_predicted_by_prompt : ndarray or None
+        The same KLs per prompt, shape ``(P,)``.
     beta_fit : float
-        :func:`klpolicy.dynamics.beta_fit` of the final law.
+        :func:`klpolicy.dynamics.beta_fit` of the final law's rows: the one beta whose
+        pi* is nearest the law, in the prompt-averaged KL.
     versions : dict
         trl, transformers, torch, klpolicy versions.
     wall_time : float
@@ -131,21 +154,26 @@ class TestbedResult:
     completion_text : tuple of str
         Each completion as text (the task's words joined by spaces); empty if unknown.
     preference_counts : ndarray or None
-        ``"trl-dpo"``: the dataset as counts ``C[winner, loser]`` over :attr:`completions`
-        (the trainer saw each pair ``C[i, j]`` times); None for the other trainers.
+        ``"trl-dpo"``: the dataset as counts ``C[x, winner, loser]``, shape ``(P, n, n)``,
+        over :attr:`completions` (the trainer saw each pair ``C[x, i, j]`` times after
+        prompt ``x``); None for the other trainers.
     ref_target : ndarray or None
-        A :func:`~klpolicy.testbed.fitted_task`'s target law over the task's completions
-        (:func:`~klpolicy.testbed.task_completions`); None for an unfitted task.
+        A :func:`~klpolicy.testbed.fitted_task`'s target law, shape ``(P, n')``, a row per
+        prompt over the task's completions (:func:`~klpolicy.testbed.task_completions`);
+        None for an unfitted task.
     kl_target_to_ref : float or None
         ``KL(ref_target || fitted)``, the initial model's exact law over the task's
         completions (for GRPO and RLOO that is :attr:`ref_law`; for DPO, whose outcomes are
-        responses, the law the fit matched); None for an unfitted task.
+        responses, the law the fit matched), the largest over the prompts; None for an
+        unfitted task.
     """
 
     trainer: str
+    task: str
     config: dict
     steps: int
     seed: int
+    prompts: tuple
     completions: tuple
     ref_law: NDArray
     reward: NDArray
@@ -159,6 +187,9 @@ class TestbedResult:
     kl_to_predicted: float | None
     kl_to_pistar: float
     kl_ref_to_predicted: float | None
+    kl_to_predicted_by_prompt: NDArray | None
+    kl_to_pistar_by_prompt: NDArray
+    kl_ref_to_predicted_by_prompt: NDArray | None
     beta_fit: float
     versions: dict
     wall_time: float
@@ -172,15 +203,19 @@ class TestbedResult:
 
         .. math::
 
-            \big(t_k,\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi^*_\beta),\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
+            \big(t_k,\ \overline{\mathrm{KL}}(\pi_{t_k} \,\|\, \pi^*_\beta),\
+            \overline{\mathrm{KL}}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
             \qquad t_0 = 0,\ \pi_{t_0} = \pi_{\text{ref}}
+
+        where :math:`\overline{\mathrm{KL}}` is the mean over the prompts of the rows' KLs
+        (as :attr:`kl_to_pistar`).
 
         Returns
         -------
         steps : ndarray of int, shape (k + 1,)
             0, then :attr:`law_steps`.
         to_pistar : ndarray, shape (k + 1,)
-            ``KL(law || pistar)`` at each of them (float64).
+            ``KL(law || pistar)`` at each of them, averaged over the prompts (float64).
         to_predicted : ndarray or None
             ``KL(law || predicted)`` at each, or None where there is no predicted point.
 
@@ -190,12 +225,14 @@ class TestbedResult:
         >>> r.kl_path()[0]  # doctest: +SKIP
         array([0, 1])
         """
-        laws = np.vstack([self.ref_law[None, :], np.asarray(self.laws, dtype=np.float64)])
+        laws = np.concatenate(
+            [np.asarray(self.ref_law, dtype=np.float64)[None], np.asarray(self.laws, np.float64)]
+        )
         steps = np.concatenate([[0], np.asarray(self.law_steps, dtype=np.int64)])
-        to_pistar = np.array([float(kl_divergence(q, self.pistar)) for q in laws])
+        to_pistar = np.mean(kl_divergence(laws, self.pistar), axis=-1)
         to_pred = None
         if self.predicted is not None:
-            to_pred = np.array([float(kl_divergence(q, self.predicted)) for q in laws])
+            to_pred = np.mean(kl_divergence(laws, self.predicted), axis=-1)
         return steps, to_pistar, to_pred
 
     def plot(self, axes=None):
@@ -203,7 +240,8 @@ class TestbedResult:
 
         Left: :meth:`kl_path`, ``KL(law || predicted)`` and ``KL(law || pi*)`` at each
         recorded step (step 0 is the reference), on a log scale. Right: the final law, the
-        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion.
+        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion
+        (per prompt and completion, ``"x: a"``, for a task of several prompts).
 
         Parameters
         ----------
@@ -275,16 +313,24 @@ class TestbedResult:
         left.set_ylabel(r"KL($\pi_t$ || target) (nats)")
         left.set_title("Distance to the targets")
         left.legend(loc="best")
-        n = len(self.completions)
-        x = np.arange(n)
         series = [("final law", self.final_law, colours["law"])]
         if self.predicted is not None:
             series.append((pred_name, self.predicted, colours["pred"]))
         series.append((star, self.pistar, colours["pistar"]))
+        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+        if len(self.prompts) > 1:  # one group per (prompt, completion), prompt by prompt
+            names = tuple(f"{p}: {c}" for p in self.prompts for c in names)
+        n = len(names)
+        x = np.arange(n)
         width = 0.8 / len(series)
         for i, (name, p, c) in enumerate(series):
-            right.bar(x + (i - (len(series) - 1) / 2) * width, p, width, color=c, label=name)
-        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+            right.bar(
+                x + (i - (len(series) - 1) / 2) * width,
+                np.asarray(p).reshape(-1),
+                width,
+                color=c,
+                label=name,
+            )
         right.set_xticks(x, names, rotation=90 if n > 12 else 0)
         right.set_xlabel("completion")
         right.set_ylabel("probability")
@@ -362,18 +408,20 @@ def _finite_data_problem(counts: NDArray) -> tuple[NDArray, NDArray]:
 
 
 def _dpo_dataset(task, completions, counts):
-    """The preference rows of ``counts``: prompt, chosen and rejected texts (EOS written out)."""
+    """The preference rows of ``counts`` (``C[x, winner, loser]``): prompt, chosen and
+    rejected texts (EOS written out), prompt by prompt."""
     words = task.vocabulary
 
     def text(c):
         return " " + " ".join(words[t] for t in c)
 
     rows = {"prompt": [], "chosen": [], "rejected": []}
-    for i, j in zip(*np.nonzero(counts), strict=True):
-        for _ in range(int(counts[i, j])):
-            rows["prompt"].append(task.prompt)
-            rows["chosen"].append(text(completions[i]))
-            rows["rejected"].append(text(completions[j]))
+    for prompt, c in zip(task.prompts, counts, strict=True):
+        for i, j in zip(*np.nonzero(c), strict=True):
+            for _ in range(int(c[i, j])):
+                rows["prompt"].append(prompt)
+                rows["chosen"].append(text(completions[i]))
+                rows["rejected"].append(text(completions[j]))
     return rows
 
 
@@ -607,7 +655,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         )
     tr = _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs)
     if is_dpo:
-        _check_dpo_tokenization(tr, completions, pred.counts)
+        _check_dpo_tokenization(tr, task, completions, pred.counts)
     final, wall = _train(tr, law_of, steps, config, laws, law_steps)
     fit = _fit_report(task, model)
     kept = {
@@ -630,20 +678,16 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
 
 
 def _fit_report(task, model) -> tuple:
-    """A fitted task's target and ``KL(target || initial model's law)``, else ``(None, None)``."""
+    """A fitted task's target and the largest over its prompts of ``KL(target || initial
+    model's law)``, else ``(None, None)``."""
     from klpolicy.testbed.fit import FittedTask
 
     if not isinstance(task, FittedTask):
         return None, None
-    law = sequence_law(
-        model.eval(),
-        task.prompt_ids(),
-        max_new_tokens=task.max_new_tokens,
-        eos_token_id=task.eos_token_id,
-    )
-    if law.completions != task.completions:
+    completions, law = _law_reader(task, False)(model)
+    if completions != task.completions:
         raise RuntimeError("the fitted task's completions are not its model's")
-    return task.target, float(kl_divergence(task.target, law.probs))
+    return task.target, float(np.max(kl_divergence(task.target, law)))
 
 
 def _testbed_options(adapter: Adapter, trainer_options: dict, is_dpo: bool):
@@ -692,12 +736,12 @@ def _trl_config(config_cls, adapter, task, steps, seed, device, progress, traine
     """The run's TRL config and its output folder (a new temporary one).
 
     The adapter's defaults under the caller's options; a batch of the whole dataset for
-    DPO, of eight groups for GRPO and RLOO (their completions ``task.max_new_tokens`` long
-    at most); no saving, no reports, one log line at the end.
+    DPO (``pairs`` per prompt), of eight groups for GRPO and RLOO (their completions
+    ``task.max_new_tokens`` long at most); no saving, no reports, one log line at the end.
     """
     options = dict(adapter.defaults) | dict(trainer_options)
     if adapter.trainer == "DPOTrainer":
-        options.setdefault("per_device_train_batch_size", extra["pairs"])
+        options.setdefault("per_device_train_batch_size", extra["pairs"] * len(task.prompts))
     else:
         options.setdefault("per_device_train_batch_size", 8 * int(options["num_generations"]))
         options["max_completion_length"] = task.max_new_tokens
@@ -718,33 +762,41 @@ def _trl_config(config_cls, adapter, task, steps, seed, device, progress, traine
 
 
 def _law_reader(task, is_dpo: bool):
-    """``law_of(model) -> (completions, law)``: the model's exact law after the task's prompt.
+    """``law_of(model) -> (completions, laws)``: the model's exact law after each prompt.
 
-    Enumerated in eval mode (the model's mode restored after). DPO's outcomes are the
-    responses, one token deeper (see :func:`_response_law`).
+    ``laws`` has a row per prompt, over the same completions (the tree's shape does not
+    depend on the prompt). Enumerated in eval mode (the model's mode restored after).
+    DPO's outcomes are the responses, one token deeper (see :func:`_response_law`).
     """
     prompt_ids = task.prompt_ids()
     eos = task.eos_token_id
     depth = task.max_new_tokens + (1 if is_dpo else 0)
 
+    def one(m, ids):
+        law = sequence_law(m, ids, max_new_tokens=depth, eos_token_id=eos)
+        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
+
     def law_of(m):
         was = m.training
         m.eval()
-        law = sequence_law(m, prompt_ids, max_new_tokens=depth, eos_token_id=eos)
-        m.train(was)
-        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
+        try:
+            rows = [one(m, ids) for ids in prompt_ids]
+        finally:
+            m.train(was)
+        return rows[0][0], np.stack([p for _, p in rows])
 
     return law_of
 
 
 def _rewards(task, completions, is_dpo: bool) -> NDArray:
-    """Each completion's reward (float64); a DPO response has its appended EOS dropped."""
+    """Each completion's reward after each prompt, shape ``(P, n)`` (float64); a DPO
+    response has its appended EOS dropped."""
     if is_dpo:  # a response longer than the task's depth is a completion with EOS appended
-        return np.array(
-            [task.reward(c[:-1] if len(c) > task.max_new_tokens else c) for c in completions],
-            dtype=np.float64,
-        )
-    return np.array([task.reward(c) for c in completions], dtype=np.float64)
+        completions = [c[:-1] if len(c) > task.max_new_tokens else c for c in completions]
+    return np.array(
+        [[task.reward(x, tuple(c)) for c in completions] for x in range(len(task.prompts))],
+        dtype=np.float64,
+    )
 
 
 def _law_callback(law_of, law_every: int, steps: int):
@@ -778,8 +830,9 @@ def _save_initial_model(model, tok, tmp: str) -> str:
 
 @dataclass(frozen=True)
 class _Prediction:
-    """What the trained law is compared with: the predicted point (None where there is no
-    prediction), its ``beta_eff``, the landing's description, pi*, and DPO's counts."""
+    """What the trained law is compared with, a row per prompt: the predicted point (None
+    where there is no prediction), its ``beta_eff``, the landing's description, pi*, and
+    DPO's counts ``(P, n, n)``."""
 
     policy: NDArray | None
     beta_eff: float | None
@@ -793,20 +846,25 @@ def _dpo_dataset_and_prediction(
 ):
     """DPO's preference dataset, drawn from the reference, and the exact optimum of its loss.
 
-    Returns ``(prediction, dataset, trainer_kwargs)``: ``pairs`` pairs drawn from
-    ``ref_law`` (seed ``seed``), labelled by Bradley-Terry at ``bt_temperature``; the
-    predicted point is the dataset's exact optimum for plain sigmoid DPO (else None), pi*
+    Returns ``(prediction, dataset, trainer_kwargs)``: ``pairs`` pairs per prompt drawn
+    from that prompt's row of ``ref_law`` (one generator seeded ``seed``, prompt after
+    prompt), labelled by Bradley-Terry at ``bt_temperature``; the predicted point is, per
+    prompt, the exact optimum of that prompt's pairs for plain sigmoid DPO (else None), pi*
     the population optimum.
     """
     from datasets import Dataset
 
     from klpolicy.preference import bradley_terry, population_optimum, sample_preference_counts
 
-    temp = extra["bt_temperature"]
-    counts = sample_preference_counts(
-        bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+    temp, pairs = extra["bt_temperature"], extra["pairs"]
+    rng = np.random.default_rng(int(seed))
+    prefs = [bradley_terry(r / temp) for r in reward]
+    counts = np.stack(
+        [sample_preference_counts(P, q, pairs, rng=rng) for P, q in zip(prefs, ref_law)]
     )
-    pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
+    pistar = np.stack(
+        [population_optimum(q, P, beta, loss="sigmoid") for q, P in zip(ref_law, prefs)]
+    )
     plain = (
         list(config.loss_type) == ["sigmoid"]
         and config.f_divergence_type == "reverse_kl"
@@ -814,60 +872,104 @@ def _dpo_dataset_and_prediction(
         and not config.use_weighting
         and not config.sync_ref_model
     )
+    pred = None
+    each = ("each prompt's " if len(task.prompts) > 1 else "the ") + f"{pairs} pairs'"
     if plain:
-        p_hat, mu_hat = _finite_data_problem(counts)
-        try:
-            pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
-        except ValueError as exc:
-            raise ValueError(
-                f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
-                f"dataset's DPO optimum ({exc}); use more `pairs`"
-            ) from None
+        pred = np.stack([_dpo_optimum(q, c, beta, pairs, seed) for q, c in zip(ref_law, counts)])
         landing = (
-            f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
-            f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
-            f"{temp * beta:g} is its population limit"
+            f"the exact optimum of {each} mean DPO loss (sigmoid, beta={beta:g}, "
+            f"Bradley-Terry temperature {temp:g}); pi* at beta {temp * beta:g} is its "
+            "population limit"
         )
     else:
-        pred = None
         landing = f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
     dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
     return _Prediction(pred, None, landing, pistar, counts), dataset, {}
 
 
+def _dpo_optimum(ref, counts, beta, pairs, seed):
+    """The exact minimiser of one prompt's dataset's mean sigmoid DPO loss."""
+    from klpolicy.preference import population_optimum
+
+    p_hat, mu_hat = _finite_data_problem(counts)
+    try:
+        return population_optimum(ref, p_hat, beta, loss="sigmoid", mu=mu_hat)
+    except ValueError as exc:
+        raise ValueError(
+            f"the {pairs} preference pairs (seed {seed}) do not determine the "
+            f"dataset's DPO optimum ({exc}); use more `pairs`"
+        ) from None
+
+
 def _prompt_dataset_and_prediction(
     task, adapter, config, completions, ref_law, reward, beta, rule_opts
 ):
-    """GRPO's and RLOO's dataset (the prompt repeated) and reward function, and the rule's
-    landing point at the config's options: ``(prediction, dataset, trainer_kwargs)``.
+    """GRPO's and RLOO's dataset (every prompt, equally often) and reward function, and the
+    rule's landing point at the config's options, prompt by prompt: ``(prediction,
+    dataset, trainer_kwargs)``.
 
     On a task of one token the rule's tabular landing point; GRPO on a task of several
     tokens lands on its token tree (:func:`_tree_prediction`); RLOO's sequence-level k1 in
-    the reward makes the tabular one over whole completions exact there too.
+    the reward makes the tabular one over whole completions exact there too. Each prompt is
+    its own context (its own groups, its own landing point), unless the config couples
+    them (:attr:`Adapter.prompt_coupling`), when there is no prediction on several prompts.
     """
     from datasets import Dataset
 
     pistar = optimal_policy(ref_law, reward, beta)
-    if adapter.rule == "grpo" and task.max_new_tokens > 1:
-        pred, landing, beta_eff = _tree_prediction(
-            task, completions, ref_law, reward, beta, rule_opts
+    coupled = [
+        f"{k}={rule_opts[k]!r}" for k, vals in adapter.prompt_coupling.items()
+        if rule_opts.get(k) in vals
+    ]  # fmt: skip
+    if len(task.prompts) > 1 and coupled:
+        pred, beta_eff = None, None
+        landing = (
+            f"no per-prompt prediction: {coupled[0]} couples the prompts (one statistic "
+            "over the whole batch)"
         )
     else:
-        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
-        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
-        landing, beta_eff = str(land), land.beta_eff
+        lands = [
+            _one_landing(task, adapter, completions, q, r, beta, rule_opts)
+            for q, r in zip(ref_law, reward, strict=True)
+        ]
+        pred = None if any(p is None for p, _, _ in lands) else np.stack([p for p, _, _ in lands])
+        betas = {b for _, _, b in lands}
+        beta_eff = betas.pop() if len(betas) == 1 else None
+        texts = [t for _, t, _ in lands]
+        landing = texts[0]
+        if len(set(texts)) > 1:
+            landing = "; ".join(f"after {p!r}: {t}" for p, t in zip(task.prompts, texts))
 
-    def reward_fn(prompts, completions, completion_ids, **kw):
-        return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
+    def reward_fn(prompts, completions, completion_ids, prompt_index, **kw):
+        return [
+            float(task.reward(int(x), tuple(int(t) for t in ids)))
+            for x, ids in zip(prompt_index, completion_ids, strict=True)
+        ]
 
-    n_rows = max(int(config.per_device_train_batch_size), 1) * 4
-    dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
+    P = len(task.prompts)
+    n_rows = -(-max(int(config.per_device_train_batch_size), 1) * 4 // P) * P
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [task.prompts[k % P] for k in range(n_rows)],
+            "prompt_index": [k % P for k in range(n_rows)],
+        }
+    )
     prediction = _Prediction(pred, beta_eff, landing, pistar)
     return prediction, dataset, {"reward_funcs": reward_fn}
 
 
+def _one_landing(task, adapter, completions, ref, reward, beta, rule_opts):
+    """One prompt's landing point: ``(policy or None, description, beta_eff)``."""
+    if adapter.rule == "grpo" and task.max_new_tokens > 1:
+        return _tree_prediction(task, completions, ref, reward, beta, rule_opts)
+    land = landing_point(adapter.rule, ref, reward, beta, **rule_opts)
+    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+    return pred, str(land), land.beta_eff
+
+
 def _tree_prediction(task, completions, ref_law, reward, beta, rule_opts):
-    """GRPO's landing point on a task of several tokens, over the task's completions.
+    """GRPO's landing point on a task of several tokens after one prompt, over the task's
+    completions (``ref_law`` and ``reward`` that prompt's rows).
 
     On a token tree TRL's per-token k3 and its ``loss_type`` aggregation do not land at the
     tabular optimum over completions: :func:`klpolicy.dynamics.tree_landing_point` on the
@@ -924,19 +1026,25 @@ def _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, 
     return tr
 
 
-def _check_dpo_tokenization(tr, completions, counts) -> None:
-    """The DPO trainer's texts tokenize back to the responses they were written from."""
+def _check_dpo_tokenization(tr, task, completions, counts) -> None:
+    """The DPO trainer's texts tokenize back to the prompts and responses they were
+    written from."""
+    prompt_ids = task.prompt_ids()
     want = sorted(
-        (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
+        (tuple(prompt_ids[x]), tuple(completions[i]), tuple(completions[j]))
+        for x, i, j in zip(*np.nonzero(counts), strict=True)
     )
+    data = tr.train_dataset
     got = sorted(
         {
-            (tuple(a), tuple(b))
-            for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
+            (tuple(p), tuple(a), tuple(b))
+            for p, a, b in zip(
+                data["prompt_ids"], data["chosen_ids"], data["rejected_ids"], strict=True
+            )
         }
     )
     if got != want:
-        raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
+        raise RuntimeError(f"TRL tokenized the pairs as {got[:3]}..., not {want[:3]}...")
 
 
 def _train(tr, law_of, steps, config, laws, law_steps):
@@ -979,16 +1087,22 @@ def _compare(
 
     ``ref`` is ``(completions, ref_law, reward)``, ``trained`` ``(law_steps, laws,
     final_law, wall_time)``, ``pred`` a :class:`_Prediction`, ``fit`` ``(ref_target,
-    kl_target_to_ref)``.
+    kl_target_to_ref)``; every law has a row per prompt, and each KL is given per prompt
+    and as their mean (uniform prompt weights).
     """
     completions, ref_law, reward = ref
     law_steps, laws, final, wall = trained
     p = pred.policy
+    to_pred = None if p is None else np.asarray(kl_divergence(final, p), dtype=np.float64)
+    to_star = np.asarray(kl_divergence(final, pred.pistar), dtype=np.float64)
+    ref_pred = None if p is None else np.asarray(kl_divergence(ref_law, p), dtype=np.float64)
     return TestbedResult(
         trainer=trainer,
+        task=task.name,
         config=kept,
         steps=steps,
         seed=int(seed),
+        prompts=task.prompts,
         completions=completions,
         ref_law=ref_law,
         reward=reward,
@@ -999,9 +1113,12 @@ def _compare(
         predicted_beta_eff=pred.beta_eff,
         landing=pred.landing,
         pistar=pred.pistar,
-        kl_to_predicted=None if p is None else float(kl_divergence(final, p)),
-        kl_to_pistar=float(kl_divergence(final, pred.pistar)),
-        kl_ref_to_predicted=None if p is None else float(kl_divergence(ref_law, p)),
+        kl_to_predicted=None if p is None else float(np.mean(to_pred)),
+        kl_to_pistar=float(np.mean(to_star)),
+        kl_ref_to_predicted=None if p is None else float(np.mean(ref_pred)),
+        kl_to_predicted_by_prompt=to_pred,
+        kl_to_pistar_by_prompt=to_star,
+        kl_ref_to_predicted_by_prompt=ref_pred,
         beta_fit=float(beta_fit(final, ref_law, reward)),
         versions=versions,
         wall_time=wall,
