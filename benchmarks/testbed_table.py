@@ -49,6 +49,21 @@ ROWS = [
     ),
     ("3 prompts: RLOO, G=2", "trl-rloo --task prompts --num-generations 2"),
     ("3 prompts: DPO, 256 pairs each", "trl-dpo --task prompts --pairs 256"),
+    ("tree: GRPO, G=2, no scaling", "trl-grpo --task tree --num-generations 2 --scale-rewards none"),
+    (
+        "tree: GRPO, G=4, no scaling, loss dapo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dapo",
+    ),
+    (
+        "tree: GRPO, G=4, no scaling, loss grpo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type grpo",
+    ),
+    (
+        "tree: GRPO, G=4, no scaling, loss dr_grpo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dr_grpo",
+    ),
+    ("tree: RLOO, G=2", "trl-rloo --task tree --num-generations 2"),
+    ("tree: DPO, 1024 pairs", "trl-dpo --task tree --pairs 1024"),
 ]
 
 

@@ -14,7 +14,14 @@ from klpolicy.core.internal import validation as V
 from klpolicy.testbed.law import sequence_law
 from klpolicy.testbed.tasks import Task
 
-__all__ = ["FittedTask", "fitted_task", "reachable_law", "task_completions"]
+__all__ = [
+    "SKEWED_BANDIT_LAW",
+    "FittedTask",
+    "fitted_task",
+    "reachable_law",
+    "skewed_bandit_task",
+    "task_completions",
+]
 
 #: The most fitted tasks :func:`fitted_task` keeps (a repeated call returns the kept one).
 _CACHE_SIZE = 16
@@ -564,3 +571,43 @@ def fitted_task(task: Task, law, *, tol: float = 1e-6, steps: int = 2000) -> Fit
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = out
     return out
+
+
+#: The law :func:`skewed_bandit_task`'s reference is fitted to, over the bandit's tokens
+#: ``[PAD] [EOS] q a b c d``: the best answer ``a`` (reward 1) rare, ``c`` (0.25) common.
+SKEWED_BANDIT_LAW = (0.04, 0.04, 0.04, 0.02, 0.1, 0.5, 0.26)
+
+
+def skewed_bandit_task(*, model_seed: int = 0) -> FittedTask:
+    """The bandit of :func:`bandit_task` with its reference fitted to :data:`SKEWED_BANDIT_LAW`.
+
+    The reference puts 0.02 on the best answer ``a`` and 0.5 on ``c`` (reward 0.25):
+    :func:`fitted_task` of ``bandit_task(model_seed=model_seed)`` (renamed
+    ``"bandit-skewed"``) at the default tolerance 1e-6.
+
+    Parameters
+    ----------
+    model_seed : int, optional
+        The seed of the weights the fit starts from, an integer in ``[0, 2**32 - 1]``
+        (default 0).
+
+    Returns
+    -------
+    FittedTask
+        The task (the fit is kept: a second call is free).
+
+    Raises
+    ------
+    ValueError
+        For ``model_seed`` not an integer in ``[0, 2**32 - 1]``.
+
+    Examples
+    --------
+    >>> t = skewed_bandit_task()
+    >>> t.name, bool(t.fit_kl < 1e-6)
+    ('bandit-skewed', True)
+    """
+    from klpolicy.testbed.tasks import bandit_task
+
+    base = dataclasses.replace(bandit_task(model_seed=model_seed), name="bandit-skewed")
+    return fitted_task(base, SKEWED_BANDIT_LAW)
