@@ -143,7 +143,8 @@ def _target_row(law, completions: tuple, name: str) -> NDArray[np.float64]:
         vec = vec.astype(np.float64)
         for i, c in enumerate(completions):
             _as_prob(law[i], c, name)
-    total = float(np.sum(vec))
+    with np.errstate(over="ignore"):  # a sum of huge entries is inf, refused below
+        total = float(np.sum(vec))
     if not abs(total - 1.0) <= 1e-9:
         raise ValueError(
             f"{name} must sum to 1 (within 1e-9); it sums to {total!r}; klpolicy never "
