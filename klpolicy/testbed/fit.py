@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from klpolicy.core.internal import validation as V
 from klpolicy.testbed.law import sequence_law
-from klpolicy.testbed.tasks import Task
+from klpolicy.testbed.tasks import TASKS, Task
 
 __all__ = [
     "SKEWED_BANDIT_LAW",
@@ -612,3 +612,8 @@ def skewed_bandit_task(*, model_seed: int = 0) -> FittedTask:
 
     base = dataclasses.replace(bandit_task(model_seed=model_seed), name="bandit-skewed")
     return fitted_task(base, SKEWED_BANDIT_LAW)
+
+
+# the built-in tasks' table (the CLI's ``--task``) gets the fitted one; tasks.py cannot
+# import this module (it imports tasks.py)
+TASKS["bandit-skewed"] = skewed_bandit_task

@@ -308,17 +308,4 @@ def prompts_task(*, model_seed: int = 0) -> Task:
 
 #: The built-in tasks by name (the CLI's ``--task`` choices): each a function of
 #: ``model_seed=`` that builds the :class:`Task`.
-def _skewed_bandit_task(*, model_seed: int = 0) -> Task:
-    """:func:`klpolicy.testbed.skewed_bandit_task` (imported when called: fit.py imports this
-    module)."""
-    from klpolicy.testbed.fit import skewed_bandit_task
-
-    return skewed_bandit_task(model_seed=model_seed)
-
-
-TASKS = {
-    "bandit": bandit_task,
-    "tree": tree_task,
-    "prompts": prompts_task,
-    "bandit-skewed": _skewed_bandit_task,
-}
+TASKS = {"bandit": bandit_task, "tree": tree_task, "prompts": prompts_task}
