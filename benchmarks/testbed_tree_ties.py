@@ -14,7 +14,9 @@ family, and neither the predicted point nor pi* need be in it. For each tree run
   the shared row is the sum of the three rows' updates), and ``KL(final || tied)``;
   for RLOO, whose expected update is the gradient of ``E r - beta KL(pi || ref)``, the
   tied optimum is the tied family's nearest law to pi* (``iproj``);
-* the same KLs for the mean of the last 100 recorded laws.
+* the same KLs for the mean of the last 100 recorded laws, and ``KL(final || tied)`` and
+  ``KL(final || predicted)`` split by depth and at the three tied rows (each row's KL
+  weighted by its reach under the final law).
 
     python benchmarks/testbed_tree_ties.py DIR
 """
@@ -117,6 +119,25 @@ def tied_grpo_fixed_point(d, steps=20000, lr=2.0):
     return _on_completions(pi, completions), size
 
 
+def by_depth(completions, p, q) -> tuple[list, float]:
+    """``KL(p || q)`` split by depth (each row's KL weighted by its reach under ``p``), and
+    the part at the three tied rows."""
+    cp, cq = _conditionals(completions, p), _conditionals(completions, q)
+    reach = [np.ones(())]
+    for t in range(1, T):
+        reach.append(reach[-1][..., None] * cp[t - 1])
+
+    def row_kl(t, idx):
+        a, b = cp[t][idx], cq[t][idx]
+        return float(reach[t][idx] * np.sum(a * np.log(a / b)))
+
+    depths = [
+        sum(row_kl(t, idx) for idx in np.ndindex(*reach[t].shape) if EOS not in idx)
+        for t in range(T)
+    ]
+    return depths, sum(row_kl(len(h), h) for h in TIED)
+
+
 def report(path: Path) -> dict:
     d = json.loads(path.read_text())
     completions = [tuple(c) for c in d["completions"]]
@@ -136,6 +157,9 @@ def report(path: Path) -> dict:
     else:
         return out
     out["kl_final_tied"] = float(kl_divergence(final, tied))
+    out["final_tied_by_depth"], out["final_tied_at_tied_rows"] = by_depth(completions, final, tied)
+    pred = np.array(d["predicted"][0])
+    out["final_pred_by_depth"], out["final_pred_at_tied_rows"] = by_depth(completions, final, pred)
     out["kl_tail_tied"] = float(kl_divergence(tail, tied))
     out["kl_tail_pred"] = float(kl_divergence(tail, np.array(d["predicted"][0])))
     return out
@@ -145,7 +169,15 @@ def main() -> None:
     folder = Path(sys.argv[1])
     for path in sorted(folder.glob("*task_tree*.json")):
         row = report(path)
-        print(json.dumps({k: (f"{v:.3g}" if isinstance(v, float) else v) for k, v in row.items()}))
+        print(json.dumps({k: _fmt(v) for k, v in row.items()}))
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    if isinstance(v, list):
+        return [_fmt(x) for x in v]
+    return v
 
 
 if __name__ == "__main__":
