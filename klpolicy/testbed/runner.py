@@ -452,7 +452,7 @@ def _quiet():
 MAX_GENERATIONS = 4096
 #: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
 MAX_SEED = 2**32 - 1
-#: The most preference pairs a DPO run draws (its dataset is held in memory).
+#: The most preference pairs a DPO run draws per prompt (its dataset is held in memory).
 MAX_PAIRS = 10**6
 
 
@@ -471,6 +471,8 @@ def _checked(adapter: Adapter, task, steps, seed, law_every, device, num_threads
             "`task` must be a klpolicy.testbed.Task (bandit_task() builds one) or None; "
             f"got {V.describe(task)}"
         )
+    if task is not None:
+        task.prompt_ids()  # a prompt word outside the vocabulary, by name
     if num_threads is not None:
         V.as_count("num_threads", num_threads, hi=4096)
     seed = V.as_count("seed", seed, lo=0, hi=V.MAX_EXACT_COUNT)
@@ -524,7 +526,7 @@ def run(
     trainer : str
         A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
     task : Task, optional
-        The task; :func:`bandit_task` by default.
+        The task (one prompt or several); :func:`bandit_task` by default.
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
@@ -545,13 +547,14 @@ def run(
     **trainer_options
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
         ``loss_type``, ``learning_rate``, ...), over the adapter's defaults; and the
-        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
-        and ``bt_temperature``, default 1).
+        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, per prompt,
+        default 256, and ``bt_temperature``, default 1).
 
     Returns
     -------
     TestbedResult
-        The laws over the steps, the predicted point, pi*, their distances and the versions.
+        The laws over the steps (a row per prompt), the predicted point, pi*, their
+        distances (per prompt and their mean) and the versions.
 
     Raises
     ------
@@ -562,18 +565,30 @@ def run(
         ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
         the dynamics rule does not know, ``pairs`` below 1, a ``bt_temperature`` that is
         not positive and finite, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
-        without a GPU), or a preference dataset whose comparisons do not connect every
-        response. After training: a law that is not finite (the run diverged).
+        without a GPU), a prompt word outside the task's vocabulary, or a preference
+        dataset whose comparisons do not connect every response. After training: a law
+        that is not finite (the run diverged).
     RuntimeError
         For a TRL outside ``>=1.16.0,<1.17``.
 
     Notes
     -----
-    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset of the task's prompt
-    repeated, a reward function reading ``completion_ids``, ``max_completion_length =
+    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset holding each of the task's
+    prompts equally often (with a ``prompt_index`` column), a reward function reading
+    ``prompt_index`` and ``completion_ids``, ``max_completion_length =
     task.max_new_tokens``, ``report_to=[]``; the predicted point is
     :func:`klpolicy.dynamics.landing_point` for the config's own values of the rule's
     options, so both read one configuration.
+
+    Several prompts: each prompt is its own context. Its law is enumerated after it, and
+    its landing point and :math:`\pi^*_\beta` are computed from its own reference row and
+    rewards (the groups of GRPO and RLOO are drawn per prompt, so one prompt's expected
+    update does not see the others'; the shared weights are assumed able to hold every
+    prompt's landing point at once). The distances are the mean over the prompts, uniform
+    weights, as the dataset draws them, and ``beta_fit`` is the one beta whose pi*
+    minimises that mean. A config that couples the prompts (GRPO's
+    ``scale_rewards="batch"``, one standard deviation over the batch's prompts) has no
+    per-prompt prediction there.
 
     DPO: TRL 1.16.0 appends EOS to each chosen and rejected text
     (trl/trainer/dpo_trainer.py:1062), so its outcomes are the *responses*, the
@@ -581,11 +596,12 @@ def run(
     EOS alone); the law recorded is the policy's law of them, normalised over them
     (:math:`\tilde\pi(y) \propto \pi(y)\,\pi(\mathrm{EOS} \mid y)`), which the DPO margins
     see exactly (the normaliser cancels in each pair's log-ratio difference). ``pairs``
-    pairs are drawn from the reference's response law (seed ``seed``) and labelled by
-    Bradley-Terry on the reward at temperature :math:`T` (``bt_temperature``):
-    :math:`P(y_1 \succ y_2) = \sigma((r_1 - r_2)/T)`. The batch is the whole dataset
-    (``per_device_train_batch_size = pairs``), so each step is a full-batch step on the
-    dataset's mean loss. The predicted point is that loss's exact minimiser,
+    pairs per prompt are drawn from that prompt's reference response law (one generator
+    seeded ``seed``, prompt after prompt) and labelled by Bradley-Terry on its rewards at
+    temperature :math:`T` (``bt_temperature``): :math:`P(y_1 \succ y_2) = \sigma((r_1 -
+    r_2)/T)`. The batch is the whole dataset (``per_device_train_batch_size = pairs`` times
+    the number of prompts), so each step is a full-batch step on the dataset's mean loss,
+    whose minimiser is each prompt's own. The predicted point is that loss's exact minimiser,
     :func:`klpolicy.preference.population_optimum` (``loss="sigmoid"``, TRL's ``beta``)
     on the counts' preference matrix and pair law (see ``_finite_data_problem``);
     ``pistar`` is the population optimum, :math:`\tilde\pi_{\text{ref}}\, e^{r/(T\beta)}/Z`.
@@ -935,10 +951,7 @@ def _prompt_dataset_and_prediction(
         pred = None if any(p is None for p, _, _ in lands) else np.stack([p for p, _, _ in lands])
         betas = {b for _, _, b in lands}
         beta_eff = betas.pop() if len(betas) == 1 else None
-        texts = [t for _, t, _ in lands]
-        landing = texts[0]
-        if len(set(texts)) > 1:
-            landing = "; ".join(f"after {p!r}: {t}" for p, t in zip(task.prompts, texts))
+        landing = _landing_text(task.prompts, [t for _, t, _ in lands])
 
     def reward_fn(prompts, completions, completion_ids, prompt_index, **kw):
         return [
@@ -956,6 +969,22 @@ def _prompt_dataset_and_prediction(
     )
     prediction = _Prediction(pred, beta_eff, landing, pistar)
     return prediction, dataset, {"reward_funcs": reward_fn}
+
+
+def _landing_text(prompts, texts) -> str:
+    """One line for the prompts' landing descriptions: the one text where they agree but for
+    the KL each names (those KLs listed), else each prompt's own."""
+    import re
+
+    if len(set(texts)) == 1:
+        return texts[0]
+    kl = re.compile(r", KL ([-+0-9.e]+|inf) nats")
+    masked = {kl.sub("", t) for t in texts}
+    kls = [kl.search(t) for t in texts]
+    if len(masked) == 1 and all(kls):
+        each = ", ".join(f"{p!r} {m.group(1)}" for p, m in zip(prompts, kls, strict=True))
+        return f"after each prompt, {masked.pop()} (KL to the reference: {each} nats)"
+    return "; ".join(f"after {p!r}: {t}" for p, t in zip(prompts, texts, strict=True))
 
 
 def _one_landing(task, adapter, completions, ref, reward, beta, rule_opts):

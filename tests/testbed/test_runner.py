@@ -303,6 +303,10 @@ def test_grpo_on_several_prompts_reports_each_prompts_law_and_the_mean_distances
         kl = float(kl_divergence(r.final_law[x], r.predicted[x]))
         assert r.kl_to_predicted_by_prompt[x] == pytest.approx(kl, rel=1e-12)
     assert r.predicted_beta_eff == pytest.approx(1.0, rel=1e-12)
+    assert r.landing.startswith("after each prompt, grpo lands at pi* at beta_eff = 1: ")
+    kls = ", ".join(f"{p!r} {float(kl_divergence(q, r.ref_law[x])):.4g}"
+                    for x, (p, q) in enumerate(zip(r.prompts, r.predicted)))  # fmt: skip
+    assert r.landing.endswith(f"(KL to the reference: {kls} nats)")
     # the distances reported are the prompts' mean (uniform weights)
     assert r.kl_to_predicted == pytest.approx(np.mean(r.kl_to_predicted_by_prompt), rel=1e-12)
     assert r.kl_to_pistar == pytest.approx(np.mean(r.kl_to_pistar_by_prompt), rel=1e-12)
@@ -321,6 +325,43 @@ def test_grpo_on_several_prompts_reports_each_prompts_law_and_the_mean_distances
     d = json.loads(r.to_json())
     assert np.array(d["final_law"]).shape == (3, 8) and d["prompts"] == ["x", "y", "z"]
     assert len(d["kl_to_pistar_by_prompt"]) == 3
+
+
+def test_grpo_on_a_token_tree_after_two_prompts_is_predicted_per_prompt():
+    from klpolicy.dynamics import tree_landing_point
+    from klpolicy.sequences import joint
+    from klpolicy.testbed import SequenceLaw, Task, tree_task
+
+    tree = tree_task()
+    # the tree task's reward after "q", its opposite after "a": a different best completion
+    task = Task(
+        "two-trees",
+        tree.vocabulary,
+        ("q", "a"),
+        3,
+        lambda x, ids: tree.reward(0, ids) * (1 if x == 0 else -1),
+    )
+    r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
+    assert r.final_law.shape == (2, 85) and r.predicted.shape == (2, 85)
+    V, T, eos = 5, 3, 1
+    pad = [c + (eos,) * (T - len(c)) for c in r.completions]
+    for x in range(2):
+        ref = r.ref_law[x]
+        law = SequenceLaw(r.completions, ref, np.log(ref), vocab_size=V, eos_token_id=eos)
+        rt = np.zeros((V,) * T)
+        for idx, v in zip(pad, r.reward[x], strict=True):
+            rt[idx] = v
+        land = tree_landing_point(
+            "grpo", law.conditionals(), rt, 0.5, eos_token=eos, max_completion_length=T,
+            num_generations=2, scale_rewards="none", loss_type="dr_grpo",
+        )  # fmt: skip
+        J = joint(land.policy)
+        want = np.array([J[i] for i in pad])
+        np.testing.assert_allclose(r.predicted[x], want / want.sum(), rtol=1e-12, atol=1e-300)
+    # each prompt's predicted law moves toward its own reward (opposite ones)
+    # (measured: an expected-reward gain of 0.025 after each prompt)
+    gain = np.sum(r.predicted * r.reward, -1) - np.sum(r.ref_law * r.reward, -1)
+    assert np.all(gain > 0.02)
 
 
 def test_batch_scaling_couples_the_prompts_and_has_no_per_prompt_prediction():
@@ -363,9 +404,12 @@ def test_cli_task_choice(capsys):
 @pytest.mark.slow
 def test_grpo_on_several_prompts_lands_at_twice_beta():
     # issue 38 item 5's criterion, prompt-averaged: nearer the predicted point (pi* at
-    # 2 beta after each prompt) than pi*(beta), and under half the reference's distance
+    # 2 beta after each prompt) than pi*(beta), and under half the reference's distance.
+    # measured (seed 0): KL to predicted 8.8e-4 (9.5e-4, 8.4e-4, 8.4e-4 by prompt), to
+    # pi*(beta) 0.089, reference to predicted 0.072; beta_fit 0.973
     r = run("trl-grpo", prompts_task(), steps=300, seed=0, num_generations=2,
             scale_rewards="none")  # fmt: skip
     assert r.kl_to_predicted < r.kl_to_pistar
     assert r.kl_to_predicted < r.kl_ref_to_predicted / 2
-    assert np.all(r.kl_to_predicted_by_prompt < r.kl_to_pistar_by_prompt)
+    assert np.all(r.kl_to_predicted_by_prompt < r.kl_to_pistar_by_prompt / 10)
+    assert r.beta_fit == pytest.approx(1.0, rel=0.1)
