@@ -193,6 +193,15 @@ class FittedTask(Task):
         The optimiser steps the fit took.
     tol : float
         The tolerance the fit reached (``fit_kl < tol``).
+    state : dict
+        The fitted weights (a ``state_dict``), which :meth:`model` loads.
+
+    Examples
+    --------
+    >>> from klpolicy.testbed import bandit_task, fitted_task
+    >>> t = fitted_task(bandit_task(), [0.3, 0.2, 0.1, 0.05, 0.05, 0.1, 0.2])
+    >>> t.target.shape, t.fit_steps > 0, t.name
+    ((1, 7), True, 'bandit')
     """
 
     target: NDArray | None = field(default=None, compare=False)
@@ -216,7 +225,13 @@ class FittedTask(Task):
         return m
 
     def base_model(self):
-        """The initial model before the fit (the architecture seeded by ``model_seed``)."""
+        """The initial model before the fit (the architecture seeded by ``model_seed``).
+
+        Returns
+        -------
+        transformers.LlamaForCausalLM
+            A new model with the unfitted initial weights (:meth:`Task.model`'s).
+        """
         return super().model()
 
 
