@@ -526,7 +526,10 @@ def run(
     trainer : str
         A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
     task : Task, optional
-        The task (one prompt or several); :func:`bandit_task` by default.
+        The task (one prompt or several); :func:`bandit_task` by default. A
+        :class:`~klpolicy.testbed.FittedTask` (:func:`~klpolicy.testbed.fitted_task`)
+        starts from its fitted reference, and the result gives its target and
+        ``KL(target || ref)`` (``ref_target``, ``kl_target_to_ref``).
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
