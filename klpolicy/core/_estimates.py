@@ -22,8 +22,10 @@ Every formula is exact where ``ell`` is infinite: ``k2``, ``k3`` and ``abs`` are
 ``+inf`` at ``ell = +inf`` (``q(x) = 0``) and at ``ell = -inf`` (``p(x) = 0``), ``k1``
 is ``ell`` itself, and a NaN stays NaN. ``k3`` is ``expm1mx(-ell)``, the series of
 :math:`e^x - 1 - x` where :math:`|x| < 0.2`: a few ulp of the result, never negative.
-The infinite entries are replaced by 0 before any arithmetic a ``where`` discards, so
-no ``inf - inf`` or ``0 * inf`` reaches a backward pass (torch, JAX).
+Where ``ell`` may be differentiated (torch with grad, JAX) the infinite entries are
+replaced by 0 before any arithmetic a ``where`` discards, so no ``inf - inf`` or
+``0 * inf`` reaches a backward pass; elsewhere (numpy, CuPy, torch without grad) the
+plain formulas run, with the same values.
 
 References
 ----------
@@ -33,15 +35,27 @@ References
 
 from __future__ import annotations
 
-from ._careful import _expm1mx
+import math
+
+import numpy as np
+
+from ._careful import _const, _expm1mx, _may_need_grad
 
 __all__ = ["abs_value", "formula", "k1_value", "k2_value", "k3_value"]
+
+
+def _differentiable(ell) -> bool:
+    """Whether ``ell`` may be differentiated (torch with grad, JAX): then no entry that a
+    ``where`` discards may meet ``0 * inf`` in the backward pass."""
+    return not isinstance(ell, (np.ndarray, np.generic)) and _may_need_grad(ell)
 
 
 def _finite_or_zero(xp, ell):
     """``(isfinite(ell), ell with its non-finite entries replaced by 0)``."""
     fin = xp.isfinite(ell)
-    return fin, xp.where(fin, ell, xp.zeros_like(ell))
+    # numpy: a scalar 0, not a fresh zeroed array (whose pages each fault in when first read)
+    zero = 0.0 if isinstance(ell, np.ndarray) else xp.zeros_like(ell)
+    return fin, xp.where(fin, ell, zero)
 
 
 def k1_value(xp, ell):
@@ -89,6 +103,8 @@ def k2_value(xp, ell):
     >>> k2_value(np, np.array([-1.0, 0.5, -np.inf]))
     array([0.5  , 0.125,   inf])
     """
+    if not _differentiable(ell):  # the plain product: +inf at +-inf, NaN at NaN
+        return 0.5 * ell * ell
     fin, ell_s = _finite_or_zero(xp, ell)
     return xp.where(fin, 0.5 * ell_s * ell_s, xp.abs(ell))
 
@@ -118,6 +134,10 @@ def k3_value(xp, ell):
     >>> k3_value(np, np.array([1e-10, 1.0, np.inf]))  # 1e-20 / 2 at 1e-10
     array([5.00000000e-21, 3.67879441e-01,            inf])
     """
+    if not _differentiable(ell):
+        # +inf at ell = +inf as computed (exp(-inf) - 1 + inf); at ell = -inf, inf - inf
+        inf = math.inf if isinstance(ell, np.ndarray) else _const(xp, math.inf, ell)
+        return xp.where(ell == -math.inf, inf, _expm1mx(xp, -ell))
     fin, ell_s = _finite_or_zero(xp, ell)
     return xp.where(fin, _expm1mx(xp, -ell_s), xp.abs(ell))
 
