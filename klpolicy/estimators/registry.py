@@ -258,107 +258,124 @@ def _abs_gaussian(mu: NDArray) -> tuple[NDArray, NDArray]:
 _K3_FORMULA = "exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))"
 
 
+_SCHULMAN = "Schulman (2020), http://joschu.net/blog/kl-approx.html"
+
+
+def _k1_row() -> Estimator:
+    """k1: the log-ratio itself, unbiased."""
+    return Estimator(
+        name="k1",
+        formula="log p(x) - log q(x)",
+        value=_K1,
+        derivative=lambda ell: np.ones_like(ell),
+        weighted_value=lambda pi, ref, ell: pi * ell,
+        weighted_derivative=lambda pi, ref, ell: pi,
+        exact_bias=lambda pn, qn, ell, q_out: np.zeros_like(q_out),
+        gaussian_moments=lambda mu: (0.5 * mu * mu, mu * mu),
+        fixed_point=MappingProxyType({"reward": "optimum", "loss": "greedy"}),
+        estimates_kl=True,
+        unbiased=True,
+        reference=_SCHULMAN,
+        array_value=F.k1_value,
+        mean_is_kl=True,
+        differentiable_loss=("optimum", 1.0),
+        known_errors=(
+            (
+                "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
+                lambda ell: -ell,
+            ),
+        ),
+    )
+
+
+def _k2_row() -> Estimator:
+    """k2: half the squared log-ratio, biased by O(l^3)."""
+    return Estimator(
+        name="k2",
+        formula="(log p(x) - log q(x))^2 / 2",
+        value=_K2,
+        derivative=lambda ell: ell,
+        weighted_value=lambda pi, ref, ell: pi * (0.5 * ell * ell),
+        weighted_derivative=lambda pi, ref, ell: pi * ell,
+        exact_bias=_k2_bias,
+        gaussian_moments=lambda mu: (
+            0.5 * mu**2 + mu**4 / 8,
+            mu**4 / 2 + mu**6 / 4,
+        ),
+        fixed_point=MappingProxyType({"reward": "none", "loss": "optimum"}),
+        estimates_kl=True,
+        unbiased=False,
+        reference=_SCHULMAN,
+        array_value=F.k2_value,
+        nonnegative=True,
+        differentiable_loss=("numeric", 1.0),
+        known_errors=(
+            (
+                "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
+                lambda ell: ell * ell,
+            ),
+        ),
+    )
+
+
+def _k3_row() -> Estimator:
+    """k3: exp(-l) - 1 + l, unbiased where q covers p's support, never negative."""
+    return Estimator(
+        name="k3",
+        formula=_K3_FORMULA,
+        value=_K3,
+        derivative=lambda ell: -np.expm1(-ell),
+        weighted_value=_k3_weighted_value,
+        # pi (1 - ref/pi) = pi - ref: no overflow where pi is tiny
+        weighted_derivative=lambda pi, ref, ell: np.where(pi > 0, pi - ref, 0),
+        exact_bias=lambda pn, qn, ell, q_out: 0.0 - q_out,  # E_p[q/p] - 1 = q(p > 0) - 1
+        gaussian_moments=lambda mu: (0.5 * mu * mu, expm1mx(mu * mu)),
+        fixed_point=MappingProxyType({"reward": "none", "loss": "forward_kl"}),
+        estimates_kl=True,
+        unbiased=True,
+        reference=_SCHULMAN,
+        array_value=F.k3_value,
+        nonnegative=True,
+        differentiable_loss=("optimum", 1.0),
+        gaussian_stdev_ratio=_k3_stdev_ratio_large,
+        textbook=(
+            _k3_textbook_scale,
+            "exp(log q - log p), 1 and log q - log p",
+            "evaluate k3 as expm1(x) - x (or klpolicy.estimators.k3)",
+        ),
+        known_errors=(
+            (
+                "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
+                f"whose mean under p is not KL(p||q); k3 = {_K3_FORMULA}.",
+                lambda ell: _K3(-ell),
+            ),
+        ),
+    )
+
+
+def _abs_row() -> Estimator:
+    """TRL's and verl's ``abs``: abs(l), not an estimator of the KL."""
+    return Estimator(
+        name="abs",
+        formula="|log p(x) - log q(x)|",
+        value=_ABS,
+        derivative=np.sign,
+        weighted_value=lambda pi, ref, ell: pi * np.abs(ell),
+        weighted_derivative=lambda pi, ref, ell: pi * np.sign(ell),
+        exact_bias=_abs_bias,
+        gaussian_moments=_abs_gaussian,
+        fixed_point=MappingProxyType({"reward": "none", "loss": "undefined"}),
+        estimates_kl=False,
+        unbiased=False,
+        reference='TRL and verl, kl_penalty="abs" (not an estimator of KL)',
+        array_value=F.abs_value,
+        nonnegative=True,
+        differentiable_loss=("undefined", 1.0),
+    )
+
+
 def _rows() -> dict[str, Estimator]:
-    schulman = "Schulman (2020), http://joschu.net/blog/kl-approx.html"
-    rows = [
-        Estimator(
-            name="k1",
-            formula="log p(x) - log q(x)",
-            value=_K1,
-            derivative=lambda ell: np.ones_like(ell),
-            weighted_value=lambda pi, ref, ell: pi * ell,
-            weighted_derivative=lambda pi, ref, ell: pi,
-            exact_bias=lambda pn, qn, ell, q_out: np.zeros_like(q_out),
-            gaussian_moments=lambda mu: (0.5 * mu * mu, mu * mu),
-            fixed_point=MappingProxyType({"reward": "optimum", "loss": "greedy"}),
-            estimates_kl=True,
-            unbiased=True,
-            reference=schulman,
-            array_value=F.k1_value,
-            mean_is_kl=True,
-            differentiable_loss=("optimum", 1.0),
-            known_errors=(
-                (
-                    "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
-                    lambda ell: -ell,
-                ),
-            ),
-        ),
-        Estimator(
-            name="k2",
-            formula="(log p(x) - log q(x))^2 / 2",
-            value=_K2,
-            derivative=lambda ell: ell,
-            weighted_value=lambda pi, ref, ell: pi * (0.5 * ell * ell),
-            weighted_derivative=lambda pi, ref, ell: pi * ell,
-            exact_bias=_k2_bias,
-            gaussian_moments=lambda mu: (
-                0.5 * mu**2 + mu**4 / 8,
-                mu**4 / 2 + mu**6 / 4,
-            ),
-            fixed_point=MappingProxyType({"reward": "none", "loss": "optimum"}),
-            estimates_kl=True,
-            unbiased=False,
-            reference=schulman,
-            array_value=F.k2_value,
-            nonnegative=True,
-            differentiable_loss=("numeric", 1.0),
-            known_errors=(
-                (
-                    "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
-                    lambda ell: ell * ell,
-                ),
-            ),
-        ),
-        Estimator(
-            name="k3",
-            formula=_K3_FORMULA,
-            value=_K3,
-            derivative=lambda ell: -np.expm1(-ell),
-            weighted_value=_k3_weighted_value,
-            # pi (1 - ref/pi) = pi - ref: no overflow where pi is tiny
-            weighted_derivative=lambda pi, ref, ell: np.where(pi > 0, pi - ref, 0),
-            exact_bias=lambda pn, qn, ell, q_out: 0.0 - q_out,  # E_p[q/p] - 1 = q(p > 0) - 1
-            gaussian_moments=lambda mu: (0.5 * mu * mu, expm1mx(mu * mu)),
-            fixed_point=MappingProxyType({"reward": "none", "loss": "forward_kl"}),
-            estimates_kl=True,
-            unbiased=True,
-            reference=schulman,
-            array_value=F.k3_value,
-            nonnegative=True,
-            differentiable_loss=("optimum", 1.0),
-            gaussian_stdev_ratio=_k3_stdev_ratio_large,
-            textbook=(
-                _k3_textbook_scale,
-                "exp(log q - log p), 1 and log q - log p",
-                "evaluate k3 as expm1(x) - x (or klpolicy.estimators.k3)",
-            ),
-            known_errors=(
-                (
-                    "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
-                    f"whose mean under p is not KL(p||q); k3 = {_K3_FORMULA}.",
-                    lambda ell: _K3(-ell),
-                ),
-            ),
-        ),
-        Estimator(
-            name="abs",
-            formula="|log p(x) - log q(x)|",
-            value=_ABS,
-            derivative=np.sign,
-            weighted_value=lambda pi, ref, ell: pi * np.abs(ell),
-            weighted_derivative=lambda pi, ref, ell: pi * np.sign(ell),
-            exact_bias=_abs_bias,
-            gaussian_moments=_abs_gaussian,
-            fixed_point=MappingProxyType({"reward": "none", "loss": "undefined"}),
-            estimates_kl=False,
-            unbiased=False,
-            reference='TRL and verl, kl_penalty="abs" (not an estimator of KL)',
-            array_value=F.abs_value,
-            nonnegative=True,
-            differentiable_loss=("undefined", 1.0),
-        ),
-    ]
+    rows = [_k1_row(), _k2_row(), _k3_row(), _abs_row()]
     rows += _straight_through_rows({row.name: row for row in rows})
     return {row.name: row for row in rows}
 
