@@ -44,7 +44,7 @@ def main() -> None:
 
     task = tree_task()
     model = task.model().to(args.device).eval()
-    prompt = task.prompt_ids()
+    (prompt,) = task.prompt_ids()
     law = sequence_law(model, prompt, max_new_tokens=task.max_new_tokens, eos_token_id=1)
     rows = len(law.completions)
     ids = torch.tensor(

@@ -1,11 +1,13 @@
-"""Where real TRL trainers land on the bandit task: the table of docs/testbed.md.
+"""Where real TRL trainers land on the built-in tasks: the table of docs/testbed.md.
 
 Each row is one ``klpolicy testbed run ... --json`` command, run here in-process through
 the CLI's own entry point (so the row is exactly what the command prints), and summarised
 as a markdown row: the configured beta, the predicted beta_eff, the fitted beta
 (:func:`klpolicy.dynamics.beta_fit` of the final law), KL(final || predicted),
-KL(final || pi*(beta)), KL(ref || predicted), the final law's mass on the best answer, the steps, the seed, the training time and
-the command. Needs the extra ``klpolicy[trl]``; a few minutes a row on a 2-core CPU.
+KL(final || pi*(beta)), KL(ref || predicted) (each the mean over the task's prompts), the
+final law's mass on the best answer (its mean over the prompts), the steps, the seed, the
+training time and the command. Needs the extra ``klpolicy[trl]``; a few minutes a row on a
+2-core CPU.
 
     python benchmarks/testbed_table.py [--only N [N ...]] [--json-dir DIR]
 """
@@ -41,6 +43,12 @@ ROWS = [
     ("RLOO, G=2", "trl-rloo --num-generations 2"),
     ("DPO, 256 pairs", "trl-dpo --pairs 256"),
     ("DPO, 2048 pairs", "trl-dpo --pairs 2048 --steps 200"),
+    (
+        "3 prompts: GRPO, G=2, no scaling",
+        "trl-grpo --task prompts --num-generations 2 --scale-rewards none",
+    ),
+    ("3 prompts: RLOO, G=2", "trl-rloo --task prompts --num-generations 2"),
+    ("3 prompts: DPO, 256 pairs each", "trl-dpo --task prompts --pairs 256"),
 ]
 
 
@@ -68,8 +76,10 @@ def _row(label: str, args: str, seed: int, json_dir: Path | None) -> str:
         name = "_".join(args.replace("--", "").split()) + f"_seed{seed}.json"
         (json_dir / name).write_text(out.getvalue())
     cfg = d["config"]
-    top = max(d["reward"])
-    best = sum(p for p, r in zip(d["final_law"], d["reward"], strict=True) if r == top)
+    best = 0.0  # the mass on each prompt's best answers, averaged over the prompts
+    for law, rew in zip(d["final_law"], d["reward"], strict=True):
+        top = max(rew)
+        best += sum(p for p, r in zip(law, rew, strict=True) if r == top) / len(d["reward"])
     beta_eff = d["predicted_beta_eff"]
     if beta_eff is None and d["trainer"] == "trl-dpo":
         pred = "dataset's optimum"

@@ -3,8 +3,9 @@
 The graph is read from the source (``ast``), every import counted, those inside
 functions too. It fails on an import circle between modules, on core importing
 anything else of klpolicy, on the numpy side importing a leaf (``app``, ``plotting``,
-``testing``, ``torch``), and on a private name (or private module) imported across
-a subpackage boundary other than through ``klpolicy.core.internal``.
+``testing``, ``torch``), on a private name (or private module) imported across
+a subpackage boundary other than through ``klpolicy.core.internal``, and on a check of
+``core/_validation`` that one part alone calls (it belongs in that part's ``_inputs``).
 """
 
 from __future__ import annotations
@@ -165,6 +166,50 @@ def test_no_private_name_crosses_a_subpackage_boundary():
         if _part(s) != _part(t) and _private(t, n)
     ]
     assert bad == [], "use the part's public API or klpolicy.core.internal: " + "; ".join(bad)
+
+
+def _validation_users() -> dict[str, set[str]]:
+    """The parts that call each name of ``core/_validation`` (``V.name`` on its import)."""
+    users: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if _is_package(name) else name.rpartition(".")[0]
+        aliases = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = [node.module] if node.module else []
+                target = ".".join(base + module) if node.level else node.module
+                for alias in node.names:
+                    if (target, alias.name) in (
+                        ("klpolicy.core.internal", "validation"),
+                        ("klpolicy.core", "_validation"),
+                    ):
+                        aliases.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                if node.value.id in aliases:
+                    users.setdefault(node.attr, set()).add(_part(name))
+            elif name == "klpolicy.core._validation" and isinstance(node, ast.Name):
+                users.setdefault(node.id, set()).add("core")  # a building block of core's checks
+    return users
+
+
+def test_a_check_one_part_alone_calls_lives_in_that_part():
+    """Rule 5: ``core/_validation`` holds what core or several parts call, not one part's checks."""
+    tree = ast.parse((PACKAGE / "core" / "_validation.py").read_text(encoding="utf-8"))
+    checks = [
+        n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")
+    ]
+    assert len(checks) > 30
+    users = _validation_users()
+    assert users["as_token_tree"] >= {"sequences", "sampling", "torch"}
+    bad = [
+        f"{c} (called by {sorted(users[c])[0]} alone: move it to that part's _inputs)"
+        for c in checks
+        if "core" not in users.get(c, set()) and len(users.get(c, set())) == 1
+    ]
+    assert bad == [], "; ".join(bad)
 
 
 def test_core_internal_lists_what_it_offers():

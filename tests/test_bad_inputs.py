@@ -1593,6 +1593,17 @@ TOKEN_IDS = Kind(
 TASK = Kind("testbed task", lambda v: [(k, x) for k, x in TYPES if k != "None"] + [("number", 3)])
 DEVICE = Kind("device", lambda v: [("unknown", "no-such-device"), ("int", 3), ("bool", True)])
 SEED = Kind("seed", lambda v: [(k, x) for k, x in _count_bad(v) if k != "zero"])
+PROMPTS = Kind(
+    "prompt texts",
+    lambda v: [
+        ("bare-str", v[0]),  # a string is a sequence of characters, not of prompts
+        ("empty", ()),
+        ("empty-text", (*v, " ")),
+        ("number-item", (*v, 3)),
+        ("list-of-lists", [list(v)]),
+        *[(k, x) for k, x in TYPES if k != "str"],
+    ],
+)
 ROWS += [
     # run's valid call trains (tests/testbed/test_runner.py); every bad call here is refused
     # before TRL is set up
@@ -1615,13 +1626,23 @@ ROWS += [
     ),
     row(_TB + "bandit_task", model_seed=(SEED, 0)),
     row(_TB + "tree_task", model_seed=(SEED, 0)),
+    row(_TB + "prompts_task", model_seed=(SEED, 0)),
+    # a task's prompts are checked when it is built (its other fields are what run() reads)
+    row(
+        _TB + "Task",
+        fixed={
+            "name": "t",
+            "vocabulary": ("[PAD]", "[EOS]", "q"),
+            "max_new_tokens": 1,
+            "reward": lambda prompt, ids: 0.0,
+        },
+        prompts=(PROMPTS, ("q",)),
+    ),
 ]
 RESULTS |= {
-    # testbed containers: the adapter table's rows, results, and the task spec (its fields are
-    # what run() reads; bandit_task() builds the one the library ships)
+    # testbed containers: the adapter table's rows and results
     "klpolicy.testbed.Adapter",
     "klpolicy.testbed.SequenceLaw",
-    "klpolicy.testbed.Task",
     "klpolicy.testbed.TestbedResult",
 }
 #: rows whose valid call is too slow for the base-call sweep, with where it is tested
@@ -1751,6 +1772,22 @@ def _exact_message_rows():
             ),
             (lambda: tb.bandit_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
             (lambda: tb.tree_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
+            (
+                lambda: tb.prompts_task(model_seed=-1),
+                "`model_seed` must be an integer >= 0; got -1",
+            ),
+            (
+                lambda: tb.Task("t", ("[PAD]", "[EOS]", "q"), "q", 1, lambda i, c: 0.0),
+                '`prompts` must be a non-empty tuple of prompt texts (one prompt is ("q",)); '
+                "got 'q'",
+            ),
+            (
+                lambda: tb.Task(
+                    "t", ("[PAD]", "[EOS]", "q"), ("q w",), 1, lambda i, c: 0.0
+                ).prompt_ids(),
+                "`prompts[0]` holds the word 'w', which is not in the task's vocabulary "
+                "('[PAD]', '[EOS]', 'q')",
+            ),
         ]
     return out
 

@@ -800,14 +800,20 @@ def _add_testbed_parser(sub) -> None:
         "testbed", help="train a tiny transformers model with a real trainer (needs klpolicy[trl])"
     )
     tsub = tb.add_subparsers(dest="testbed_command", required=True, metavar="COMMAND")
-    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo, trl-dpo) on the bandit task")
+    r = tsub.add_parser("run", help="run TRAINER (trl-grpo, trl-rloo, trl-dpo) on a built-in task")
     r.add_argument("trainer", metavar="TRAINER", help="trl-grpo, trl-rloo or trl-dpo")
+    r.add_argument(
+        "--task",
+        default="bandit",
+        metavar="TASK",
+        help="a built-in task of klpolicy.testbed.TASKS: bandit (default), tree, prompts",
+    )
     r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
     r.add_argument("--num-generations", type=int, help="group size G (default 2)")
     r.add_argument("--scale-rewards", help='GRPO: "group", "batch" or "none" (default "none")')
     r.add_argument("--loss-type", help="GRPO's loss_type (TRL's default dapo)")
     r.add_argument("--learning-rate", type=float, help="the optimiser's lr (default 0.01)")
-    r.add_argument("--pairs", type=int, help="DPO: preference pairs drawn (default 256)")
+    r.add_argument("--pairs", type=int, help="DPO: preference pairs drawn per prompt (default 256)")
     r.add_argument(
         "--bt-temperature",
         type=float,
@@ -824,11 +830,14 @@ def _add_testbed_parser(sub) -> None:
 
 
 def _cmd_testbed_run(args: argparse.Namespace) -> int:
-    from ..testbed import ADAPTERS, run
+    from ..testbed import ADAPTERS, TASKS, run
 
     if args.trainer not in ADAPTERS:
         valid = ", ".join(repr(k) for k in sorted(ADAPTERS))
         raise ValueError(f"`TRAINER` must be one of {valid}; got {args.trainer!r}")
+    if args.task not in TASKS:
+        valid = ", ".join(repr(k) for k in TASKS)
+        raise ValueError(f"`--task` must be one of {valid}; got {args.task!r}")
     names = (
         "beta",
         "num_generations",
@@ -848,6 +857,7 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
     progress = sys.stderr.isatty() and not args.json
     res = run(
         args.trainer,
+        TASKS[args.task](),
         steps=args.steps,
         seed=args.seed,
         device=args.device,
@@ -860,10 +870,16 @@ def _cmd_testbed_run(args: argparse.Namespace) -> int:
     if args.json:
         print(res.to_json())
         return 0
-    print(f"{args.trainer} {res.config} steps={res.steps} seed={res.seed}")
+    print(f"{args.trainer} on {res.task} {res.config} steps={res.steps} seed={res.seed}")
     print(f"landing: {res.landing}")
     for key in ("kl_to_predicted", "kl_to_pistar", "kl_ref_to_predicted", "beta_fit", "wall_time"):
         print(f"{key:>20}  {getattr(res, key)}")
+    if len(res.prompts) > 1:  # the KLs above are the prompts' mean
+        for key in ("kl_to_predicted", "kl_to_pistar"):
+            per = getattr(res, f"{key}_by_prompt")
+            if per is not None:
+                each = ", ".join(f"{p!r} {v:.4g}" for p, v in zip(res.prompts, per, strict=True))
+                print(f"{key:>20}  by prompt: {each}")
     return 0
 
 

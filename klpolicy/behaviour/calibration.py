@@ -22,6 +22,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..core.internal import prepare as _prepare
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
+from ._inputs import as_beta_grid
 
 __all__ = [
     "CalibrationCurve",
@@ -335,7 +336,7 @@ def calibration_curve(
     (array([0.      , 0.115776]), array([0.32    , 0.346808]))
     """
     ref_a, rew_a, t, w = _qa_problem(ref, reward, truth, weights)
-    grid = V.as_beta_grid("beta", beta)
+    grid = as_beta_grid("beta", beta)
     kl, ece, brier, conf, acc = _calibration_at(ref_a, rew_a, t, w, grid, _bins(bins))
     s = grid.shape
     return CalibrationCurve(

@@ -35,6 +35,7 @@ from ..core.internal import setup as _setup
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
 from ..sequences import joint
+from ._inputs import as_beta_grid
 
 __all__ = [
     "ENTROPY_STEPS",
@@ -476,7 +477,7 @@ def diversity_curve(
     if kl is not None:
         grid = np.asarray(beta_for_kl(ref_a, rew_a, kl), dtype=np.float64)
     else:
-        grid = V.as_beta_grid("beta", beta)
+        grid = as_beta_grid("beta", beta)
     flat = grid.reshape(-1, 1)
     n = flat.shape[0]
     t = _tilt(

@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..core import beta_for_kl, max_kl
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
+from ._inputs import as_beta_grid
 
 __all__ = [
     "RetentionCurve",
@@ -263,7 +264,7 @@ def retention_curve(
     grid = (
         np.asarray(beta_for_kl(ref_a, r, kl), dtype=np.float64)
         if kl is not None
-        else V.as_beta_grid("beta", beta)
+        else as_beta_grid("beta", beta)
     )
     flat = grid.reshape(-1, 1)
     n = flat.shape[0]

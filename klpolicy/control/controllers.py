@@ -29,6 +29,7 @@ import sys
 from typing import Any
 
 from ..core.internal import validation as V
+from ._inputs import as_factor, as_kl_measurement, as_nonnegative_scalar
 
 __all__ = [
     "AdaptiveKLController",
@@ -154,11 +155,11 @@ class FixedKLController:
     """
 
     def __init__(self, kl_coef: float) -> None:
-        self.value = V.as_nonnegative_scalar("kl_coef", kl_coef)
+        self.value = as_nonnegative_scalar("kl_coef", kl_coef)
 
     def update(self, current: float, n_steps: int) -> None:
         """Check the measurement and leave the coefficient unchanged."""
-        V.as_kl_measurement("current", current)
+        as_kl_measurement("current", current)
         V.as_positive_int("n_steps", n_steps)
 
     def __repr__(self) -> str:
@@ -270,7 +271,7 @@ class AdaptiveKLController:
 
     def update(self, current: float, n_steps: int) -> None:
         """Apply one step of the clipped proportional rule (see the class docstring)."""
-        kl = V.as_kl_measurement("current", current)
+        kl = as_kl_measurement("current", current)
         n = V.as_positive_int("n_steps", n_steps)
         error = min(max(kl / self.target - 1, -self.clip), self.clip)
         step = error * n / self.horizon
@@ -384,12 +385,12 @@ class DeadZoneKLController:
     ) -> None:
         self.value = V.as_positive_scalar("init_kl_coef", init_kl_coef)
         self.target = V.as_positive_scalar("target", target)
-        band = V.as_factor("band", band)
-        factor = V.as_factor("factor", factor)
-        self.lower_band = band if lower_band is None else V.as_factor("lower_band", lower_band)
-        self.upper_band = band if upper_band is None else V.as_factor("upper_band", upper_band)
-        self.decrease = factor if decrease is None else V.as_factor("decrease", decrease)
-        self.increase = factor if increase is None else V.as_factor("increase", increase)
+        band = as_factor("band", band)
+        factor = as_factor("factor", factor)
+        self.lower_band = band if lower_band is None else as_factor("lower_band", lower_band)
+        self.upper_band = band if upper_band is None else as_factor("upper_band", upper_band)
+        self.decrease = factor if decrease is None else as_factor("decrease", decrease)
+        self.increase = factor if increase is None else as_factor("increase", increase)
         self.per = _as_per(per)
 
     @classmethod
@@ -417,7 +418,7 @@ class DeadZoneKLController:
 
     def update(self, current: float, n_steps: int) -> None:
         """Halve/double (or the configured factors) outside the band; nothing inside."""
-        kl = V.as_kl_measurement("current", current)
+        kl = as_kl_measurement("current", current)
         V.as_positive_int("n_steps", n_steps)
         if kl < self.low:
             self.value /= self.decrease
@@ -507,10 +508,10 @@ class LagrangianKLController:
         min_kl_coef: float = 0.0,
         per: str = "sequence",
     ) -> None:
-        self.value = V.as_nonnegative_scalar("init_kl_coef", init_kl_coef)
+        self.value = as_nonnegative_scalar("init_kl_coef", init_kl_coef)
         self.target = V.as_positive_scalar("target", target)
         self.lr = V.as_positive_scalar("lr", lr)
-        self.min_kl_coef = V.as_nonnegative_scalar("min_kl_coef", min_kl_coef)
+        self.min_kl_coef = as_nonnegative_scalar("min_kl_coef", min_kl_coef)
         if self.value < self.min_kl_coef:
             raise ValueError(
                 f"`init_kl_coef` must be >= `min_kl_coef` = {self.min_kl_coef:g}; "
@@ -520,7 +521,7 @@ class LagrangianKLController:
 
     def update(self, current: float, n_steps: int) -> None:
         """One projected dual-ascent step (see the class docstring)."""
-        kl = V.as_kl_measurement("current", current)
+        kl = as_kl_measurement("current", current)
         V.as_positive_int("n_steps", n_steps)
         self.value = max(self.min_kl_coef, self.value + self.lr * (kl - self.target))
 

@@ -38,6 +38,7 @@ from ..core import beta_for_kl
 from ..core.internal import prepare as _prepare
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
+from ._inputs import as_unit_interval
 
 __all__ = [
     "SimulationTrace",
@@ -232,7 +233,7 @@ def _as_measure(measure: Any) -> bool:
 def _common(steps, n_steps, lag, kl_samples, length, settle_tol):
     steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     n_steps = V.as_positive_int("n_steps", n_steps)
-    lag = V.as_unit_interval("lag", lag)
+    lag = as_unit_interval("lag", lag)
     if kl_samples is not None:
         kl_samples = V.as_positive_int("kl_samples", kl_samples, hi=V.MAX_LOOP_COUNT)
     length = V.as_positive_scalar("length", length)
@@ -605,7 +606,7 @@ def stability_region(
     if lag_a.ndim != 1 or hor_a.ndim != 1:
         raise ValueError("`lags` and `horizons` must be 1-D")
     for x in lag_a:
-        V.as_unit_interval("lags", float(x))
+        as_unit_interval("lags", float(x))
     for x in hor_a:
         V.as_positive_scalar("horizons", float(x))
     steps, n_steps, _, _, _, settle_tol = _common(steps, n_steps, 0.0, None, 1.0, settle_tol)

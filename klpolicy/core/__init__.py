@@ -9,8 +9,8 @@ variation; :mod:`~klpolicy.core.fdivergences` the f-divergences and their regist
 blocked fast path) lives in ``_tilt``, the careful kernel every array library shares
 in ``_careful``, the same closed form for torch, JAX and CuPy in ``_xp``, the precise
 numerics in ``_numerics``, the vectorised root finder in ``roots``, the stability test
-of fixed points in ``_flows``, the lazy ``scipy.special`` in ``_lazy`` and the generic
-input checks in ``_validation``; other subpackages reach those through
+of fixed points in ``_flows``, the lazy ``scipy.special`` in ``_lazy`` and the input
+checks the parts share (with the wording of every message) in ``_validation``; other subpackages reach those through
 :mod:`klpolicy.core.internal` only. Core imports nothing else from klpolicy.
 Everything public here is re-exported by :mod:`klpolicy`.
 """

@@ -1,12 +1,20 @@
-"""The one place that checks inputs and words the errors.
+"""The input checks shared by the parts, and the words of every error message.
 
 Every public function of klpolicy validates its arguments through the helpers
-below, so that the same mistake always gets the same message: a ``ValueError``
-that names the argument in backticks and shows the bad value and where it is.
-Nothing is renormalised silently and no NaN is ever returned for bad input.
+below (or a part's own checks built on them), so that the same mistake always
+gets the same message: a ``ValueError`` that names the argument in backticks and
+shows the bad value and where it is. Nothing is renormalised silently and no NaN is ever returned for bad input.
 
 The helpers return arrays with the probability axis moved to the end, so that
 the numerical code can always work along ``axis=-1``.
+
+What lives here: the formatting of bad values (``format_value``, ``format_index``,
+``first_index``, ``describe``), the generic checks (probabilities, rewards, ``beta``,
+scalars in an interval, counts, KL budgets, flags, choices, seeds), and the checks of the
+objects several parts share: token trees, sequence rewards, masks and log-probabilities
+(the comment above them names every part that calls each). A check that only one part
+needs lives in that part's ``_inputs`` module (``preference``, ``control``, ``behaviour``,
+``estimators``, ``dynamics``), built on these helpers, so every message has the same words.
 """
 
 from __future__ import annotations
@@ -34,13 +42,15 @@ __all__ = [
 ]
 
 
-def _fmt_index(idx: tuple[int, ...]) -> str:
+def format_index(idx: tuple[int, ...]) -> str:
+    """An index as the messages show it: ``(3,)``, ``(0, 2)``."""
     if len(idx) == 1:
         return f"({idx[0]},)"
     return "(" + ", ".join(str(int(i)) for i in idx) + ")"
 
 
-def _fmt_value(v: Any) -> str:
+def format_value(v: Any) -> str:
+    """A bad number as the messages show it: six significant digits, ``nan``, ``inf``, ``-inf``."""
     v = float(v)
     if np.isnan(v):
         return "nan"
@@ -52,13 +62,14 @@ def _fmt_value(v: Any) -> str:
 def _fmt_sum(v: Any, tol: float) -> str:
     """A row sum with the digits it needs: 1.0000000200000001 rather than a rounded 1."""
     v = float(v)
-    short = _fmt_value(v)
+    short = format_value(v)
     if not np.isfinite(v) or abs(float(short) - 1.0) > tol:
         return short
     return repr(v)
 
 
-def _first(mask: NDArray[np.bool_]) -> tuple[int, ...]:
+def first_index(mask: NDArray[np.bool_]) -> tuple[int, ...]:
+    """The index of the first ``True`` of ``mask`` (C order), the entry a message names."""
     return tuple(int(i) for i in np.argwhere(mask)[0])
 
 
@@ -165,9 +176,9 @@ def as_probabilities(
                     f" (tolerance {tol:.2g}); klpolicy never renormalises silently"
                 )
         elif bad.any():
-            idx = _first(bad)
+            idx = first_index(bad)
             raise ValueError(
-                f"`{name}` must sum to 1 along axis {axis}; row {_fmt_index(idx)} sums to "
+                f"`{name}` must sum to 1 along axis {axis}; row {format_index(idx)} sums to "
                 f"{_fmt_sum(sums[idx], tol)} (tolerance {tol:.2g}); klpolicy never renormalises silently"
             )
     return np.moveaxis(arr, ax, -1)
@@ -177,19 +188,19 @@ def _raise_not_finite_non_negative(name: str, arr: NDArray) -> None:
     nan = np.isnan(arr)
     if nan.any():
         raise ValueError(
-            f"`{name}` must not contain NaN; found nan at index {_fmt_index(_first(nan))}"
+            f"`{name}` must not contain NaN; found nan at index {format_index(first_index(nan))}"
         )
     inf = np.isinf(arr)
     if inf.any():
-        idx = _first(inf)
+        idx = first_index(inf)
         raise ValueError(
-            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+            f"`{name}` must be finite; found {format_value(arr[idx])} at index {format_index(idx)}"
         )
     neg = arr < 0
     if neg.any():
-        idx = _first(neg)
+        idx = first_index(neg)
         raise ValueError(
-            f"`{name}` must be non-negative; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+            f"`{name}` must be non-negative; found {format_value(arr[idx])} at index {format_index(idx)}"
         )
 
 
@@ -201,9 +212,9 @@ def as_rewards(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
     ax = normalise_axis(axis, arr.ndim, name)
     if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
         bad = ~np.isfinite(arr)
-        idx = _first(bad)
+        idx = first_index(bad)
         raise ValueError(
-            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+            f"`{name}` must be finite; found {format_value(arr[idx])} at index {format_index(idx)}"
         )
     return np.moveaxis(arr, ax, -1)
 
@@ -269,19 +280,20 @@ def check_beta_values(
     b = as_float_array(name, beta).astype(np.float64, copy=False)
     nan = np.isnan(b)
     if nan.any():
-        where = "" if b.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        where = "" if b.ndim == 0 else f" at index {format_index(first_index(nan))}"
         raise ValueError(f"`{name}` must not be NaN; found nan{where}")
     neg = (b < 0) if allow_zero else (b <= 0)
     if neg.any():
-        where = "" if b.ndim == 0 else f" at index {_fmt_index(_first(neg))}"
-        bad = b if b.ndim == 0 else b[_first(neg)]
+        where = "" if b.ndim == 0 else f" at index {format_index(first_index(neg))}"
+        bad = b if b.ndim == 0 else b[first_index(neg)]
         kind = "non-negative" if allow_zero else "positive"
-        raise ValueError(f"`{name}` must be {kind}; found {_fmt_value(bad)}{where}")
+        raise ValueError(f"`{name}` must be {kind}; found {format_value(bad)}{where}")
     return b
 
 
 # --------------------------------------------------------------------------------------
-# Generic checkers: one real number in an interval, a count, a KL budget, a flag
+# Generic checkers: one real number in an interval, a count, a KL budget, a flag, a choice,
+# a seed, a finite array, an array of counts
 # --------------------------------------------------------------------------------------
 
 #: Largest count accepted where a count sets a loop length or an allocation (steps,
@@ -400,10 +412,10 @@ def as_kl_budget(name: str, x: Any, *, allow_inf: bool = False) -> NDArray[np.fl
         bad |= np.isinf(arr)
     if bad.any():
         if arr.ndim == 0:
-            raise ValueError(f"`{name}` must be {words}; got {_fmt_value(arr)}")
-        idx = _first(bad)
+            raise ValueError(f"`{name}` must be {words}; got {format_value(arr)}")
+        idx = first_index(bad)
         raise ValueError(
-            f"`{name}` must be {words}; got {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+            f"`{name}` must be {words}; got {format_value(arr[idx])} at index {format_index(idx)}"
         )
     return arr
 
@@ -446,9 +458,106 @@ def as_positive_int(name: str, x: Any, *, hi: int = MAX_EXACT_COUNT) -> int:
     return as_count(name, x, lo=1, hi=hi)
 
 
+def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """One of a fixed set of strings, or a ValueError listing the valid ones."""
+    if not isinstance(value, str) or value not in choices:
+        valid = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"`{name}` must be one of {valid}; got {describe(value)}")
+    return value
+
+
+def as_rng(name: str, x: Any) -> np.random.Generator:
+    """A numpy Generator from ``None``, a non-negative integer seed, a SeedSequence or a Generator.
+
+    The library's one check of ``rng=`` / ``seed=`` arguments: anything else (a negative or
+    fractional seed, a bool, a string, a seed of 2**128 or more) is refused naming ``name``,
+    where numpy's own message ("expected non-negative integer") names nothing.
+    """
+    if x is None or isinstance(x, (np.random.Generator, np.random.SeedSequence)):
+        return np.random.default_rng(x)
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x[()]
+    if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
+        if 0 <= int(x) < 2**128:
+            return np.random.default_rng(int(x))
+    raise ValueError(
+        f"`{name}` must be None, an integer seed in [0, 2**128) or a numpy.random.Generator; "
+        f"got {describe(x)}"
+    )
+
+
+def as_finite_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
+    """A real array (scalars allowed) with no NaN and no infinities, e.g. log-probabilities."""
+    arr = as_float_array(name, x)
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        if arr.ndim == 0:
+            raise ValueError(f"`{name}` must be finite; got {format_value(arr)}")
+        idx = first_index(bad)
+        raise ValueError(
+            f"`{name}` must be finite; found {format_value(arr[idx])} at index {format_index(idx)}"
+        )
+    return arr
+
+
+def as_closed_interval(name: str, x: Any, hi: float = 1.0) -> float:
+    """A single real number in ``[0, hi]`` (e.g. a label-smoothing probability, hi = 0.5)."""
+    return as_scalar(name, x, f"[0, {hi:g}]")
+
+
+def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
+    """An integer >= 1 or an array of them, returned as exact float64 values (<= 2**53).
+
+    Used for best-of-n sample counts. Floats are accepted only when they hold an
+    integer value (``4.0``); bools, NaN, infinities and fractional values are
+    refused, naming the first bad entry.
+    """
+    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
+        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
+        ) from exc
+    if arr.ndim == 0:
+        return np.asarray(float(as_count(name, x, lo=1, hi=MAX_EXACT_COUNT)))
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
+    if arr.dtype == np.bool_ or not (
+        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
+    ):
+        raise ValueError(
+            f"`{name}` must be an integer >= 1 or an array of them; got dtype {arr.dtype}"
+        )
+    is_int = np.issubdtype(arr.dtype, np.integer)
+    with np.errstate(invalid="ignore"):
+        bad = (arr < 1) if is_int else (~np.isfinite(arr) | (arr < 1) | (arr != np.round(arr)))
+    if bad.any():
+        idx = first_index(bad)
+        shown = str(int(arr[idx])) if is_int else format_value(arr[idx])
+        raise ValueError(
+            f"`{name}` must be an integer >= 1; found {shown} at index {format_index(idx)}"
+        )
+    big = arr > 2**53
+    if big.any():
+        idx = first_index(big)
+        raise ValueError(
+            f"`{name}` must be at most 2**53 to be held exactly; found {arr[idx]!r} at "
+            f"index {format_index(idx)}"
+        )
+    return arr.astype(np.float64)
+
+
 # --------------------------------------------------------------------------------------
-# klpolicy.sequences (trees.py, bellman.py, diagnostics.py): token trees, sequence rewards,
-# log-prob arrays and masks
+# Checks of the objects several parts share (each list of parts is every caller):
+#   as_token_tree        dynamics, estimators, preference, sampling, sequences, torch
+#   same_tree_shape      preference, sampling, sequences
+#   as_sequence_rewards  dynamics, estimators, sequences, torch
+#   as_mask              sampling, sequences
+#   as_log_probs         core (_xp), estimators, sampling, sequences
+#   as_optional_clip     core (_xp), estimators
+# A check that only one part needs lives in that part's _inputs module instead.
 # --------------------------------------------------------------------------------------
 
 
@@ -512,9 +621,9 @@ def as_sequence_rewards(name: str, x: ArrayLike, shape: tuple[int, ...], what: s
         )
     if not (np.isfinite(arr.min()) and np.isfinite(arr.max())):  # NaN propagates into both
         bad = ~np.isfinite(arr)
-        idx = _first(bad)
+        idx = first_index(bad)
         raise ValueError(
-            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
+            f"`{name}` must be finite; found {format_value(arr[idx])} at index {format_index(idx)}"
         )
     return arr
 
@@ -535,108 +644,15 @@ def as_mask(mask: Any, shape: tuple[int, ...]) -> NDArray[np.bool_]:
             raise ValueError(f"`mask` must be an array of booleans or 0/1; got dtype {m.dtype}")
         bad = (m != 0) & (m != 1)
         if bad.any():
-            idx = _first(bad)
+            idx = first_index(bad)
             raise ValueError(
-                f"`mask` must hold only booleans or 0/1; found {_fmt_value(m[idx])} "
-                f"at index {_fmt_index(idx)}"
+                f"`mask` must hold only booleans or 0/1; found {format_value(m[idx])} "
+                f"at index {format_index(idx)}"
             )
         m = m == 1
     if not m.any():
         raise ValueError("`mask` must keep at least one token; it masks every token")
     return m
-
-
-# --------------------------------------------------------------------------------------
-# control.py: KL-coefficient controllers and their simulation
-# --------------------------------------------------------------------------------------
-
-
-def as_nonnegative_scalar(name: str, x: Any) -> float:
-    """A single finite real number >= 0 (e.g. a fixed KL coefficient)."""
-    return as_scalar(name, x, "[0, inf)")
-
-
-def as_factor(name: str, x: Any) -> float:
-    """A single finite real number strictly above 1 (a dead-zone band or a multiplier)."""
-    return as_scalar(name, x, "(1, inf)")
-
-
-def as_kl_measurement(name: str, x: Any) -> float:
-    """A measured (possibly estimated, hence possibly negative) KL: any finite real number."""
-    return as_scalar(name, x, "(-inf, inf)", what="a KL in nats")
-
-
-def as_unit_interval(name: str, x: Any) -> float:
-    """A single real number in [0, 1) (e.g. the lag of a first-order filter)."""
-    return as_scalar(name, x, "[0, 1)")
-
-
-# --- best_of_n / overoptimization ---------------------------------------------------------
-
-
-def as_positive_int_array(name: str, x: Any) -> NDArray[np.float64]:
-    """An integer >= 1 or an array of them, returned as exact float64 values (<= 2**53).
-
-    Used for best-of-n sample counts. Floats are accepted only when they hold an
-    integer value (``4.0``); bools, NaN, infinities and fractional values are
-    refused, naming the first bad entry.
-    """
-    if isinstance(x, bool) or (isinstance(x, np.ndarray) and x.dtype == np.bool_):
-        raise ValueError(f"`{name}` must be an integer >= 1; got {x!r}")
-    try:
-        arr = np.asarray(x)
-    except Exception as exc:
-        raise ValueError(
-            f"`{name}` must be an integer >= 1 or an array of them; got {x!r}"
-        ) from exc
-    if arr.ndim == 0:
-        return np.asarray(float(as_count(name, x, lo=1, hi=MAX_EXACT_COUNT)))
-    if arr.size == 0:
-        raise ValueError(f"`{name}` must not be empty; got shape {arr.shape}")
-    if arr.dtype == np.bool_ or not (
-        np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-    ):
-        raise ValueError(
-            f"`{name}` must be an integer >= 1 or an array of them; got dtype {arr.dtype}"
-        )
-    is_int = np.issubdtype(arr.dtype, np.integer)
-    with np.errstate(invalid="ignore"):
-        bad = (arr < 1) if is_int else (~np.isfinite(arr) | (arr < 1) | (arr != np.round(arr)))
-    if bad.any():
-        idx = _first(bad)
-        shown = str(int(arr[idx])) if is_int else _fmt_value(arr[idx])
-        raise ValueError(
-            f"`{name}` must be an integer >= 1; found {shown} at index {_fmt_index(idx)}"
-        )
-    big = arr > 2**53
-    if big.any():
-        idx = _first(big)
-        raise ValueError(
-            f"`{name}` must be at most 2**53 to be held exactly; found {arr[idx]!r} at "
-            f"index {_fmt_index(idx)}"
-        )
-    return arr.astype(np.float64)
-
-
-# --- klpolicy.behaviour: diversity and retention -------------------------------
-
-
-def as_beta_grid(name: str, x: Any) -> NDArray[np.float64]:
-    """A non-empty grid of coefficients (any shape), each ``>= 0`` (``inf`` allowed)."""
-    return check_beta_values(name, x, allow_zero=True)
-
-
-# ---------------------------------------------------------------------------
-# klpolicy.estimators: log-probabilities, estimator names, placements
-# ---------------------------------------------------------------------------
-
-
-def as_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """One of a fixed set of strings, or a ValueError listing the valid ones."""
-    if not isinstance(value, str) or value not in choices:
-        valid = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"`{name}` must be one of {valid}; got {describe(value)}")
-    return value
 
 
 def as_log_probs(
@@ -670,72 +686,43 @@ def as_log_probs(
         k = np.broadcast_to(keep[..., None] if full else keep, arr.shape)
     nan = np.isnan(arr) & k
     if nan.any():
-        where = "" if arr.ndim == 0 else f" at index {_fmt_index(_first(nan))}"
+        where = "" if arr.ndim == 0 else f" at index {format_index(first_index(nan))}"
         raise ValueError(f"`{name}` must not contain NaN; found nan{where}")
     if at_most_zero:
         tol = float(np.sqrt(np.finfo(arr.dtype).eps))
         with np.errstate(invalid="ignore"):
             high = (arr > tol) & k
         if high.any():
-            idx = _first(high)
+            idx = first_index(high)
             raise ValueError(
-                f"`{name}` must hold log-probabilities (<= 0); found {_fmt_value(arr[idx])} "
-                f"at index {_fmt_index(idx)}"
+                f"`{name}` must hold log-probabilities (<= 0); found {format_value(arr[idx])} "
+                f"at index {format_index(idx)}"
             )
     bad = ((arr == np.inf) if allow_neg_inf else np.isinf(arr)) & k
     if bad.any():
         if arr.ndim == 0:
             val, where = arr[()], ""
         else:
-            idx = _first(bad)
-            val, where = arr[idx], f" at index {_fmt_index(idx)}"
+            idx = first_index(bad)
+            val, where = arr[idx], f" at index {format_index(idx)}"
         if keep is not None and not allow_neg_inf and val < 0:
             raise ValueError(
                 f"`{name}` must be finite at sampled tokens (they had positive probability); "
                 f"found -inf{where}"
             )
         what = "must not be +inf" if allow_neg_inf else "must be finite"
-        raise ValueError(f"`{name}` {what}; found {_fmt_value(val)}{where}")
+        raise ValueError(f"`{name}` {what}; found {format_value(val)}{where}")
     if full:
         lse = special.logsumexp(np.where(k, arr, 0.0), axis=-1)  # rows not kept are ignored below
         rtol = row_sum_tolerance(arr.dtype, arr.shape[-1])
         bad = (np.abs(lse) > rtol) & keep
         if bad.any():
-            idx = _first(bad)
+            idx = first_index(bad)
             raise ValueError(
                 f"`{name}` must be normalised along the vocabulary axis (log-sum-exp 0); row "
-                f"{_fmt_index(idx)} has log-sum-exp {_fmt_value(lse[idx])} (tolerance {rtol:.2g}); "
-                "klpolicy never renormalises silently"
+                f"{format_index(idx)} has log-sum-exp {format_value(lse[idx])} "
+                f"(tolerance {rtol:.2g}); klpolicy never renormalises silently"
             )
-    return arr
-
-
-def as_normalised_log_probs(name: str, x: ArrayLike, axis: int = -1) -> NDArray[np.floating]:
-    """Full log-probability vectors along ``axis`` (``-inf`` allowed) whose rows sum to one.
-
-    Returned with ``axis`` moved last; the tolerance on ``|logsumexp|`` is the
-    one :func:`row_sum_tolerance` gives for the row sums.
-    """
-    arr = as_log_probs(name, x, allow_neg_inf=True)
-    if arr.ndim == 0:
-        raise ValueError(f"`{name}` must have at least one dimension; got a scalar {arr.item()!r}")
-    ax = normalise_axis(axis, arr.ndim, name)
-    arr = np.moveaxis(arr, ax, -1)
-    lse = special.logsumexp(arr, axis=-1)  # -inf for a row of -inf: refused below
-    tol = row_sum_tolerance(arr.dtype, arr.shape[-1])
-    bad = ~(np.abs(lse) <= tol)
-    if np.ndim(bad) == 0:
-        if bad:
-            raise ValueError(
-                f"`{name}` must be normalised along axis {axis} (logsumexp 0); "
-                f"its logsumexp is {_fmt_value(lse)} (tolerance {tol:.2g})"
-            )
-    elif bad.any():
-        idx = _first(bad)
-        raise ValueError(
-            f"`{name}` must be normalised along axis {axis} (logsumexp 0); row "
-            f"{_fmt_index(idx)} has logsumexp {_fmt_value(lse[idx])} (tolerance {tol:.2g})"
-        )
     return arr
 
 
@@ -744,158 +731,3 @@ def as_optional_clip(name: str, x: Any) -> float | None:
     if x is None:
         return None
     return as_positive_scalar(name, x, allow_inf=True)
-
-
-# ---------------------------------------------------------------------------
-# preference.py: log-probabilities, preference matrices, pair laws
-# ---------------------------------------------------------------------------
-
-
-def as_finite_array(name: str, x: ArrayLike) -> NDArray[np.floating]:
-    """A real array (scalars allowed) with no NaN and no infinities, e.g. log-probabilities."""
-    arr = as_float_array(name, x)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        if arr.ndim == 0:
-            raise ValueError(f"`{name}` must be finite; got {_fmt_value(arr)}")
-        idx = _first(bad)
-        raise ValueError(
-            f"`{name}` must be finite; found {_fmt_value(arr[idx])} at index {_fmt_index(idx)}"
-        )
-    return arr
-
-
-def as_closed_interval(name: str, x: Any, hi: float = 1.0) -> float:
-    """A single real number in ``[0, hi]`` (e.g. a label-smoothing probability, hi = 0.5)."""
-    return as_scalar(name, x, f"[0, {hi:g}]")
-
-
-def as_preference_matrix(
-    name: str, x: ArrayLike, n: int, *, against: str = "ref"
-) -> NDArray[np.float64]:
-    """A preference matrix ``P`` of shape ``(n, n)``: entries in [0, 1] and ``P + P.T = 1``.
-
-    ``P[i, j]`` is the probability that outcome ``i`` is preferred to outcome
-    ``j``; the diagonal must therefore be 1/2. The tolerance on
-    ``P[i, j] + P[j, i] = 1`` is :func:`row_sum_tolerance` of float64 for two terms.
-    """
-    arr = as_float_array(name, x).astype(np.float64, copy=False)
-    if arr.shape != (n, n):
-        raise ValueError(
-            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `{against}`; "
-            f"got shape {arr.shape}"
-        )
-    nan = np.isnan(arr)
-    if nan.any():
-        idx = _fmt_index(_first(nan))
-        raise ValueError(f"`{name}` must not contain NaN; found nan at index {idx}")
-    out = (arr < 0) | (arr > 1)
-    if out.any():
-        idx = _first(out)
-        raise ValueError(
-            f"`{name}` entries must lie in [0, 1]; found {_fmt_value(arr[idx])} at index "
-            f"{_fmt_index(idx)}"
-        )
-    tol = row_sum_tolerance(np.dtype(np.float64), 2)
-    s = arr + arr.T
-    bad = np.abs(s - 1.0) > tol
-    if bad.any():
-        i, j = _first(bad)
-        raise ValueError(
-            f"`{name}` must satisfy P[i, j] + P[j, i] = 1 (tolerance {tol:.2g}); "
-            f"found P[{i}, {j}] + P[{j}, {i}] = {_fmt_value(s[i, j])}"
-        )
-    return arr
-
-
-def as_pair_law(mu: ArrayLike | None, ref: NDArray, *, name: str = "mu") -> NDArray[np.float64]:
-    """The law of the ordered pair shown to the labeller, as an ``(n, n)`` matrix summing to one.
-
-    ``None`` means ``ref x ref``; a vector ``m`` of size ``n`` means ``m x m``;
-    a matrix is taken as the joint law itself. Every pair with positive mass
-    must lie inside the support of ``ref`` (``ref`` is 1-D and validated).
-    """
-    n = ref.shape[-1]
-    if mu is None:
-        joint = np.outer(ref, ref)
-    else:
-        arr = as_float_array(name, mu)
-        if arr.ndim == 1:
-            m = as_probabilities(name, arr)
-            if m.shape[-1] != n:
-                raise ValueError(
-                    f"`{name}` must have the same size as `ref` along the probability axis; "
-                    f"got {m.shape[-1]} and {n}"
-                )
-            joint = np.outer(m, m)
-        elif arr.ndim == 2:
-            if arr.shape != (n, n):
-                raise ValueError(
-                    f"`{name}` as a joint law of pairs must have shape ({n}, {n}); "
-                    f"got shape {arr.shape}"
-                )
-            as_probabilities(name, arr.reshape(-1))
-            joint = arr.astype(np.float64, copy=False)
-        else:
-            raise ValueError(
-                f"`{name}` must be a vector of size {n} or an ({n}, {n}) matrix; "
-                f"got shape {arr.shape}"
-            )
-    off = (joint > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
-    if off.any():
-        i, j = _first(off)
-        k = i if ref[i] == 0 else j
-        raise ValueError(
-            f"`{name}` puts mass {_fmt_value(joint[i, j])} on the pair ({i}, {j}) but `ref` is 0 "
-            f"at outcome {k}; log(pi/ref) is undefined there"
-        )
-    return joint.astype(np.float64, copy=False)
-
-
-def as_pair_counts(name: str, x: ArrayLike, ref: NDArray) -> NDArray[np.float64]:
-    """Counts ``C[i, j]`` of "i chosen over j": finite, >= 0, ``(n, n)``, on ref's support."""
-    n = ref.shape[-1]
-    arr = as_float_array(name, x).astype(np.float64, copy=False)
-    if arr.shape != (n, n):
-        raise ValueError(
-            f"`{name}` must be a square matrix of shape ({n}, {n}) matching `ref`; "
-            f"got shape {arr.shape}"
-        )
-    bad = ~np.isfinite(arr) | (arr < 0)
-    if bad.any():
-        idx = _first(bad)
-        raise ValueError(
-            f"`{name}` must be finite and non-negative; found {_fmt_value(arr[idx])} at index "
-            f"{_fmt_index(idx)}"
-        )
-    if not arr.any():  # not arr.sum() == 0: a sum of 1e308s overflows
-        raise ValueError(f"`{name}` must contain at least one comparison; all counts are 0")
-    off = (arr > 0) & ((ref[:, None] == 0) | (ref[None, :] == 0))
-    if off.any():
-        i, j = _first(off)
-        k = i if ref[i] == 0 else j
-        raise ValueError(
-            f"`{name}` has comparisons of the pair ({i}, {j}) but `ref` is 0 at outcome {k}; "
-            "log(pi/ref) is undefined there"
-        )
-    return arr
-
-
-def as_rng(name: str, x: Any) -> np.random.Generator:
-    """A numpy Generator from ``None``, a non-negative integer seed, a SeedSequence or a Generator.
-
-    The library's one check of ``rng=`` / ``seed=`` arguments: anything else (a negative or
-    fractional seed, a bool, a string, a seed of 2**128 or more) is refused naming ``name``,
-    where numpy's own message ("expected non-negative integer") names nothing.
-    """
-    if x is None or isinstance(x, (np.random.Generator, np.random.SeedSequence)):
-        return np.random.default_rng(x)
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        x = x[()]
-    if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
-        if 0 <= int(x) < 2**128:
-            return np.random.default_rng(int(x))
-    raise ValueError(
-        f"`{name}` must be None, an integer seed in [0, 2**128) or a numpy.random.Generator; "
-        f"got {describe(x)}"
-    )

@@ -188,13 +188,13 @@ def _check_probabilities(
     bad = np.abs(sums_h - 1.0) > tol
     if np.ndim(bad) == 0:
         raise ValueError(
-            f"`{name}` must sum to 1 along axis {user_axis}; it sums to {V._fmt_value(sums_h)}"
+            f"`{name}` must sum to 1 along axis {user_axis}; it sums to {V.format_value(sums_h)}"
             f" (tolerance {tol:.2g}); klpolicy never renormalises silently"
         )
-    idx = V._first(bad)
+    idx = V.first_index(bad)
     raise ValueError(
-        f"`{name}` must sum to 1 along axis {user_axis}; row {V._fmt_index(idx)} sums to "
-        f"{V._fmt_value(sums_h[idx])} (tolerance {tol:.2g}); klpolicy never renormalises silently"
+        f"`{name}` must sum to 1 along axis {user_axis}; row {V.format_index(idx)} sums to "
+        f"{V.format_value(sums_h[idx])} (tolerance {tol:.2g}); klpolicy never renormalises silently"
     )
 
 

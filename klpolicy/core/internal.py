@@ -12,9 +12,12 @@ special
     ``scipy.special``, imported on first use (``special.expit(x)``), so that
     ``import klpolicy`` does not pay for scipy's import.
 validation
-    The generic checkers (probability arrays, rewards, beta, scalars with bounds,
-    log-probabilities, masks, KL budgets, ...). Each takes the caller's argument
-    name and raises a ``ValueError`` that names it.
+    The checkers the parts share (probability arrays, rewards, beta, scalars with
+    bounds, counts, KL budgets, token trees, masks, log-probabilities, ...). Each takes
+    the caller's argument name and raises a ``ValueError`` that names it. A part's own
+    checks (its ``_inputs`` module) word their messages with ``validation.format_value``,
+    ``format_index`` (an index as ``(0, 2)``), ``first_index`` (the first bad entry)
+    and ``describe`` (a bounded ``repr``).
 prepare(ref, reward, axis) -> (ref, reward)
     Validate a ``(ref, reward)`` pair; broadcast, probability axis last, one dtype.
 setup(ref, reward, beta, axis) -> (ref, reward, beta, axis_neg)

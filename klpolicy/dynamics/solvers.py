@@ -139,29 +139,41 @@ def beta_fit(policy, ref, reward) -> float:
 
     .. math::
 
-        \beta_{fit} = \arg\min_\beta \mathrm{KL}(\pi\,\|\,\pi^*_\beta)
+        \beta_{fit} = \arg\min_\beta \frac{1}{B}\sum_{b=1}^{B}
+        \mathrm{KL}(\pi_b\,\|\,\pi^*_{\beta,b}),\qquad
+        \pi^*_{\beta,b} = \pi_{\text{ref},b}\, e^{r_b/\beta} / Z_b
 
-    since :math:`\mathrm{KL}(\pi\|\pi^*_\beta)` is convex in :math:`1/\beta` with derivative
-    :math:`\mathbb{E}_{\pi^*_\beta} r - \mathbb{E}_\pi r` (Brent's method in
-    :math:`\log\beta`).
+    since each :math:`\mathrm{KL}(\pi_b\|\pi^*_{\beta,b})` is convex in :math:`1/\beta` with
+    derivative :math:`\mathbb{E}_{\pi^*_{\beta,b}} r_b - \mathbb{E}_{\pi_b} r_b`, the fit is
+    the root of the mean of those derivatives (Brent's method in :math:`\log\beta`). One
+    row (``B = 1``) is one policy; several rows are the contexts (prompts) of one policy,
+    weighted equally, that share one beta.
 
     Parameters
     ----------
-    policy, ref : array_like, shape (n,)
-        The policy and the reference of the pi* family.
-    reward : array_like, shape (n,)
-        The rewards.
+    policy, ref : array_like, shape (n,) or (B, n)
+        The policy and the reference of the pi* family; a row per context.
+    reward : array_like, shape (n,) or (B, n)
+        The rewards (a 1-D reward is every row's).
 
     Returns
     -------
     float
-        ``inf`` when the policy's expected reward is at most the reference's; ``0.0`` when it
-        is the best reward on the reference's support (or more).
+        One beta for all rows. ``inf`` when the policy's mean expected reward is at most the
+        reference's; ``0.0`` when it is the mean best reward on the reference's support (or
+        more).
 
     Raises
     ------
     ValueError
-        For invalid ``policy``, ``ref`` or ``reward`` (or of different sizes).
+        For invalid ``policy``, ``ref`` or ``reward``, rows of different sizes, or more than
+        two dimensions.
+
+    Notes
+    -----
+    The rows are weighted uniformly: for contexts :math:`x` drawn from a law :math:`w`,
+    repeat the rows in proportion to :math:`w` (or fit each row alone). Each row of
+    ``ref`` must sum to 1.
 
     Examples
     --------
@@ -170,35 +182,52 @@ def beta_fit(policy, ref, reward) -> float:
     >>> ref, r = [0.5, 0.3, 0.2], [1.0, 0.0, 2.0]
     >>> round(beta_fit(optimal_policy(ref, r, 0.7), ref, r), 12)
     0.7
+    >>> refs, rs = [ref, [0.2, 0.2, 0.6]], [r, [0.0, 1.0, 0.5]]
+    >>> round(beta_fit(optimal_policy(refs, rs, 0.7), refs, rs), 12)
+    0.7
     """
-    V.one_problem(("policy", policy), ("ref", ref), ("reward", reward))
     p = V.as_probabilities("policy", policy).astype(np.float64)
     q = V.as_probabilities("ref", ref).astype(np.float64)
     r = V.as_rewards("reward", reward).astype(np.float64)
+    for name, a in (("policy", p), ("ref", q), ("reward", r)):
+        if a.ndim > 2:
+            raise ValueError(
+                f"`{name}` must be one row (n,) or a row per context (B, n); got shape {a.shape}"
+            )
     p, q = V.broadcast_pair("policy", p, "ref", q)
     q, r = V.broadcast_pair("ref", q, "reward", r)
-    if q.ndim != 1 or p.shape != q.shape:
-        raise ValueError(f"`ref` must be one-dimensional; got shape {q.shape}")
-    return _beta_fit(p, q, r)
+    p, q = np.broadcast_arrays(p, q)
+    if p.ndim == 1:
+        return _beta_fit(p, q, r)
+    return _beta_fit_rows(p, q, r)
 
 
 def _beta_fit(policy: NDArray, ref: NDArray, reward: NDArray) -> float:
     """:func:`beta_fit` on validated 1-D float64 rows."""
+    return _beta_fit_rows(policy[None, :], ref[None, :], reward[None, :])
+
+
+def _beta_fit_rows(policy: NDArray, ref: NDArray, reward: NDArray) -> float:
+    """:func:`beta_fit` on validated ``(B, n)`` float64 rows (each row of ``ref`` a law)."""
     from scipy.optimize import brentq
 
     sup = ref > 0
-    target = float(policy @ reward)
-    top = float(np.max(reward[sup]))
-    base = float(expected_reward(ref, reward))
+    target = float(np.mean(np.sum(policy * reward, axis=-1)))
+    top = float(np.mean(np.max(np.where(sup, reward, -np.inf), axis=-1)))
+    base = float(np.mean(expected_reward(ref, reward)))
     if target <= base:
         return math.inf
     if target >= top:
         return 0.0
-    span = float(np.ptp(reward[sup]))
-    ref, reward = ref[sup], reward[sup]
+    span = float(
+        np.max(
+            np.max(np.where(sup, reward, -np.inf), -1) - np.min(np.where(sup, reward, np.inf), -1)
+        )
+    )
 
     def gap(log_b):
-        return float(expected_reward(optimal_policy(ref, reward, math.exp(log_b)), reward)) - target
+        pi = optimal_policy(ref, reward, math.exp(log_b))
+        return float(np.mean(expected_reward(pi, reward))) - target
 
     lo, hi = math.log(span) - 50.0, math.log(span) + 50.0
     while gap(lo) < 0 and lo > -700:

@@ -39,6 +39,7 @@ from ..core.internal import array_api as _xp
 from ..core.internal import kl_last as _kl_last
 from ..core.internal import validation as V
 from ._exact import _exact_bias, _normalised, _setup, _values, _weighted_moments
+from ._inputs import as_normalised_log_probs
 from .registry import ESTIMATORS
 
 __all__ = [
@@ -331,8 +332,8 @@ def full_kl(logp_all: ArrayLike, logq_all: ArrayLike, *, axis: int = -1):
     >>> round(float(full_kl(np.log([0.5, 0.5]), np.log([0.25, 0.75]))), 6)
     0.143841
     """
-    lp = V.as_normalised_log_probs("logp_all", logp_all, axis)
-    lq = V.as_normalised_log_probs("logq_all", logq_all, axis)
+    lp = as_normalised_log_probs("logp_all", logp_all, axis)
+    lq = as_normalised_log_probs("logq_all", logq_all, axis)
     lp, lq = V.broadcast_pair("logp_all", lp, "logq_all", lq)
     dtype = V.result_dtype(lp, lq)
     lp, lq = lp.astype(dtype), lq.astype(dtype)

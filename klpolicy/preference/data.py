@@ -12,6 +12,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
+from ._inputs import as_pair_counts, as_preference_matrix
 from .tabular import _count_weights, _dpo_value, _log_ratio, _normalise, _ref_1d, _win_weights
 
 __all__ = ["DPOFit", "fit_dpo", "fit_dpo_online", "sample_preference_counts"]
@@ -77,7 +78,7 @@ def sample_preference_counts(
         )
     n = m.shape[0]
     ref_like = np.ones(n) / n
-    p = V.as_preference_matrix("preferences", preferences, n, against="mu")
+    p = as_preference_matrix("preferences", preferences, n, against="mu")
     w = _win_weights(ref_like, p, m)
     gen = V.as_rng("rng", rng)
     return gen.multinomial(n_draws, (w / w.sum()).ravel()).reshape(n, n).astype(np.int64)
@@ -184,7 +185,7 @@ def fit_dpo(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    c = V.as_pair_counts("counts", counts, ref_a)
+    c = as_pair_counts("counts", counts, ref_a)
     n_steps = V.as_positive_int("steps", steps, hi=V.MAX_LOOP_COUNT)
     eta = V.as_positive_scalar("lr", lr)
     start = ref_a if init is None else _init_policy(init, ref_a)
@@ -275,7 +276,7 @@ def fit_dpo_online(
     """
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
-    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    p = as_preference_matrix("preferences", preferences, ref_a.shape[-1])
     n_rounds = V.as_positive_int("rounds", rounds, hi=V.MAX_LOOP_COUNT)
     n_pairs = V.as_positive_int("pairs_per_round", pairs_per_round, hi=V.MAX_LOOP_COUNT)
     n_steps = V.as_positive_int("steps_per_round", steps_per_round, hi=V.MAX_LOOP_COUNT)

@@ -85,6 +85,9 @@ class _Score:
 
     ``score(l, a, clamp)`` and ``score_before_1_10(...)`` evaluate it (float64, TRL's
     formulas); ``k(a)`` and ``k_before_1_10(a)`` are the constants (for the inverse).
+    ``log_ratio(a)`` says whether TRL takes the log-ratio itself, reverse_kl's score, at
+    this ``alpha`` (the alpha row near 1); ``clamped`` whether TRL clamps its exponent
+    (``alpha_clamp``).
     """
 
     name: str
@@ -93,6 +96,8 @@ class _Score:
     score_before_1_10: Callable[..., NDArray]
     k: Callable[..., float]
     k_before_1_10: Callable[..., float]
+    log_ratio: Callable[..., bool] = lambda a=None: False
+    clamped: bool = False
 
 
 def _const(v):
@@ -104,7 +109,13 @@ _SCORES: Mapping[str, _Score] = MappingProxyType(
         row.name: row
         for row in (
             _Score(
-                "reverse_kl", 1.0, lambda l, a, c: l, lambda l, a, c: l, _const(-1.0), _const(-1.0)
+                "reverse_kl",
+                1.0,
+                lambda l, a, c: l,
+                lambda l, a, c: l,
+                _const(-1.0),
+                _const(-1.0),
+                log_ratio=_const(True),
             ),
             # TRL 1.16.0 lines 1356-1359: 1 - exp(-l); TRL 1.9.2 lines 1403-1406: -exp(-l)
             _Score(
@@ -132,6 +143,8 @@ _SCORES: Mapping[str, _Score] = MappingProxyType(
                 lambda l, a, c: np.exp(_alpha_exponent(l, a, c)) / (a - 1.0),
                 _const(0.0),
                 lambda a=None: 1.0 / (a - 1.0),
+                log_ratio=_alpha_is_one,
+                clamped=True,
             ),
             # not TRL's: f'(t) itself, in every version (Wang et al.'s recipe)
             _Score(
@@ -199,8 +212,13 @@ def resolve_divergence(divergence, alpha):
     return row, a, _SCORES[row.name].c
 
 
+# the log-ratio itself: TRL's score wherever a row's ``log_ratio(alpha)`` holds
+_LOG_RATIO = _SCORES["reverse_kl"]
+
+
 def _score_row(name: str, a) -> _Score:
-    return _SCORES["reverse_kl" if name == "alpha" and _alpha_is_one(a) else name]
+    row = _SCORES[name]
+    return _LOG_RATIO if row.log_ratio(a) else row
 
 
 def _score(l: NDArray, name: str, a, clamp: float | None, constants: bool = True) -> NDArray:
@@ -300,10 +318,17 @@ def f_divergence_score(
     return _score(arr.astype(np.float64), row.name, a, clamp, constants).astype(dtype)[()]
 
 
+def uses_f_divergence(divergence, alpha, alpha_clamp) -> bool:
+    """Whether the f-DPO options differ from TRL's default (``f_divergence_type``
+    ``"reverse_kl"``, no alpha, no clamp): the losses are then formed as TRL forms them with
+    an f-divergence (its scores, or its refusals), else on the log-ratios."""
+    return (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+
+
 def _as_clamp(alpha_clamp, name: str) -> float | None:
     if alpha_clamp is None:
         return None
-    if name != "alpha":
+    if not _SCORES[name].clamped:
         raise ValueError(
             f"`alpha_clamp` applies only to the 'alpha' divergence (TRL's alpha_divergence); "
             f"got alpha_clamp={V.describe(alpha_clamp)} with divergence {name!r}"
@@ -433,11 +458,11 @@ def f_population_optimum(
     constants = keeps_constants(trl_version)
     support = ref > 0
     x = _implied_reward(pi_kl, ref, loss)
-    if row.name == "reverse_kl" or (row.name == "alpha" and _alpha_is_one(a)):
-        row, a, c = resolve_divergence("reverse_kl", None)
+    if _SCORES[row.name].log_ratio(a):
+        row, a, c = resolve_divergence(_LOG_RATIO.name, None)
         clamp = None  # TRL returns the log-ratio itself there, unclamped
         if lengths is None:
-            return f_optimal_policy(ref, x, beta, divergence="reverse_kl")
+            return f_optimal_policy(ref, x, beta, divergence=row.name)
     if lengths is None:
         pi = f_optimal_policy(ref, x, c * beta, divergence=row.name, alpha=a)
     else:

@@ -58,6 +58,7 @@ from numpy.typing import ArrayLike, NDArray
 from ..core.internal import kl_terms
 from ..core.internal import validation as V
 from ..sequences import joint as _joint
+from ._inputs import as_preference_matrix
 
 __all__ = [
     "GeometricMixtureLaws",
@@ -119,7 +120,7 @@ def _game(preferences: ArrayLike, mu: ArrayLike | None) -> tuple[NDArray, NDArra
             f"`preferences` must be a non-empty square matrix (n, n); got shape {raw.shape}"
         )
     n = raw.shape[0]
-    p = V.as_preference_matrix("preferences", raw, n, against="preferences")
+    p = as_preference_matrix("preferences", raw, n, against="preferences")
     if mu is None:
         m = np.full(n, 1.0 / n)
         dtype = V.result_dtype(raw)

@@ -43,6 +43,7 @@ from ..core.internal import setup as _setup
 from ..core.internal import special
 from ..core.internal import tilt as _tilt
 from ..core.internal import validation as V
+from ._inputs import as_pair_law, as_preference_matrix
 from .solvers import consistent_potentials, laplacian_solve, minimise_pair_loss
 from .tabular import (
     _ref_1d,
@@ -349,7 +350,7 @@ def dpo_optimum(
     # the closed form, exact at any beta (1e-310 too) and whatever the pair masses (1e-300
     # products underflow; the Newton solve on such weights was singular or stopped early)
     support = ref_a > 0
-    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    p = as_preference_matrix("preferences", preferences, ref_a.shape[-1])
     if eps:
         p = (1 - eps) * p + eps * p.T
     if mu is None or np.ndim(mu) == 1:
@@ -431,7 +432,7 @@ def ipo_optimum(
     """
     ref_a = _ref_1d(ref)
     t = V.as_positive_scalar("tau", tau)
-    p = V.as_preference_matrix("preferences", preferences, ref_a.shape[-1])
+    p = as_preference_matrix("preferences", preferences, ref_a.shape[-1])
     if mu is None or V.as_float_array("mu", mu).ndim == 1:
         m = ref_a if mu is None else V.as_probabilities("mu", mu).astype(np.float64)
         if m.shape != ref_a.shape:
@@ -440,7 +441,7 @@ def ipo_optimum(
                 f"got {m.shape[-1]} and {ref_a.shape[-1]}"
             )
         return optimal_policy(ref_a, p @ m, t)
-    joint = V.as_pair_law(mu, ref_a)
+    joint = as_pair_law(mu, ref_a)
     sym = joint + joint.T
     x = laplacian_solve(sym, np.sum(sym * (p - 0.5), axis=1), ref_a > 0)  # x = tau g
     return _tilt_scores(ref_a, x, t)

@@ -37,7 +37,9 @@ from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import special
 from ..core.internal import validation as V
+from . import populations as P
 from .losses import PairGradient, _log_prob_inputs
+from .populations import MarginKernel, PairKernel, PairProblem
 
 __all__ = ["LOSSES", "LossOption", "PairLoss"]
 
@@ -47,7 +49,8 @@ class LossOption:
     """One keyword option of a pair loss: its default and its valid range.
 
     ``low``/``high`` bound the value; ``low_open``/``high_open`` say whether the
-    bound itself is excluded.
+    bound itself is excluded; ``if_ignored`` completes the check suites' sentence for an
+    implementation that ignores the option.
     """
 
     name: str
@@ -57,6 +60,7 @@ class LossOption:
     low_open: bool = False
     high_open: bool = False
     doc: str = ""
+    if_ignored: str = field(default="(uses the default)", repr=False)
 
     def describe(self) -> str:
         lo = "(" if self.low_open else "["
@@ -106,8 +110,24 @@ class _LengthsOption(LossOption):
 
 
 @dataclass(frozen=True)
+class LossMistake:
+    """A common wrong implementation of a loss, as the check suites name it.
+
+    ``wrong(value, pc, pr, rc, rr, beta)`` returns its per-pair values, ``value`` being the
+    row's own ``value`` with the checked options bound; ``sentence`` says what it does.
+    """
+
+    sentence: str
+    wrong: Callable[..., NDArray]
+
+
+_KINDS = ("margin", "pair", "sorting", "likelihood")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PairLoss:
-    """One row of :data:`LOSSES`: a pair preference loss, its options and where it comes from.
+    r"""One row of :data:`LOSSES`: a pair preference loss, its options, where it comes from,
+    and the functions and facts the population code needs (built with keywords).
 
     Attributes
     ----------
@@ -115,17 +135,19 @@ class PairLoss:
         The key, equal to TRL's ``loss_type``.
     formula : str
         The per-pair loss in the notation of the module docstring.
+    kind : str
+        ``"margin"`` (a function of the margin :math:`h = a - b` alone), ``"pair"`` (of the
+        two log-ratios :math:`a, b` of the pair), ``"sorting"`` (of the batch: TRL sorts
+        log-ratios across it) or ``"likelihood"`` (of the chosen log-probability alone).
     value, gradient : callable
         ``value(pc, pr, rc, rr, beta, **options)`` -> per-pair losses;
         ``gradient(...)`` -> :class:`PairGradient` of the sum of the values.
     options : tuple of LossOption
         The keyword options with defaults and valid ranges.
-    margin_only : bool
-        Whether the loss depends on the log-ratios only through :math:`h = a - b`.
-    batch_dependent : bool
-        Whether a pair's loss depends on the other pairs of the batch (sorting).
     reference : str
         The paper (authors, year, arXiv id).
+    notes : str
+        What a user comparing against TRL should know.
     f_divergence : tuple of str
         How TRL's ``DPOTrainer`` forms the loss with an f-divergence
         (``f_divergence_type``), in TRL 1.10.0 and later and in TRL 0.29.0-1.9.2:
@@ -134,19 +156,90 @@ class PairLoss:
         log-probabilities themselves: the divergence does not enter), ``"refused"`` (TRL
         raises a ValueError: TRL 1.16.0 ``dpo_trainer.py`` lines 808-816) or
         ``"unmodelled"`` (TRL 1.9.2's ``apo_down`` mixes the two).
+    pair : PairKernel or None
+        ``ell(a, b, beta, o)`` and ``grad`` on the log-ratios (``a = h``, ``b = 0`` for a
+        margin loss); None for the sorting and likelihood kinds.
+    margin : MarginKernel or None
+        :math:`\phi(x)`, :math:`\phi'`, :math:`\phi''` in :math:`x = \beta h` and one pair's
+        minimising margin, for the smooth and piecewise-linear margin losses; None
+        elsewhere (``ipo`` is quadratic and has a closed form).
+    population_loss : callable
+        ``population_loss(problem)`` -> the expected loss (a
+        :class:`~klpolicy.preference.populations.PairProblem`, what
+        :func:`~klpolicy.preference.population_loss` validated).
+    optimum : callable
+        ``optimum(problem)`` -> the exact population minimiser, or a ValueError saying why
+        there is none (``no_optimum``).
+    no_optimum : str
+        Why population_optimum computes no minimiser ("" where it does).
+    per_outcome : type or None
+        For a loss that splits outcome by outcome (:math:`\sum_i f_i(g_i)`): its
+        :class:`~klpolicy.preference.populations.PerOutcome` class.
+    minimiser_ranges : callable or None
+        ``minimiser_ranges(w)`` -> the exact ranges of the score differences over all
+        minimisers of one connected part (``hinge``, whose minimisers form a polyhedron);
+        None where the minimiser of a part is unique.
+    score_divergence : str or None
+        The f-divergence whose score the loss is DPO's sigmoid of (``chi_po``: ``"chi2_kl"``),
+        fixing ``divergence``; None otherwise.
+    length_normalised : bool
+        Whether the loss divides each log-ratio (or score) by its response length (the
+        option ``lengths``).
+    mistakes : tuple of LossMistake
+        Common wrong implementations the check suites name.
+    nonfinite_hint : callable or None
+        ``nonfinite_hint(x, bad, got, options)`` -> why an implementation returns inf/nan at
+        the margins ``x = beta h`` flagged ``bad`` where the loss is finite, or None.
+    margin_only : bool
+        (kind ``"margin"``) Whether the loss depends on the log-ratios only through
+        :math:`h = a - b`.
+    batch_dependent : bool
+        (kind ``"sorting"``) Whether a pair's loss depends on the other pairs of the batch.
     """
 
     name: str
     formula: str
+    kind: str
     value: Callable[..., NDArray]
     gradient: Callable[..., PairGradient]
-    options: tuple[LossOption, ...]
-    margin_only: bool
-    batch_dependent: bool
+    options: tuple[LossOption, ...] = ()
     reference: str
     notes: str = ""
-    _kernel: Any = field(default=None, repr=False, compare=False)
     f_divergence: tuple[str, str] = ("scores", "scores")
+    pair: PairKernel | None = field(default=None, repr=False)
+    margin: MarginKernel | None = field(default=None, repr=False)
+    population_loss: Callable[[PairProblem], float] = field(repr=False)
+    optimum: Callable[[PairProblem], NDArray] = field(repr=False)
+    no_optimum: str = ""
+    per_outcome: type | None = field(default=None, repr=False)
+    minimiser_ranges: Callable[[NDArray], tuple[NDArray, NDArray]] | None = field(
+        default=None, repr=False
+    )
+    score_divergence: str | None = None
+    length_normalised: bool = False
+    mistakes: tuple[LossMistake, ...] = field(default=(), repr=False)
+    nonfinite_hint: Callable[..., str | None] | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"`kind` must be one of {', '.join(_KINDS)}; got {self.kind!r}")
+
+    @property
+    def margin_only(self) -> bool:
+        """Whether the loss depends on the log-ratios only through :math:`h = a - b`."""
+        return self.kind == "margin"
+
+    @property
+    def batch_dependent(self) -> bool:
+        """Whether a pair's loss depends on the other pairs of the batch (sorting)."""
+        return self.kind == "sorting"
+
+    @property
+    def _kernel(self) -> tuple:
+        """``(ell, grad, margin)``: the pair and margin kernels as one tuple (read ``pair``
+        and ``margin`` instead; kept for the registry's own tests)."""
+        ell, grad = (None, None) if self.pair is None else (self.pair.ell, self.pair.grad)
+        return ell, grad, self.margin
 
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """Validate ``options`` by name; return every option with defaults filled in.
@@ -188,11 +281,27 @@ def _times(w, y):
         return np.where(np.asarray(w) == 0, 0.0, w * y)
 
 
-class _Margin:
-    """A margin-only loss phi(x), x = beta h; derivatives d1 = phi', d2 = phi'' in x."""
+def _logit_margin(p, o):
+    """One pair's minimising margin for the sigmoid loss, logit(p) (a start for the others)."""
+    return special.logit(np.clip(p, 1e-300, 1 - 1e-16))
 
-    def __init__(self, phi, d1, d2):
-        self.phi, self.d1, self.d2 = phi, d1, d2
+
+def _robust_margin(p, o):
+    """robust: the logit of the de-noised preference (p - e) / (1 - 2 e)."""
+    e = o["label_smoothing"]
+    return special.logit(np.clip((p - e) / (1 - 2 * e), 1e-300, 1 - 1e-16))
+
+
+def _hinge_margin(p, o):
+    """hinge: sign(2 p - 1), the exact minimiser of p max(0, 1 - x) + (1 - p) max(0, 1 + x)
+    (any x in [-1, 1] at p = 1/2: 0)."""
+    return np.sign(2 * p - 1)
+
+
+def _exo_margin(p, o):
+    """exo_pair: (2 p - 1) log((1 - e) / e), the start of the Newton descent."""
+    e = o["epsilon"]
+    return (2 * p - 1) * (math.log1p(-e) - math.log(e))
 
 
 def _sigmoid_phi(x, o):
@@ -540,11 +649,12 @@ def _scatter(d_sorted: NDArray, order: NDArray) -> NDArray:
     return out
 
 
-def _make_sorted(row_name: str, pair_form: str):
-    """aot (sorts the policy and reference log-odds) and aot_pair / aot_unpaired (sort a and b)."""
+def _make_sorted(row_name: str, paired: bool):
+    """aot (sorts the policy and reference log-odds) and, ``paired``, aot_pair / aot_unpaired
+    (sort a and b)."""
 
     def parts(pc, pr, rc, rr):
-        if pair_form == "aot_pair":
+        if paired:
             return pc - rc, pr - rr
         return pc - pr, rc - rr
 
@@ -593,7 +703,7 @@ def _make_sorted(row_name: str, pair_form: str):
             delta, il, ir = _sorted_delta(left, right)
             d = b * _sigmoid_d1(b * delta, o)
             dl, dr = _scatter(d, il), _scatter(-d, ir)
-            if pair_form == "aot_pair":  # left = pc - rc, right = pr - rr
+            if paired:  # left = pc - rc, right = pr - rr
                 g = (dl, dr, -dl, -dr)
             else:  # left = pc - pr, right = rc - rr
                 g = (dl, -dl, dr, -dr)
@@ -610,47 +720,183 @@ def _make_sorted(row_name: str, pair_form: str):
 _EPS_DPO = LossOption(
     "label_smoothing", 0.0, 0.0, 0.5, doc="probability that a label is flipped (cDPO)"
 )
+_EPS_SIGMOID = dataclasses.replace(
+    _EPS_DPO,
+    if_ignored="(as TRL's current DPOTrainer does for sigmoid; TRL 0.1x applied it as "
+    "cDPO: check a current trainer with label_smoothing=0)",
+)
 _EPS_ROBUST = LossOption(
     "label_smoothing", 0.0, 0.0, 0.5, high_open=True, doc="known label-flip rate"
 )
 
 _RDPO = "Chowdhury, Kini and Natarajan, 2024, arXiv:2403.00409 (robust DPO)"
 
-_SPECS: list[tuple] = [
-    # name, formula, kind, kernel, options, margin_only, reference, notes
-    (
-        "sigmoid",
-        r"(1-\varepsilon)\,\mathrm{sp}(-x) + \varepsilon\,\mathrm{sp}(x)",
-        (_sigmoid_phi, _sigmoid_d1, _sigmoid_d2),
-        (_EPS_DPO,),
-        "Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: Mitchell, 2023, "
-        "https://ericmitchell.ai/cdpo.pdf (cDPO)",
-        "label_smoothing is cDPO's flip rate, as TRL 0.1x applies it to sigmoid; TRL 1.x "
-        "ignores label_smoothing for sigmoid (observed with TRL 1.16.0): compare it at "
+# how TRL forms each loss with an f-divergence, (TRL >= 1.10.0, TRL 0.29.0-1.9.2); a row
+# without f_divergence takes the scores in both. TRL 1.16.0 dpo_trainer.py lines 808-816
+# refuse every loss outside sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop,
+# sft; TRL 1.9.2 (lines 1466-1528) applies nca_pair, bco_pair, sppo_hard to the scores, aot
+# and apo_zero to the log-ratios, apo_down's first term to the log-ratio and its margin to
+# the scores
+_REFUSED_SCORES = ("refused", "scores")
+_REFUSED_INPUTS = ("refused", "inputs")
+
+_SORTS = (
+    "sorts log-ratios across the batch: its population version is the quantile coupling "
+    "evaluated by population_loss, piecewise in the ordering of the log-ratios and without a "
+    "per-pair minimiser; population_optimum has no exact minimiser for it"
+)
+_NOT_CONVEX = (
+    "is a sum of sigmoids of the log-ratios, not convex in the policy (bounded, so mass runs "
+    "to the net winners); population_optimum has no exact minimiser for it"
+)
+
+
+def _margin_row(*, name: str, margin: MarginKernel | None = None, pair=None, **fields):
+    """A margin loss: value and gradient from its kernel in x = beta h (or, for ``ipo``, from
+    its own ``pair`` kernel on h)."""
+    if pair is None:
+        pair = PairKernel(*_margin_kernel(margin.phi, margin.d1))
+    value, gradient = _make_pair(name, pair.ell, pair.grad, True)
+    return PairLoss(
+        name=name, kind="margin", value=value, gradient=gradient, pair=pair, margin=margin, **fields
+    )
+
+
+def _pair_row(*, name: str, pair: PairKernel, **fields):
+    """A loss of the pair's two log-ratios a and b."""
+    value, gradient = _make_pair(name, pair.ell, pair.grad, False)
+    return PairLoss(name=name, kind="pair", value=value, gradient=gradient, pair=pair, **fields)
+
+
+def _sorting_row(*, name: str, paired: bool, **fields):
+    """A loss that sorts across the batch (AOT); its population loss the quantile coupling."""
+    value, gradient = _make_sorted(name, paired)
+    return PairLoss(
+        name=name,
+        kind="sorting",
+        value=value,
+        gradient=gradient,
+        population_loss=P.on_scores(P.sorted_coupling(paired)),
+        optimum=P.refused_optimum,
+        no_optimum=_SORTS,
+        f_divergence=_REFUSED_INPUTS,
+        **fields,
+    )
+
+
+def _hinge_mistakes():
+    def margin(pc, pr, rc, rr, beta):
+        return beta * ((pc - pr) - (rc - rr))
+
+    return (
+        LossMistake(
+            "it has no margin: max(0, -beta h) instead of SLiC's max(0, 1 - beta h).",
+            lambda v, pc, pr, rc, rr, beta: np.maximum(0.0, -margin(pc, pr, rc, rr, beta)),
+        ),
+        LossMistake(
+            "its margin is beta, not 1: max(0, beta - beta h); the hinge is max(0, 1 - beta h).",
+            lambda v, pc, pr, rc, rr, beta: np.maximum(0.0, beta - margin(pc, pr, rc, rr, beta)),
+        ),
+    )
+
+
+_IPO_MISTAKES = (
+    LossMistake(
+        "its target margin is 1/beta; IPO regresses the margin onto 1/(2 beta) "
+        "(Azar et al. 2023, eq. 17).",
+        lambda v, pc, pr, rc, rr, beta: v(pc, pr, rc, rr, beta / 2),
+    ),
+    LossMistake(
+        "its target margin is beta/2 (or 2/beta); IPO's is 1/(2 beta).",
+        lambda v, pc, pr, rc, rr, beta: v(pc, pr, rc, rr, 1 / beta),
+    ),
+)
+
+
+def _discopop_nonfinite(x, bad, got, o):
+    """exp(-x) overflows in float32 below x = -88.7; the term is inf * 0 where
+    sigmoid(x / tau) is 0: the sentence for an implementation that forms it so."""
+    at = bad & (x < -88.0)
+    if not at.any():
+        return None
+    i = int(np.argmin(np.where(at, x, np.inf)))
+    tau = o["tau"]
+    what = "nan" if np.isnan(got).any() else "inf"
+    return (
+        f"it returns {what} where the loss is finite: at x = beta h = {float(x[i])!r} its term "
+        f"exp(-x) * sigmoid(x / tau) (tau = {tau!r}) is inf * 0, since exp(-x) overflows "
+        "(below x = -709.8 in float64, -88.7 in float32) while sigmoid(x / tau) underflows to "
+        "0. Evaluate the term in log space, exp(-x + log sigmoid(x / tau)) = "
+        "exp(-x - softplus(-x / tau)) (np.exp(-x - np.logaddexp(0, -x / tau))), which is "
+        "finite, and -log sigmoid(x) as softplus(-x)."
+    )
+
+
+_SIGMOID_MARGIN = MarginKernel(_sigmoid_phi, _sigmoid_d1, _sigmoid_d2, _logit_margin)
+
+
+def _likelihood_row() -> PairLoss:
+    """``sft``: the chosen response's negative log-likelihood (no divergence enters)."""
+    value, gradient = _make_sft()
+    return PairLoss(
+        name="sft",
+        kind="likelihood",
+        formula=r"-\log\pi(y_w)",
+        value=value,
+        gradient=gradient,
+        population_loss=P.chosen_cross_entropy,
+        optimum=P.chosen_marginal,
+        f_divergence=("inputs", "inputs"),
+        reference="Ouyang et al., 2022, arXiv:2203.02155 (an SFT term beside a preference "
+        "loss, as in RPO: Pang et al., 2024, arXiv:2404.19733)",
+        notes="TRL's sft is the token-mean cross-entropy of the chosen completions over the "
+        "batch; on whole responses (a tabular problem) it is the chosen response's negative "
+        "log-likelihood, the value here. Combine it with another loss through "
+        "population_loss(loss=[...], loss_weights=[...])",
+    )
+
+
+# the rows, in TRL's order of loss_type values (then sigmoid_norm and chi_po)
+_ROWS: tuple[PairLoss, ...] = (
+    _margin_row(
+        name="sigmoid",
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-x) + \varepsilon\,\mathrm{sp}(x)",
+        margin=_SIGMOID_MARGIN,
+        options=(_EPS_SIGMOID,),
+        population_loss=P.on_scores(P.smoothed_dpo_sum),
+        optimum=P.margin_optimum(P.dpo_solve),
+        reference="Rafailov et al., 2023, arXiv:2305.18290 (DPO); label smoothing: "
+        "Mitchell, 2023, https://ericmitchell.ai/cdpo.pdf (cDPO)",
+        notes="label_smoothing is cDPO's flip rate, as TRL 0.1x applies it to sigmoid; TRL "
+        "1.x ignores label_smoothing for sigmoid (observed with TRL 1.16.0): compare it at "
         "label_smoothing=0",
     ),
-    (
-        "hinge",
-        r"\max(0,\,1 - x)",
-        (_hinge_phi, _hinge_d1, _hinge_d2),
-        (),
-        "Zhao et al., 2023, arXiv:2305.10425 (SLiC-HF)",
-        "piecewise linear: the population minimiser can be a set",
+    _margin_row(
+        name="hinge",
+        formula=r"\max(0,\,1 - x)",
+        margin=MarginKernel(_hinge_phi, _hinge_d1, _hinge_d2, _hinge_margin),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.hinge_solve),
+        minimiser_ranges=P.hinge_ranges,
+        mistakes=_hinge_mistakes(),
+        reference="Zhao et al., 2023, arXiv:2305.10425 (SLiC-HF)",
+        notes="piecewise linear: the population minimiser can be a set",
     ),
-    (
-        "ipo",
-        r"\big(h - \tfrac{1}{2\beta}\big)^2",
-        "ipo",
-        (),
-        "Azar et al., 2023, arXiv:2310.12036, eq. (17); TRL's beta is the paper's tau",
-        "",
+    _margin_row(
+        name="ipo",
+        formula=r"\big(h - \tfrac{1}{2\beta}\big)^2",
+        pair=PairKernel(_ipo_ell, _ipo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.ipo_solve),
+        mistakes=_IPO_MISTAKES,
+        reference="Azar et al., 2023, arXiv:2310.12036, eq. (17); TRL's beta is the paper's tau",
     ),
-    (
-        "exo_pair",
-        r"\sigma(x)\big(\log\sigma(x) - \log(1-\epsilon)\big)"
+    _margin_row(
+        name="exo_pair",
+        formula=r"\sigma(x)\big(\log\sigma(x) - \log(1-\epsilon)\big)"
         r" + \sigma(-x)\big(\log\sigma(-x) - \log\epsilon\big)",
-        (_exo_phi, _exo_d1, _exo_d2),
-        (
+        margin=MarginKernel(_exo_phi, _exo_d1, _exo_d2, _exo_margin),
+        options=(
             LossOption(
                 "epsilon",
                 1e-3,
@@ -661,30 +907,39 @@ _SPECS: list[tuple] = [
                 doc="TRL's label_smoothing, replaced by 1e-3 when 0",
             ),
         ),
-        "Ji et al., 2024, arXiv:2402.00856 (EXO), eq. (16)",
-        "TRL passes label_smoothing as epsilon and substitutes 1e-3 for 0",
+        population_loss=P.on_scores(P.pair_sum),
+        # its infimum is attained: scores never run off to infinity
+        optimum=P.margin_optimum(P.newton_solve(runaway=False)),
+        reference="Ji et al., 2024, arXiv:2402.00856 (EXO), eq. (16)",
+        notes="TRL passes label_smoothing as epsilon and substitutes 1e-3 for 0",
     ),
-    (
-        "nca_pair",
-        r"\mathrm{sp}(-\beta a) + \tfrac12\mathrm{sp}(\beta a) + \tfrac12\mathrm{sp}(\beta b)",
-        (_nca_ell, _nca_grad),
-        (),
-        "Chen et al., 2024, arXiv:2402.05369 (NCA)",
-        "",
+    _pair_row(
+        name="nca_pair",
+        formula=r"\mathrm{sp}(-\beta a) + \tfrac12\mathrm{sp}(\beta a)"
+        r" + \tfrac12\mathrm{sp}(\beta b)",
+        pair=PairKernel(_nca_ell, _nca_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.NCAOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Chen et al., 2024, arXiv:2402.05369 (NCA)",
     ),
-    (
-        "robust",
-        r"\frac{(1-\varepsilon)\,\mathrm{sp}(-x) - \varepsilon\,\mathrm{sp}(x)}{1-2\varepsilon}",
-        (_robust_phi, _robust_d1, _sigmoid_d2),
-        (_EPS_ROBUST,),
-        _RDPO,
-        "unbiased for labels flipped with probability label_smoothing",
+    _margin_row(
+        name="robust",
+        formula=r"\frac{(1-\varepsilon)\,\mathrm{sp}(-x) - \varepsilon\,\mathrm{sp}(x)}"
+        r"{1-2\varepsilon}",
+        margin=MarginKernel(_robust_phi, _robust_d1, _sigmoid_d2, _robust_margin),
+        options=(_EPS_ROBUST,),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.robust_solve(_SIGMOID_MARGIN)),
+        reference=_RDPO,
+        notes="unbiased for labels flipped with probability label_smoothing",
     ),
-    (
-        "bco_pair",
-        r"\mathrm{sp}(\delta - \beta a) + \mathrm{sp}(\beta b - \delta)",
-        (_bco_ell, _bco_grad),
-        (
+    _pair_row(
+        name="bco_pair",
+        formula=r"\mathrm{sp}(\delta - \beta a) + \mathrm{sp}(\beta b - \delta)",
+        pair=PairKernel(_bco_ell, _bco_grad),
+        options=(
             LossOption(
                 "delta",
                 0.0,
@@ -696,169 +951,119 @@ _SPECS: list[tuple] = [
                 doc="TRL: running mean of beta (a + b) / 2 over batches (starts at 0)",
             ),
         ),
-        "Jung et al., 2024, arXiv:2404.04656 (BCO)",
-        "TRL's delta is a running mean of the batch means of beta a and beta b; its "
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.BCOOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Jung et al., 2024, arXiv:2404.04656 (BCO)",
+        notes="TRL's delta is a running mean of the batch means of beta a and beta b; its "
         "population value is beta E_W[(a + b) / 2]",
     ),
-    (
-        "sppo_hard",
-        r"\big(a - \tfrac{1}{2\beta}\big)^2 + \big(b + \tfrac{1}{2\beta}\big)^2",
-        (_sppo_ell, _sppo_grad),
-        (),
-        "Wu et al., 2024, arXiv:2405.00675 (SPPO), eq. (4.7) with hard labels",
-        "",
+    _pair_row(
+        name="sppo_hard",
+        formula=r"\big(a - \tfrac{1}{2\beta}\big)^2 + \big(b + \tfrac{1}{2\beta}\big)^2",
+        pair=PairKernel(_sppo_ell, _sppo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.per_outcome_optimum,
+        per_outcome=P.QuadraticOutcomes,
+        f_divergence=_REFUSED_SCORES,
+        reference="Wu et al., 2024, arXiv:2405.00675 (SPPO), eq. (4.7) with hard labels",
     ),
-    (
-        "aot",
-        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+    _sorting_row(
+        name="aot",
+        paired=False,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
         r"\ \delta_k = \mathrm{sort}(\log\tfrac{\pi(y_w)}{\pi(y_l)})_k"
         r" - \mathrm{sort}(\log\tfrac{\pi_{ref}(y_w)}{\pi_{ref}(y_l)})_k",
-        "aot",
-        (_EPS_DPO,),
-        "Melnyk et al., 2024, arXiv:2406.05882 (AOT)",
-        "sorts along the batch axis 0",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT)",
+        notes="sorts along the batch axis 0",
     ),
-    (
-        "aot_pair",
-        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+    _sorting_row(
+        name="aot_pair",
+        paired=True,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
         r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
-        "aot_pair",
-        (_EPS_DPO,),
-        "Melnyk et al., 2024, arXiv:2406.05882 (AOT, paired)",
-        "sorts along the batch axis 0",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, paired)",
+        notes="sorts along the batch axis 0",
     ),
-    (
-        "aot_unpaired",
-        r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k) + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
+    _sorting_row(
+        name="aot_unpaired",
+        paired=True,
+        formula=r"(1-\varepsilon)\,\mathrm{sp}(-\beta\delta_k)"
+        r" + \varepsilon\,\mathrm{sp}(\beta\delta_k),"
         r"\ \delta_k = \mathrm{sort}(a)_k - \mathrm{sort}(b)_k",
-        "aot_unpaired",
-        (_EPS_DPO,),
-        "Melnyk et al., 2024, arXiv:2406.05882 (AOT, unpaired)",
-        "TRL's current name for aot_pair (the same loss; aot_pair is kept as the old name); "
-        "sorts along the batch axis 0",
+        options=(_EPS_DPO,),
+        reference="Melnyk et al., 2024, arXiv:2406.05882 (AOT, unpaired)",
+        notes="TRL's current name for aot_pair (the same loss; aot_pair is kept as the old "
+        "name); sorts along the batch axis 0",
     ),
-    (
-        "apo_zero",
-        r"1 - \sigma(\beta a) + \sigma(\beta b)",
-        (_apo_zero_ell, _apo_zero_grad),
-        (),
-        "D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (7)",
-        "",
+    _pair_row(
+        name="apo_zero",
+        formula=r"1 - \sigma(\beta a) + \sigma(\beta b)",
+        pair=PairKernel(_apo_zero_ell, _apo_zero_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.refused_optimum,
+        no_optimum=_NOT_CONVEX,
+        f_divergence=_REFUSED_INPUTS,
+        reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (7)",
     ),
-    (
-        "apo_down",
-        r"\sigma(\beta a) + 1 - \sigma(\beta(a - b))",
-        (_apo_down_ell, _apo_down_grad),
-        (),
-        "D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (8)",
-        "",
+    _pair_row(
+        name="apo_down",
+        formula=r"\sigma(\beta a) + 1 - \sigma(\beta(a - b))",
+        pair=PairKernel(_apo_down_ell, _apo_down_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.refused_optimum,
+        no_optimum=_NOT_CONVEX,
+        f_divergence=("refused", "unmodelled"),
+        reference="D'Oosterlinck et al., 2024, arXiv:2408.06266 (APO), eq. (8)",
     ),
-    (
-        "discopop",
-        r"(1 - m)\,\mathrm{sp}(-x) + m\,e^{-x},\ m = \sigma(x/\tau)",
-        (_disco_phi, _disco_d1, _disco_d2),
-        (LossOption("tau", 0.05, 0.0, math.inf, True, True, doc="TRL's discopop_tau"),),
-        "Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
-        "",
+    _margin_row(
+        name="discopop",
+        formula=r"(1 - m)\,\mathrm{sp}(-x) + m\,e^{-x},\ m = \sigma(x/\tau)",
+        margin=MarginKernel(_disco_phi, _disco_d1, _disco_d2, _logit_margin),
+        options=(LossOption("tau", 0.05, 0.0, math.inf, True, True, doc="TRL's discopop_tau"),),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.margin_optimum(P.newton_solve(), check=P.discopop_tau_check),
+        nonfinite_hint=_discopop_nonfinite,
+        reference="Chris Lu et al., 2024, arXiv:2406.08414 (DiscoPOP), eq. (5)",
     ),
-    (
-        "sft",
-        r"-\log\pi(y_w)",
-        "sft",
-        (),
-        "Ouyang et al., 2022, arXiv:2203.02155 (an SFT term beside a preference loss, as in "
-        "RPO: Pang et al., 2024, arXiv:2404.19733)",
-        "TRL's sft is the token-mean cross-entropy of the chosen completions over the batch; "
-        "on whole responses (a tabular problem) it is the chosen response's negative "
-        "log-likelihood, the value here. Combine it with another loss through "
-        "population_loss(loss=[...], loss_weights=[...])",
-    ),
-    (
-        "sigmoid_norm",
-        r"\mathrm{sp}\big(-\beta\,[a / L_w - b / L_l]\big)",
-        (_norm_ell, _norm_grad),
-        (_LengthsOption("lengths", None, 0.0, math.inf, True, True, doc="response lengths"),),
-        "Lambert et al., 2024, arXiv:2411.15124 (Tulu 3), sec. 5.1.2, eq. (6); TRL "
+    _likelihood_row(),
+    _pair_row(
+        name="sigmoid_norm",
+        formula=r"\mathrm{sp}\big(-\beta\,[a / L_w - b / L_l]\big)",
+        pair=PairKernel(_norm_ell, _norm_grad),
+        options=(
+            _LengthsOption("lengths", None, 0.0, math.inf, True, True, doc="response lengths"),
+        ),
+        population_loss=P.on_scores(P.length_normalised_sum),
+        optimum=P.length_normalised_optimum,
+        length_normalised=True,
+        reference="Lambert et al., 2024, arXiv:2411.15124 (Tulu 3), sec. 5.1.2, eq. (6); TRL "
         "loss_type='sigmoid_norm' (huggingface/trl#5406, merged 2026-03-30)",
-        "DPO's sigmoid loss on the length-normalised log-ratios a / L_w, b / L_l. Pair form: "
-        "lengths=(L_w, L_l), each broadcasting with the pairs; population_loss and "
+        notes="DPO's sigmoid loss on the length-normalised log-ratios a / L_w, b / L_l. Pair "
+        "form: lengths=(L_w, L_l), each broadcasting with the pairs; population_loss and "
         "population_optimum take one length per outcome (shape of ref)",
     ),
-    (
-        "chi_po",
-        r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
-        (_chipo_ell, _chipo_grad),
-        (),
-        "Huang et al., 2024, arXiv:2407.13399 (chi-PO), without the paper's clip of the "
-        "margin at 2 R_max",
-        "DPO's sigmoid loss on chi-PO's link t + log t (t = e^a): f-DPO with the chi2_kl "
-        "row of klpolicy.DIVERGENCES; not a TRL loss_type",
+    _pair_row(
+        name="chi_po",
+        formula=r"\mathrm{sp}\big(-\beta\,[(e^{a} + a) - (e^{b} + b)]\big)",
+        pair=PairKernel(_chipo_ell, _chipo_grad),
+        population_loss=P.on_scores(P.pair_sum),
+        optimum=P.fixed_link_optimum,
+        score_divergence="chi2_kl",
+        reference="Huang et al., 2024, arXiv:2407.13399 (chi-PO), without the paper's clip "
+        "of the margin at 2 R_max",
+        notes="DPO's sigmoid loss on chi-PO's link t + log t (t = e^a): f-DPO with the "
+        "chi2_kl row of klpolicy.DIVERGENCES; not a TRL loss_type",
     ),
-]
+)
 
 
-# how TRL forms each loss with an f-divergence: (TRL >= 1.10.0, TRL 0.29.0-1.9.2); the rest
-# take the scores in both. TRL 1.16.0 dpo_trainer.py lines 808-816 refuse every loss outside
-# sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft; TRL 1.9.2 (lines
-# 1466-1528) applies nca_pair, bco_pair, sppo_hard to the scores, aot and apo_zero to the
-# log-ratios, apo_down's first term to the log-ratio and its margin to the scores
-_F_DIVERGENCE = {
-    "sft": ("inputs", "inputs"),
-    **{n: ("refused", "scores") for n in ("nca_pair", "bco_pair", "sppo_hard")},
-    **{n: ("refused", "inputs") for n in ("aot", "aot_pair", "aot_unpaired", "apo_zero")},
-    "apo_down": ("refused", "unmodelled"),
-}
-
-
-def _build() -> dict[str, PairLoss]:
-    rows = _build_rows()
-    return {
-        n: dataclasses.replace(r, f_divergence=_F_DIVERGENCE.get(n, ("scores", "scores")))
-        for n, r in rows.items()
-    }
-
-
-def _build_rows() -> dict[str, PairLoss]:
-    rows: dict[str, PairLoss] = {}
-    for name, formula, kind, options, reference, notes in _SPECS:
-        if kind == "sft":
-            value, gradient = _make_sft()
-            rows[name] = PairLoss(
-                name, formula, value, gradient, options, False, False, reference, notes
-            )
-            continue
-        if kind in ("aot", "aot_pair", "aot_unpaired"):
-            value, gradient = _make_sorted(name, "aot" if kind == "aot" else "aot_pair")
-            rows[name] = PairLoss(
-                name, formula, value, gradient, options, False, True, reference, notes
-            )
-            continue
-        if kind == "ipo":
-            ell, grad, kernel, margin = _ipo_ell, _ipo_grad, _Margin(None, None, None), True
-        elif len(kind) == 3:
-            phi, d1, d2 = kind
-            ell, grad = _margin_kernel(phi, d1)
-            kernel, margin = _Margin(phi, d1, d2), True
-        else:
-            ell, grad = kind
-            kernel, margin = None, False
-        value, gradient = _make_pair(name, ell, grad, margin)
-        rows[name] = PairLoss(
-            name,
-            formula,
-            value,
-            gradient,
-            options,
-            margin,
-            False,
-            reference,
-            notes,
-            _kernel=(ell, grad, kernel),
-        )
-    return rows
-
-
-LOSSES: Mapping[str, PairLoss] = MappingProxyType(_build())
+LOSSES: Mapping[str, PairLoss] = MappingProxyType({r.name: r for r in _ROWS})
 """The pair losses by TRL ``loss_type``: a read-only mapping of :class:`PairLoss` rows.
 
 ``LOSSES["sigmoid"]`` follows TRL 0.1x's ``label_smoothing`` (cDPO's label-flip rate);

@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from ..core.internal import validation as V
+from ._inputs import as_pair_counts, as_pair_law, as_preference_matrix
 from .losses import _softplus
 
 __all__ = ["empirical_dpo_loss", "population_dpo_loss", "population_ipo_loss"]
@@ -25,8 +26,8 @@ def _ref_1d(ref: ArrayLike) -> NDArray[np.float64]:
 
 def _win_weights(ref, preferences, mu, label_smoothing=0.0):
     """W[i, j]: probability of observing (winner i, loser j), with smoothed labels."""
-    p = V.as_preference_matrix("preferences", preferences, ref.shape[-1])
-    joint = V.as_pair_law(mu, ref)
+    p = as_preference_matrix("preferences", preferences, ref.shape[-1])
+    joint = as_pair_law(mu, ref)
     if label_smoothing:
         p = (1 - label_smoothing) * p + label_smoothing * p.T
     return (joint + joint.T) * p
@@ -180,7 +181,7 @@ def empirical_dpo_loss(
     ref_a = _ref_1d(ref)
     b = V.as_positive_scalar("beta", beta)
     eps = V.as_closed_interval("label_smoothing", label_smoothing, 0.5)
-    w = _count_weights(V.as_pair_counts("counts", counts, ref_a))
+    w = _count_weights(as_pair_counts("counts", counts, ref_a))
     if eps:
         w = (1 - eps) * w + eps * w.T
     return _dpo_value(_log_ratio(policy, ref_a, w), w, b)

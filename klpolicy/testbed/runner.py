@@ -42,7 +42,11 @@ class Adapter:
         Config values the testbed sets unless the caller does.
     testbed_options : dict
         Options the testbed reads itself (not TRL config fields), with their defaults:
-        for ``"trl-dpo"``, ``pairs`` (the dataset's size) and ``bt_temperature``.
+        for ``"trl-dpo"``, ``pairs`` (the dataset's size per prompt) and ``bt_temperature``.
+    prompt_coupling : dict
+        Config values under which one prompt's update depends on the other prompts in the
+        batch (``{"scale_rewards": ("batch",)}``: GRPO's std over the whole batch): on a
+        task of several prompts there is then no per-prompt prediction.
     """
 
     rule: str
@@ -51,6 +55,7 @@ class Adapter:
     rule_options: tuple
     defaults: dict = field(default_factory=dict)
     testbed_options: dict = field(default_factory=dict)
+    prompt_coupling: dict = field(default_factory=dict)
 
 
 ADAPTERS = {
@@ -65,6 +70,7 @@ ADAPTERS = {
             "scale_rewards": "none",
             "learning_rate": 1e-2,
         },
+        prompt_coupling={"scale_rewards": ("batch",)},
     ),
     "trl-rloo": Adapter(
         rule="rloo",
@@ -92,38 +98,55 @@ ADAPTERS = {
 
 @dataclass
 class TestbedResult:
-    """What a testbed run measured.
+    r"""What a testbed run measured.
+
+    Every law has a prompt axis, also for a task of one prompt: row ``x`` is the law after
+    prompt ``x`` (``task.prompts[x]``), each prompt its own context. The distances are
+    averaged over the prompts with uniform weights (the trainer's dataset holds each prompt
+    equally often), and given per prompt beside.
 
     Attributes
     ----------
     trainer : str
         The adapter's name.
+    task : str
+        The task's name.
     config : dict
         The trainer config's values that matter (beta, the rule's options, lr, batch).
     steps, seed : int
         Optimiser steps and the trainer's seed.
+    prompts : tuple of str
+        The task's prompts, in the order of the laws' rows (P of them).
     completions : tuple of tuple of int
-        The completions every law below is over.
-    ref_law, reward : ndarray, shape (n,)
-        The initial model's exact law (TRL's reference) and each completion's reward.
+        The completions every law below is over (the same n for every prompt).
+    ref_law, reward : ndarray, shape (P, n)
+        The initial model's exact law after each prompt (TRL's reference) and each
+        completion's reward there.
     law_steps : ndarray, shape (k,)
         The steps at which the policy's law was enumerated.
-    laws : ndarray, shape (k, n)
+    laws : ndarray, shape (k, P, n)
         The policy's exact law at those steps.
-    final_law : ndarray, shape (n,)
+    final_law : ndarray, shape (P, n)
         The law after the last step.
-    predicted : ndarray or None
-        :func:`klpolicy.dynamics.landing_point`'s policy for this configuration.
+    predicted : ndarray of shape (P, n), or None
+        The predicted landing point after each prompt (the dynamics'
+        :func:`~klpolicy.dynamics.landing_point` for this configuration; DPO's finite-data
+        optimum), or None where there is no prediction.
     predicted_beta_eff : float or None
-        Its ``beta_eff``.
+        Its ``beta_eff``, when it is one number for every prompt.
     landing : str
-        The landing point's one-line description.
-    pistar : ndarray
-        ``optimal_policy(ref_law, reward, beta)``.
+        The landing point's description (one line per prompt where they differ).
+    pistar : ndarray, shape (P, n)
+        ``optimal_policy(ref_law, reward, beta)``, row by row.
     kl_to_predicted, kl_to_pistar, kl_ref_to_predicted : float or None
-        ``KL(final_law || predicted)``, ``KL(final_law || pistar)``, ``KL(ref_law || predicted)``.
+        ``KL(final_law || predicted)``, ``KL(final_law || pistar)``, ``KL(ref_law ||
+        predicted)``, each the mean over the prompts of the rows' KLs:
+        :math:`\frac1P \sum_x \mathrm{KL}(\pi(\cdot \mid x) \,\|\, q(\cdot \mid x))`.
+    kl_to_predicted_by_prompt, kl_to_pistar_by_prompt, kl_ref_to_predicted_by_prompt : ndarray or None
+        The same KLs per prompt, shape ``(P,)``.
     beta_fit : float
-        :func:`klpolicy.dynamics.beta_fit` of the final law.
+        :func:`klpolicy.dynamics.beta_fit` of the final law's rows: the one beta whose
+        pi* is nearest the law, in the prompt-averaged KL.
     versions : dict
         trl, transformers, torch, klpolicy versions.
     wall_time : float
@@ -131,14 +154,17 @@ class TestbedResult:
     completion_text : tuple of str
         Each completion as text (the task's words joined by spaces); empty if unknown.
     preference_counts : ndarray or None
-        ``"trl-dpo"``: the dataset as counts ``C[winner, loser]`` over :attr:`completions`
-        (the trainer saw each pair ``C[i, j]`` times); None for the other trainers.
+        ``"trl-dpo"``: the dataset as counts ``C[x, winner, loser]``, shape ``(P, n, n)``,
+        over :attr:`completions` (the trainer saw each pair ``C[x, i, j]`` times after
+        prompt ``x``); None for the other trainers.
     """
 
     trainer: str
+    task: str
     config: dict
     steps: int
     seed: int
+    prompts: tuple
     completions: tuple
     ref_law: NDArray
     reward: NDArray
@@ -152,6 +178,9 @@ class TestbedResult:
     kl_to_predicted: float | None
     kl_to_pistar: float
     kl_ref_to_predicted: float | None
+    kl_to_predicted_by_prompt: NDArray | None
+    kl_to_pistar_by_prompt: NDArray
+    kl_ref_to_predicted_by_prompt: NDArray | None
     beta_fit: float
     versions: dict
     wall_time: float
@@ -163,15 +192,19 @@ class TestbedResult:
 
         .. math::
 
-            \big(t_k,\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi^*_\beta),\ \mathrm{KL}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
+            \big(t_k,\ \overline{\mathrm{KL}}(\pi_{t_k} \,\|\, \pi^*_\beta),\
+            \overline{\mathrm{KL}}(\pi_{t_k} \,\|\, \pi_{\text{landing}})\big),
             \qquad t_0 = 0,\ \pi_{t_0} = \pi_{\text{ref}}
+
+        where :math:`\overline{\mathrm{KL}}` is the mean over the prompts of the rows' KLs
+        (as :attr:`kl_to_pistar`).
 
         Returns
         -------
         steps : ndarray of int, shape (k + 1,)
             0, then :attr:`law_steps`.
         to_pistar : ndarray, shape (k + 1,)
-            ``KL(law || pistar)`` at each of them (float64).
+            ``KL(law || pistar)`` at each of them, averaged over the prompts (float64).
         to_predicted : ndarray or None
             ``KL(law || predicted)`` at each, or None where there is no predicted point.
 
@@ -181,12 +214,14 @@ class TestbedResult:
         >>> r.kl_path()[0]  # doctest: +SKIP
         array([0, 1])
         """
-        laws = np.vstack([self.ref_law[None, :], np.asarray(self.laws, dtype=np.float64)])
+        laws = np.concatenate(
+            [np.asarray(self.ref_law, dtype=np.float64)[None], np.asarray(self.laws, np.float64)]
+        )
         steps = np.concatenate([[0], np.asarray(self.law_steps, dtype=np.int64)])
-        to_pistar = np.array([float(kl_divergence(q, self.pistar)) for q in laws])
+        to_pistar = np.mean(kl_divergence(laws, self.pistar), axis=-1)
         to_pred = None
         if self.predicted is not None:
-            to_pred = np.array([float(kl_divergence(q, self.predicted)) for q in laws])
+            to_pred = np.mean(kl_divergence(laws, self.predicted), axis=-1)
         return steps, to_pistar, to_pred
 
     def plot(self, axes=None):
@@ -194,7 +229,8 @@ class TestbedResult:
 
         Left: :meth:`kl_path`, ``KL(law || predicted)`` and ``KL(law || pi*)`` at each
         recorded step (step 0 is the reference), on a log scale. Right: the final law, the
-        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion.
+        predicted landing point and :math:`\pi^*_\beta` as bars, one group per completion
+        (per prompt and completion, ``"x: a"``, for a task of several prompts).
 
         Parameters
         ----------
@@ -266,16 +302,24 @@ class TestbedResult:
         left.set_ylabel(r"KL($\pi_t$ || target) (nats)")
         left.set_title("Distance to the targets")
         left.legend(loc="best")
-        n = len(self.completions)
-        x = np.arange(n)
         series = [("final law", self.final_law, colours["law"])]
         if self.predicted is not None:
             series.append((pred_name, self.predicted, colours["pred"]))
         series.append((star, self.pistar, colours["pistar"]))
+        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+        if len(self.prompts) > 1:  # one group per (prompt, completion), prompt by prompt
+            names = tuple(f"{p}: {c}" for p in self.prompts for c in names)
+        n = len(names)
+        x = np.arange(n)
         width = 0.8 / len(series)
         for i, (name, p, c) in enumerate(series):
-            right.bar(x + (i - (len(series) - 1) / 2) * width, p, width, color=c, label=name)
-        names = self.completion_text or tuple(" ".join(map(str, c)) for c in self.completions)
+            right.bar(
+                x + (i - (len(series) - 1) / 2) * width,
+                np.asarray(p).reshape(-1),
+                width,
+                color=c,
+                label=name,
+            )
         right.set_xticks(x, names, rotation=90 if n > 12 else 0)
         right.set_xlabel("completion")
         right.set_ylabel("probability")
@@ -353,18 +397,20 @@ def _finite_data_problem(counts: NDArray) -> tuple[NDArray, NDArray]:
 
 
 def _dpo_dataset(task, completions, counts):
-    """The preference rows of ``counts``: prompt, chosen and rejected texts (EOS written out)."""
+    """The preference rows of ``counts`` (``C[x, winner, loser]``): prompt, chosen and
+    rejected texts (EOS written out), prompt by prompt."""
     words = task.vocabulary
 
     def text(c):
         return " " + " ".join(words[t] for t in c)
 
     rows = {"prompt": [], "chosen": [], "rejected": []}
-    for i, j in zip(*np.nonzero(counts), strict=True):
-        for _ in range(int(counts[i, j])):
-            rows["prompt"].append(task.prompt)
-            rows["chosen"].append(text(completions[i]))
-            rows["rejected"].append(text(completions[j]))
+    for prompt, c in zip(task.prompts, counts, strict=True):
+        for i, j in zip(*np.nonzero(c), strict=True):
+            for _ in range(int(c[i, j])):
+                rows["prompt"].append(prompt)
+                rows["chosen"].append(text(completions[i]))
+                rows["rejected"].append(text(completions[j]))
     return rows
 
 
@@ -395,7 +441,7 @@ def _quiet():
 MAX_GENERATIONS = 4096
 #: ``transformers.set_seed`` seeds numpy's legacy generator, which takes seeds below 2**32.
 MAX_SEED = 2**32 - 1
-#: The most preference pairs a DPO run draws (its dataset is held in memory).
+#: The most preference pairs a DPO run draws per prompt (its dataset is held in memory).
 MAX_PAIRS = 10**6
 
 
@@ -414,6 +460,8 @@ def _checked(adapter: Adapter, task, steps, seed, law_every, device, num_threads
             "`task` must be a klpolicy.testbed.Task (bandit_task() builds one) or None; "
             f"got {V.describe(task)}"
         )
+    if task is not None:
+        task.prompt_ids()  # a prompt word outside the vocabulary, by name
     if num_threads is not None:
         V.as_count("num_threads", num_threads, hi=4096)
     seed = V.as_count("seed", seed, lo=0, hi=V.MAX_EXACT_COUNT)
@@ -467,7 +515,7 @@ def run(
     trainer : str
         A name in :data:`ADAPTERS` (``"trl-grpo"``, ``"trl-rloo"``, ``"trl-dpo"``).
     task : Task, optional
-        The task; :func:`bandit_task` by default.
+        The task (one prompt or several); :func:`bandit_task` by default.
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
@@ -488,13 +536,14 @@ def run(
     **trainer_options
         Fields of TRL's config (``beta``, ``num_generations``, ``scale_rewards``,
         ``loss_type``, ``learning_rate``, ...), over the adapter's defaults; and the
-        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, default 256,
-        and ``bt_temperature``, default 1).
+        adapter's :attr:`Adapter.testbed_options` (``"trl-dpo"``: ``pairs``, per prompt,
+        default 256, and ``bt_temperature``, default 1).
 
     Returns
     -------
     TestbedResult
-        The laws over the steps, the predicted point, pi*, their distances and the versions.
+        The laws over the steps (a row per prompt), the predicted point, pi*, their
+        distances (per prompt and their mean) and the versions.
 
     Raises
     ------
@@ -505,18 +554,30 @@ def run(
         ``num_generations`` outside ``[2, 4096]``, a ``scale_rewards`` or ``loss_type``
         the dynamics rule does not know, ``pairs`` below 1, a ``bt_temperature`` that is
         not positive and finite, a ``device`` other than None, "cpu" or "cuda" (or "cuda"
-        without a GPU), or a preference dataset whose comparisons do not connect every
-        response. After training: a law that is not finite (the run diverged).
+        without a GPU), a prompt word outside the task's vocabulary, or a preference
+        dataset whose comparisons do not connect every response. After training: a law
+        that is not finite (the run diverged).
     RuntimeError
         For a TRL outside ``>=1.16.0,<1.17``.
 
     Notes
     -----
-    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset of the task's prompt
-    repeated, a reward function reading ``completion_ids``, ``max_completion_length =
+    The trainer is TRL's, unmodified. GRPO and RLOO: a dataset holding each of the task's
+    prompts equally often (with a ``prompt_index`` column), a reward function reading
+    ``prompt_index`` and ``completion_ids``, ``max_completion_length =
     task.max_new_tokens``, ``report_to=[]``; the predicted point is
     :func:`klpolicy.dynamics.landing_point` for the config's own values of the rule's
     options, so both read one configuration.
+
+    Several prompts: each prompt is its own context. Its law is enumerated after it, and
+    its landing point and :math:`\pi^*_\beta` are computed from its own reference row and
+    rewards (the groups of GRPO and RLOO are drawn per prompt, so one prompt's expected
+    update does not see the others'; the shared weights are assumed able to hold every
+    prompt's landing point at once). The distances are the mean over the prompts, uniform
+    weights, as the dataset draws them, and ``beta_fit`` is the one beta whose pi*
+    minimises that mean. A config that couples the prompts (GRPO's
+    ``scale_rewards="batch"``, one standard deviation over the batch's prompts) has no
+    per-prompt prediction there.
 
     DPO: TRL 1.16.0 appends EOS to each chosen and rejected text
     (trl/trainer/dpo_trainer.py:1062), so its outcomes are the *responses*, the
@@ -524,11 +585,12 @@ def run(
     EOS alone); the law recorded is the policy's law of them, normalised over them
     (:math:`\tilde\pi(y) \propto \pi(y)\,\pi(\mathrm{EOS} \mid y)`), which the DPO margins
     see exactly (the normaliser cancels in each pair's log-ratio difference). ``pairs``
-    pairs are drawn from the reference's response law (seed ``seed``) and labelled by
-    Bradley-Terry on the reward at temperature :math:`T` (``bt_temperature``):
-    :math:`P(y_1 \succ y_2) = \sigma((r_1 - r_2)/T)`. The batch is the whole dataset
-    (``per_device_train_batch_size = pairs``), so each step is a full-batch step on the
-    dataset's mean loss. The predicted point is that loss's exact minimiser,
+    pairs per prompt are drawn from that prompt's reference response law (one generator
+    seeded ``seed``, prompt after prompt) and labelled by Bradley-Terry on its rewards at
+    temperature :math:`T` (``bt_temperature``): :math:`P(y_1 \succ y_2) = \sigma((r_1 -
+    r_2)/T)`. The batch is the whole dataset (``per_device_train_batch_size = pairs`` times
+    the number of prompts), so each step is a full-batch step on the dataset's mean loss,
+    whose minimiser is each prompt's own. The predicted point is that loss's exact minimiser,
     :func:`klpolicy.preference.population_optimum` (``loss="sigmoid"``, TRL's ``beta``)
     on the counts' preference matrix and pair law (see ``_finite_data_problem``);
     ``pistar`` is the population optimum, :math:`\tilde\pi_{\text{ref}}\, e^{r/(T\beta)}/Z`.
@@ -598,7 +660,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         )
     tr = _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, trainer_kwargs)
     if is_dpo:
-        _check_dpo_tokenization(tr, completions, pred.counts)
+        _check_dpo_tokenization(tr, task, completions, pred.counts)
     final, wall = _train(tr, law_of, steps, config, laws, law_steps)
     kept = {
         k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
@@ -664,12 +726,12 @@ def _trl_config(config_cls, adapter, task, steps, seed, device, progress, traine
     """The run's TRL config and its output folder (a new temporary one).
 
     The adapter's defaults under the caller's options; a batch of the whole dataset for
-    DPO, of eight groups for GRPO and RLOO (their completions ``task.max_new_tokens`` long
-    at most); no saving, no reports, one log line at the end.
+    DPO (``pairs`` per prompt), of eight groups for GRPO and RLOO (their completions
+    ``task.max_new_tokens`` long at most); no saving, no reports, one log line at the end.
     """
     options = dict(adapter.defaults) | dict(trainer_options)
     if adapter.trainer == "DPOTrainer":
-        options.setdefault("per_device_train_batch_size", extra["pairs"])
+        options.setdefault("per_device_train_batch_size", extra["pairs"] * len(task.prompts))
     else:
         options.setdefault("per_device_train_batch_size", 8 * int(options["num_generations"]))
         options["max_completion_length"] = task.max_new_tokens
@@ -690,33 +752,41 @@ def _trl_config(config_cls, adapter, task, steps, seed, device, progress, traine
 
 
 def _law_reader(task, is_dpo: bool):
-    """``law_of(model) -> (completions, law)``: the model's exact law after the task's prompt.
+    """``law_of(model) -> (completions, laws)``: the model's exact law after each prompt.
 
-    Enumerated in eval mode (the model's mode restored after). DPO's outcomes are the
-    responses, one token deeper (see :func:`_response_law`).
+    ``laws`` has a row per prompt, over the same completions (the tree's shape does not
+    depend on the prompt). Enumerated in eval mode (the model's mode restored after).
+    DPO's outcomes are the responses, one token deeper (see :func:`_response_law`).
     """
     prompt_ids = task.prompt_ids()
     eos = task.eos_token_id
     depth = task.max_new_tokens + (1 if is_dpo else 0)
 
+    def one(m, ids):
+        law = sequence_law(m, ids, max_new_tokens=depth, eos_token_id=eos)
+        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
+
     def law_of(m):
         was = m.training
         m.eval()
-        law = sequence_law(m, prompt_ids, max_new_tokens=depth, eos_token_id=eos)
-        m.train(was)
-        return _response_law(law, eos) if is_dpo else (law.completions, law.probs)
+        try:
+            rows = [one(m, ids) for ids in prompt_ids]
+        finally:
+            m.train(was)
+        return rows[0][0], np.stack([p for _, p in rows])
 
     return law_of
 
 
 def _rewards(task, completions, is_dpo: bool) -> NDArray:
-    """Each completion's reward (float64); a DPO response has its appended EOS dropped."""
+    """Each completion's reward after each prompt, shape ``(P, n)`` (float64); a DPO
+    response has its appended EOS dropped."""
     if is_dpo:  # a response longer than the task's depth is a completion with EOS appended
-        return np.array(
-            [task.reward(c[:-1] if len(c) > task.max_new_tokens else c) for c in completions],
-            dtype=np.float64,
-        )
-    return np.array([task.reward(c) for c in completions], dtype=np.float64)
+        completions = [c[:-1] if len(c) > task.max_new_tokens else c for c in completions]
+    return np.array(
+        [[task.reward(x, tuple(c)) for c in completions] for x in range(len(task.prompts))],
+        dtype=np.float64,
+    )
 
 
 def _law_callback(law_of, law_every: int, steps: int):
@@ -750,8 +820,9 @@ def _save_initial_model(model, tok, tmp: str) -> str:
 
 @dataclass(frozen=True)
 class _Prediction:
-    """What the trained law is compared with: the predicted point (None where there is no
-    prediction), its ``beta_eff``, the landing's description, pi*, and DPO's counts."""
+    """What the trained law is compared with, a row per prompt: the predicted point (None
+    where there is no prediction), its ``beta_eff``, the landing's description, pi*, and
+    DPO's counts ``(P, n, n)``."""
 
     policy: NDArray | None
     beta_eff: float | None
@@ -765,20 +836,25 @@ def _dpo_dataset_and_prediction(
 ):
     """DPO's preference dataset, drawn from the reference, and the exact optimum of its loss.
 
-    Returns ``(prediction, dataset, trainer_kwargs)``: ``pairs`` pairs drawn from
-    ``ref_law`` (seed ``seed``), labelled by Bradley-Terry at ``bt_temperature``; the
-    predicted point is the dataset's exact optimum for plain sigmoid DPO (else None), pi*
+    Returns ``(prediction, dataset, trainer_kwargs)``: ``pairs`` pairs per prompt drawn
+    from that prompt's row of ``ref_law`` (one generator seeded ``seed``, prompt after
+    prompt), labelled by Bradley-Terry at ``bt_temperature``; the predicted point is, per
+    prompt, the exact optimum of that prompt's pairs for plain sigmoid DPO (else None), pi*
     the population optimum.
     """
     from datasets import Dataset
 
     from klpolicy.preference import bradley_terry, population_optimum, sample_preference_counts
 
-    temp = extra["bt_temperature"]
-    counts = sample_preference_counts(
-        bradley_terry(reward / temp), ref_law, extra["pairs"], rng=int(seed)
+    temp, pairs = extra["bt_temperature"], extra["pairs"]
+    rng = np.random.default_rng(int(seed))
+    prefs = [bradley_terry(r / temp) for r in reward]
+    counts = np.stack(
+        [sample_preference_counts(P, q, pairs, rng=rng) for P, q in zip(prefs, ref_law)]
     )
-    pistar = population_optimum(ref_law, bradley_terry(reward / temp), beta, loss="sigmoid")
+    pistar = np.stack(
+        [population_optimum(q, P, beta, loss="sigmoid") for q, P in zip(ref_law, prefs)]
+    )
     plain = (
         list(config.loss_type) == ["sigmoid"]
         and config.f_divergence_type == "reverse_kl"
@@ -786,60 +862,117 @@ def _dpo_dataset_and_prediction(
         and not config.use_weighting
         and not config.sync_ref_model
     )
+    pred = None
+    each = ("each prompt's " if len(task.prompts) > 1 else "the ") + f"{pairs} pairs'"
     if plain:
-        p_hat, mu_hat = _finite_data_problem(counts)
-        try:
-            pred = population_optimum(ref_law, p_hat, beta, loss="sigmoid", mu=mu_hat)
-        except ValueError as exc:
-            raise ValueError(
-                f"the {extra['pairs']} preference pairs (seed {seed}) do not determine the "
-                f"dataset's DPO optimum ({exc}); use more `pairs`"
-            ) from None
+        pred = np.stack([_dpo_optimum(q, c, beta, pairs, seed) for q, c in zip(ref_law, counts)])
         landing = (
-            f"the exact optimum of the {extra['pairs']} pairs' mean DPO loss (sigmoid, "
-            f"beta={beta:g}, Bradley-Terry temperature {temp:g}); pi* at beta "
-            f"{temp * beta:g} is its population limit"
+            f"the exact optimum of {each} mean DPO loss (sigmoid, beta={beta:g}, "
+            f"Bradley-Terry temperature {temp:g}); pi* at beta {temp * beta:g} is its "
+            "population limit"
         )
     else:
-        pred = None
         landing = f"no finite-data prediction for {rule_opts} (only plain sigmoid DPO is predicted)"
     dataset = Dataset.from_dict(_dpo_dataset(task, completions, counts))
     return _Prediction(pred, None, landing, pistar, counts), dataset, {}
 
 
+def _dpo_optimum(ref, counts, beta, pairs, seed):
+    """The exact minimiser of one prompt's dataset's mean sigmoid DPO loss."""
+    from klpolicy.preference import population_optimum
+
+    p_hat, mu_hat = _finite_data_problem(counts)
+    try:
+        return population_optimum(ref, p_hat, beta, loss="sigmoid", mu=mu_hat)
+    except ValueError as exc:
+        raise ValueError(
+            f"the {pairs} preference pairs (seed {seed}) do not determine the "
+            f"dataset's DPO optimum ({exc}); use more `pairs`"
+        ) from None
+
+
 def _prompt_dataset_and_prediction(
     task, adapter, config, completions, ref_law, reward, beta, rule_opts
 ):
-    """GRPO's and RLOO's dataset (the prompt repeated) and reward function, and the rule's
-    landing point at the config's options: ``(prediction, dataset, trainer_kwargs)``.
+    """GRPO's and RLOO's dataset (every prompt, equally often) and reward function, and the
+    rule's landing point at the config's options, prompt by prompt: ``(prediction,
+    dataset, trainer_kwargs)``.
 
     On a task of one token the rule's tabular landing point; GRPO on a task of several
     tokens lands on its token tree (:func:`_tree_prediction`); RLOO's sequence-level k1 in
-    the reward makes the tabular one over whole completions exact there too.
+    the reward makes the tabular one over whole completions exact there too. Each prompt is
+    its own context (its own groups, its own landing point), unless the config couples
+    them (:attr:`Adapter.prompt_coupling`), when there is no prediction on several prompts.
     """
     from datasets import Dataset
 
     pistar = optimal_policy(ref_law, reward, beta)
-    if adapter.rule == "grpo" and task.max_new_tokens > 1:
-        pred, landing, beta_eff = _tree_prediction(
-            task, completions, ref_law, reward, beta, rule_opts
+    coupled = [
+        f"{k}={rule_opts[k]!r}" for k, vals in adapter.prompt_coupling.items()
+        if rule_opts.get(k) in vals
+    ]  # fmt: skip
+    if len(task.prompts) > 1 and coupled:
+        pred, beta_eff = None, None
+        landing = (
+            f"no per-prompt prediction: {coupled[0]} couples the prompts (one statistic "
+            "over the whole batch)"
         )
     else:
-        land = landing_point(adapter.rule, ref_law, reward, beta, **rule_opts)
-        pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
-        landing, beta_eff = str(land), land.beta_eff
+        lands = [
+            _one_landing(task, adapter, completions, q, r, beta, rule_opts)
+            for q, r in zip(ref_law, reward, strict=True)
+        ]
+        pred = None if any(p is None for p, _, _ in lands) else np.stack([p for p, _, _ in lands])
+        betas = {b for _, _, b in lands}
+        beta_eff = betas.pop() if len(betas) == 1 else None
+        landing = _landing_text(task.prompts, [t for _, t, _ in lands])
 
-    def reward_fn(prompts, completions, completion_ids, **kw):
-        return [float(task.reward(tuple(int(t) for t in ids))) for ids in completion_ids]
+    def reward_fn(prompts, completions, completion_ids, prompt_index, **kw):
+        return [
+            float(task.reward(int(x), tuple(int(t) for t in ids)))
+            for x, ids in zip(prompt_index, completion_ids, strict=True)
+        ]
 
-    n_rows = max(int(config.per_device_train_batch_size), 1) * 4
-    dataset = Dataset.from_dict({"prompt": [task.prompt] * n_rows})
+    P = len(task.prompts)
+    n_rows = -(-max(int(config.per_device_train_batch_size), 1) * 4 // P) * P
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [task.prompts[k % P] for k in range(n_rows)],
+            "prompt_index": [k % P for k in range(n_rows)],
+        }
+    )
     prediction = _Prediction(pred, beta_eff, landing, pistar)
     return prediction, dataset, {"reward_funcs": reward_fn}
 
 
+def _landing_text(prompts, texts) -> str:
+    """One line for the prompts' landing descriptions: the one text where they agree but for
+    the KL each names (those KLs listed), else each prompt's own."""
+    import re
+
+    if len(set(texts)) == 1:
+        return texts[0]
+    kl = re.compile(r", KL ([-+0-9.e]+|inf) nats")
+    masked = {kl.sub("", t) for t in texts}
+    kls = [kl.search(t) for t in texts]
+    if len(masked) == 1 and all(kls):
+        each = ", ".join(f"{p!r} {m.group(1)}" for p, m in zip(prompts, kls, strict=True))
+        return f"after each prompt, {masked.pop()} (KL to the reference: {each} nats)"
+    return "; ".join(f"after {p!r}: {t}" for p, t in zip(prompts, texts, strict=True))
+
+
+def _one_landing(task, adapter, completions, ref, reward, beta, rule_opts):
+    """One prompt's landing point: ``(policy or None, description, beta_eff)``."""
+    if adapter.rule == "grpo" and task.max_new_tokens > 1:
+        return _tree_prediction(task, completions, ref, reward, beta, rule_opts)
+    land = landing_point(adapter.rule, ref, reward, beta, **rule_opts)
+    pred = None if land.policy is None else np.asarray(land.policy, dtype=np.float64)
+    return pred, str(land), land.beta_eff
+
+
 def _tree_prediction(task, completions, ref_law, reward, beta, rule_opts):
-    """GRPO's landing point on a task of several tokens, over the task's completions.
+    """GRPO's landing point on a task of several tokens after one prompt, over the task's
+    completions (``ref_law`` and ``reward`` that prompt's rows).
 
     On a token tree TRL's per-token k3 and its ``loss_type`` aggregation do not land at the
     tabular optimum over completions: :func:`klpolicy.dynamics.tree_landing_point` on the
@@ -896,19 +1029,25 @@ def _trainer(trl, adapter, model_dir, config, dataset, tok, callback, progress, 
     return tr
 
 
-def _check_dpo_tokenization(tr, completions, counts) -> None:
-    """The DPO trainer's texts tokenize back to the responses they were written from."""
+def _check_dpo_tokenization(tr, task, completions, counts) -> None:
+    """The DPO trainer's texts tokenize back to the prompts and responses they were
+    written from."""
+    prompt_ids = task.prompt_ids()
     want = sorted(
-        (tuple(completions[i]), tuple(completions[j])) for i, j in zip(*np.nonzero(counts))
+        (tuple(prompt_ids[x]), tuple(completions[i]), tuple(completions[j]))
+        for x, i, j in zip(*np.nonzero(counts), strict=True)
     )
+    data = tr.train_dataset
     got = sorted(
         {
-            (tuple(a), tuple(b))
-            for a, b in zip(tr.train_dataset["chosen_ids"], tr.train_dataset["rejected_ids"])
+            (tuple(p), tuple(a), tuple(b))
+            for p, a, b in zip(
+                data["prompt_ids"], data["chosen_ids"], data["rejected_ids"], strict=True
+            )
         }
     )
     if got != want:
-        raise RuntimeError(f"TRL tokenized the responses as {got[:3]}..., not {want[:3]}...")
+        raise RuntimeError(f"TRL tokenized the pairs as {got[:3]}..., not {want[:3]}...")
 
 
 def _train(tr, law_of, steps, config, laws, law_steps):
@@ -948,16 +1087,22 @@ def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> 
     """The trained law against the prediction and pi*: their KLs, and ``beta_fit``.
 
     ``ref`` is ``(completions, ref_law, reward)``, ``trained`` ``(law_steps, laws,
-    final_law, wall_time)``, ``pred`` a :class:`_Prediction`.
+    final_law, wall_time)``, ``pred`` a :class:`_Prediction`; every law has a row per
+    prompt, and each KL is given per prompt and as their mean (uniform prompt weights).
     """
     completions, ref_law, reward = ref
     law_steps, laws, final, wall = trained
     p = pred.policy
+    to_pred = None if p is None else np.asarray(kl_divergence(final, p), dtype=np.float64)
+    to_star = np.asarray(kl_divergence(final, pred.pistar), dtype=np.float64)
+    ref_pred = None if p is None else np.asarray(kl_divergence(ref_law, p), dtype=np.float64)
     return TestbedResult(
         trainer=trainer,
+        task=task.name,
         config=kept,
         steps=steps,
         seed=int(seed),
+        prompts=task.prompts,
         completions=completions,
         ref_law=ref_law,
         reward=reward,
@@ -968,9 +1113,12 @@ def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> 
         predicted_beta_eff=pred.beta_eff,
         landing=pred.landing,
         pistar=pred.pistar,
-        kl_to_predicted=None if p is None else float(kl_divergence(final, p)),
-        kl_to_pistar=float(kl_divergence(final, pred.pistar)),
-        kl_ref_to_predicted=None if p is None else float(kl_divergence(ref_law, p)),
+        kl_to_predicted=None if p is None else float(np.mean(to_pred)),
+        kl_to_pistar=float(np.mean(to_star)),
+        kl_ref_to_predicted=None if p is None else float(np.mean(ref_pred)),
+        kl_to_predicted_by_prompt=to_pred,
+        kl_to_pistar_by_prompt=to_star,
+        kl_ref_to_predicted_by_prompt=ref_pred,
         beta_fit=float(beta_fit(final, ref_law, reward)),
         versions=versions,
         wall_time=wall,

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Task", "bandit_task", "tree_task"]
+__all__ = ["TASKS", "Task", "bandit_task", "prompts_task", "tree_task"]
 
 
 @dataclass(frozen=True)
 class Task:
-    """A prompt, a tiny causal LM that completes it, and a reward on completions.
+    """Prompts, a tiny causal LM that completes them, and a reward on completions.
 
     Attributes
     ----------
@@ -18,26 +18,57 @@ class Task:
         The task's name.
     vocabulary : tuple of str
         The words of the word-level tokenizer, in token-id order (``[PAD]`` 0, ``[EOS]`` 1).
-    prompt : str
-        The prompt as text (what the trainer's dataset holds).
+    prompts : tuple of str
+        The prompts as texts (what the trainer's dataset holds, each equally often), at
+        least one; each is its own context, with its own completion law. A list is stored
+        as a tuple.
     max_new_tokens : int
         The longest completion (TRL's ``max_completion_length``).
     reward : callable
-        ``reward(completion_ids) -> float`` on a tuple of token ids.
+        ``reward(prompt, completion_ids) -> float``: ``prompt`` is the prompt's index in
+        :attr:`prompts` (always 0 for a task of one prompt, which may ignore it) and
+        ``completion_ids`` a tuple of token ids.
     model_seed : int
         The seed of the initial weights (the reference model is the initial model).
     hidden_size, num_hidden_layers : int
         The transformers ``LlamaConfig`` sizes.
+
+    Raises
+    ------
+    ValueError
+        For ``prompts`` that is not a non-empty sequence of non-empty texts (a bare string
+        included: one prompt is ``("q",)``).
+
+    Examples
+    --------
+    >>> t = Task("two", ("[PAD]", "[EOS]", "p", "q", "a"), ("p", "q"), 1,
+    ...          lambda i, c: float(c == (4,) and i == 1))
+    >>> t.prompt_ids(), t.reward(1, (4,)), t.reward(0, (4,))
+    (([2], [3]), 1.0, 0.0)
     """
 
     name: str
     vocabulary: tuple
-    prompt: str
+    prompts: tuple
     max_new_tokens: int
     reward: Callable
     model_seed: int = 0
     hidden_size: int = 16
     num_hidden_layers: int = 2
+
+    def __post_init__(self):
+        p = self.prompts
+        if (
+            isinstance(p, (str, bytes))
+            or not isinstance(p, (tuple, list))
+            or not p
+            or not all(isinstance(x, str) and x.strip() for x in p)
+        ):
+            raise ValueError(
+                "`prompts` must be a non-empty tuple of prompt texts (one prompt is "
+                f'("q",)); got {p!r:.80}'
+            )
+        object.__setattr__(self, "prompts", tuple(p))
 
     @property
     def eos_token_id(self) -> int:
@@ -61,8 +92,30 @@ class Task:
             tokenizer_object=tok, pad_token=self.vocabulary[0], eos_token=self.vocabulary[1]
         )
 
-    def prompt_ids(self) -> list:
-        return self.tokenizer()(self.prompt)["input_ids"]
+    def prompt_ids(self) -> tuple[list[int], ...]:
+        """Each prompt's token ids, in the order of :attr:`prompts`.
+
+        Returns
+        -------
+        tuple of list of int
+            One list per prompt.
+
+        Raises
+        ------
+        ValueError
+            For a prompt word that is not in :attr:`vocabulary` (the tokenizer would read
+            it as ``[PAD]``).
+        """
+        known = set(self.vocabulary)
+        for i, text in enumerate(self.prompts):
+            unknown = [w for w in text.split() if w not in known]
+            if unknown:
+                raise ValueError(
+                    f"`prompts[{i}]` holds the word {unknown[0]!r}, which is not in the "
+                    f"task's vocabulary {self.vocabulary}"
+                )
+        tok = self.tokenizer()
+        return tuple(tok(text)["input_ids"] for text in self.prompts)
 
     def model(self):
         """The initial model: a ``LlamaForCausalLM`` from a config, seeded by :attr:`model_seed`.
@@ -97,7 +150,7 @@ _BANDIT_REWARD = {"a": 1.0, "b": 0.5, "c": 0.25}
 _BANDIT_VOCAB = ("[PAD]", "[EOS]", "q", "a", "b", "c", "d")
 
 
-def _bandit_reward(completion_ids) -> float:
+def _bandit_reward(prompt: int, completion_ids) -> float:
     ids = tuple(completion_ids)
     return _BANDIT_REWARD.get(_BANDIT_VOCAB[ids[0]], 0.0) if len(ids) == 1 else 0.0
 
@@ -116,15 +169,15 @@ def bandit_task(*, model_seed: int = 0) -> Task:
     Examples
     --------
     >>> t = bandit_task()
-    >>> t.reward((3,)), t.reward((6,)), t.max_new_tokens
-    (1.0, 0.0, 1)
+    >>> t.prompts, t.reward(0, (3,)), t.reward(0, (6,)), t.max_new_tokens
+    (('q',), 1.0, 0.0, 1)
     """
     from klpolicy.core.internal import validation as V
 
     return Task(
         name="bandit",
         vocabulary=_BANDIT_VOCAB,
-        prompt="q",
+        prompts=("q",),
         max_new_tokens=1,
         reward=_bandit_reward,
         model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),
@@ -134,7 +187,7 @@ def bandit_task(*, model_seed: int = 0) -> Task:
 _TREE_VOCAB = ("[PAD]", "[EOS]", "q", "a", "b")
 
 
-def _tree_reward(completion_ids) -> float:
+def _tree_reward(prompt: int, completion_ids) -> float:
     ids = tuple(completion_ids)
     if not ids or ids[-1] != 1:  # cut at max_new_tokens without EOS: no answer
         return 0.0
@@ -172,7 +225,7 @@ def tree_task(*, model_seed: int = 0) -> Task:
     Examples
     --------
     >>> t = tree_task()
-    >>> t.reward((3, 3, 1)), t.reward((1,)), t.reward((3, 3, 3)), t.max_new_tokens
+    >>> t.reward(0, (3, 3, 1)), t.reward(0, (1,)), t.reward(0, (3, 3, 3)), t.max_new_tokens
     (0.6666666666666666, 0.0, 0.0, 3)
     """
     from klpolicy.core.internal import validation as V
@@ -180,8 +233,79 @@ def tree_task(*, model_seed: int = 0) -> Task:
     return Task(
         name="tree",
         vocabulary=_TREE_VOCAB,
-        prompt="q",
+        prompts=("q",),
         max_new_tokens=3,
         reward=_tree_reward,
         model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),
     )
+
+
+_PROMPTS_VOCAB = ("[PAD]", "[EOS]", "x", "y", "z", "a", "b", "c")
+#: each prompt's rewards of the answers a, b, c: a Latin square, so each has its own best
+_PROMPTS_REWARD = ((1.0, 0.5, 0.25), (0.25, 1.0, 0.5), (0.5, 0.25, 1.0))
+
+
+def _prompts_reward(prompt: int, completion_ids) -> float:
+    ids = tuple(completion_ids)
+    if len(ids) != 1 or not 5 <= ids[0] <= 7:
+        return 0.0
+    return _PROMPTS_REWARD[prompt][ids[0] - 5]
+
+
+def prompts_task(*, model_seed: int = 0) -> Task:
+    """Three prompts whose best one-token answers differ: the law must be conditional.
+
+    Prompts ``"x"``, ``"y"``, ``"z"``; vocabulary ``[PAD] [EOS] x y z a b c`` (8 tokens);
+    one-token completions. The answers' rewards form a Latin square:
+
+    ======  ====  ====  ====
+    prompt   a     b     c
+    ======  ====  ====  ====
+    x        1     0.5   0.25
+    y        0.25  1     0.5
+    z        0.5   0.25  1
+    ======  ====  ====  ====
+
+    and every other token scores 0. One policy answers all three (a 2-layer Llama of hidden
+    size 16), so a trainer must move three conditionals, each toward a different answer,
+    through shared weights; the reference is the initial model's law after each prompt.
+
+    Parameters
+    ----------
+    model_seed : int, optional
+        The torch seed of the initial model's weights, an integer in ``[0, 2**32 - 1]``
+        (default 0).
+
+    Returns
+    -------
+    Task
+        The task.
+
+    Raises
+    ------
+    ValueError
+        For ``model_seed`` not an integer in ``[0, 2**32 - 1]`` (as :func:`bandit_task`).
+
+    Examples
+    --------
+    >>> t = prompts_task()
+    >>> t.prompts, t.prompt_ids()
+    (('x', 'y', 'z'), ([2], [3], [4]))
+    >>> [t.reward(i, (5,)) for i in range(3)], [t.reward(i, (6,)) for i in range(3)]
+    ([1.0, 0.25, 0.5], [0.5, 1.0, 0.25])
+    """
+    from klpolicy.core.internal import validation as V
+
+    return Task(
+        name="prompts",
+        vocabulary=_PROMPTS_VOCAB,
+        prompts=("x", "y", "z"),
+        max_new_tokens=1,
+        reward=_prompts_reward,
+        model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),
+    )
+
+
+#: The built-in tasks by name (the CLI's ``--task`` choices): each a function of
+#: ``model_seed=`` that builds the :class:`Task`.
+TASKS = {"bandit": bandit_task, "tree": tree_task, "prompts": prompts_task}

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from ..core import DIVERGENCES
 from ..preference import LOSSES, f_divergence_score
-from ..preference.fdpo import DEFAULT_TRL_VERSION, check_f_loss, keeps_constants
+from ..preference.fdpo import (
+    DEFAULT_TRL_VERSION,
+    check_f_loss,
+    keeps_constants,
+    resolve_divergence,
+    uses_f_divergence,
+)
 from . import strategies as kst
 from ._runner import EPS, Falsified, call, check_options, first_alternative, fmt, run, worst
 
@@ -38,42 +44,17 @@ def _alternatives(row, opts, pc, pr, rc, rr, beta, reduce):
         ("it ignores beta.", lambda: v(pc, pr, rc, rr, 1.0)),
         ("it uses 1/beta where the loss has beta.", lambda: v(pc, pr, rc, rr, 1 / beta)),
     ]
-    if row.name == "ipo":
+
+    def bound(a, b, c, d, bt):
+        return row.value(a, b, c, d, bt, **opts)
+
+    for m in row.mistakes:  # the row's own common mistakes
         alts.append(
-            (
-                "its target margin is 1/beta; IPO regresses the margin onto 1/(2 beta) "
-                "(Azar et al. 2023, eq. 17).",
-                lambda: v(pc, pr, rc, rr, beta / 2),
-            )
-        )
-        alts.append(
-            (
-                "its target margin is beta/2 (or 2/beta); IPO's is 1/(2 beta).",
-                lambda: v(pc, pr, rc, rr, 1 / beta),
-            )
-        )
-    if row.name == "hinge":
-        h = beta * ((pc - pr) - (rc - rr))
-        alts.append(
-            (
-                "it has no margin: max(0, -beta h) instead of SLiC's max(0, 1 - beta h).",
-                lambda: reduce(np.maximum(0.0, -h)),
-            )
-        )
-        alts.append(
-            (
-                "its margin is beta, not 1: max(0, beta - beta h); the hinge is max(0, 1 - beta h).",
-                lambda: reduce(np.maximum(0.0, beta - h)),
-            )
+            (m.sentence, lambda m=m: reduce(m.wrong(bound, pc, pr, rc, rr, beta))),
         )
     for name in ("label_smoothing", "epsilon", "tau", "delta"):
         if name in opts and opts[name] != 0:
-            why = "(uses the default)"
-            if row.name == "sigmoid" and name == "label_smoothing":
-                why = (
-                    "(as TRL's current DPOTrainer does for sigmoid; TRL 0.1x applied it as "
-                    "cDPO: check a current trainer with label_smoothing=0)"
-                )
+            why = next(o.if_ignored for o in row.options if o.name == name)
             alts.append(
                 (
                     f"it ignores the option {name}={opts[name]!r} {why}.",
@@ -111,26 +92,12 @@ def _nonfinite_sentence(row, opts, pc, pr, rc, rr, beta, got, reduction):
         "it returns inf/nan where the loss is finite: evaluate log-sigmoids as "
         "softplus (np.logaddexp(0, -x)) and exponentials in log space."
     )
-    if row.name != "discopop":
+    if row.nonfinite_hint is None:
         return generic
     with np.errstate(all="ignore"):
         x = beta * ((pc - pr) - (rc - rr))
     bad = ~np.isfinite(got) if reduction == "none" else np.ones(x.shape, bool)
-    # exp(-x) overflows in float32 below x = -88.7; the term is inf * 0 where sigmoid(x/tau) is 0
-    at = bad & (x < -88.0)
-    if not at.any():
-        return generic
-    i = int(np.argmin(np.where(at, x, np.inf)))
-    tau = opts["tau"]
-    what = "nan" if np.isnan(got).any() else "inf"
-    return (
-        f"it returns {what} where the loss is finite: at x = beta h = {float(x[i])!r} its term "
-        f"exp(-x) * sigmoid(x / tau) (tau = {tau!r}) is inf * 0, since exp(-x) overflows "
-        "(below x = -709.8 in float64, -88.7 in float32) while sigmoid(x / tau) underflows to "
-        "0. Evaluate the term in log space, exp(-x + log sigmoid(x / tau)) = "
-        "exp(-x - softplus(-x / tau)) (np.exp(-x - np.logaddexp(0, -x / tau))), which is "
-        "finite, and -log sigmoid(x) as softplus(-x)."
-    )
+    return row.nonfinite_hint(x, bad, got, opts) or generic
 
 
 def _default(row, name):
@@ -242,7 +209,7 @@ def check_pair_loss(
     if not atol >= 0:
         raise ValueError(f"`atol` must be non-negative; got {atol!r}")
     check = f"check_pair_loss[{loss}]"
-    f_dpo = (divergence, alpha, alpha_clamp) != ("reverse_kl", None, None)
+    f_dpo = uses_f_divergence(divergence, alpha, alpha_clamp)
     constants = keeps_constants(trl_version)
     if f_dpo:
         f_divergence_score(0.0, divergence, alpha=alpha, alpha_clamp=alpha_clamp)  # checks
@@ -376,7 +343,8 @@ class _FDPO:
     def __init__(self, row, opts, divergence, alpha, clamp, constants, on_scores):
         self.row, self.opts, self.divergence, self.alpha = row, opts, divergence, alpha
         self.clamp, self.constants, self.on_scores = clamp, constants, on_scores
-        self.name = {"js_divergence": "js", "alpha_divergence": "alpha"}.get(divergence, divergence)
+        frow, _, self.c = resolve_divergence(divergence, alpha)  # TRL's names resolved
+        self.name = frow.name
 
     def scores(self, pc, pr, rc, rr, *, clamp="same", constants=None):
         clamp = self.clamp if clamp == "same" else clamp
@@ -460,10 +428,9 @@ def _run_f_dpo(fn, f, reduction, rtol, atol, check, max_examples):
 
     def score_slope(l):
         t = np.exp(np.clip(l, -700, 700))
-        c = 2.0 if f.name == "js" else 1.0
         with np.errstate(all="ignore"):
-            d = c * t * DIVERGENCES[f.name].fsecond(t, alpha=f.alpha)
-        if f.name == "alpha" and f.clamp is not None:
+            d = f.c * t * DIVERGENCES[f.name].fsecond(t, alpha=f.alpha)
+        if f.clamp is not None:  # (only the alpha row takes a clamp)
             d = np.where((f.alpha - 1) * l > f.clamp, 0.0, d)
         return np.where(np.isfinite(d), np.abs(d), 0.0)
 

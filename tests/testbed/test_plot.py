@@ -24,19 +24,24 @@ def _close_figures():
     plt.close("all")
 
 
-def _result(predicted=True):
-    ref = np.array([0.2, 0.3, 0.5])
-    reward = np.array([1.0, 0.5, 0.0])
-    pistar = optimal_policy(ref, reward, 0.5)
-    pred = optimal_policy(ref, reward, 1.0)
-    laws = np.array([optimal_policy(ref, reward, b) for b in (4.0, 2.0, 1.2)])
+def _result(predicted=True, prompts=("q",)):
+    refs = np.array([[0.2, 0.3, 0.5], [0.6, 0.3, 0.1]])[: len(prompts)]
+    reward = np.array([[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]])[: len(prompts)]
+    pistar = optimal_policy(refs, reward, 0.5)
+    pred = optimal_policy(refs, reward, 1.0)
+    laws = np.array([optimal_policy(refs, reward, b) for b in (4.0, 2.0, 1.2)])
+    to_pred = kl_divergence(laws[-1], pred)
+    to_star = kl_divergence(laws[-1], pistar)
+    ref_pred = kl_divergence(refs, pred)
     return testbed.TestbedResult(
         trainer="trl-grpo",
+        task="test",
         config={"beta": 0.5},
         steps=30,
         seed=0,
+        prompts=prompts,
         completions=((3,), (4,), (5,)),
-        ref_law=ref,
+        ref_law=refs,
         reward=reward,
         law_steps=np.array([10, 20, 30]),
         laws=laws,
@@ -45,9 +50,12 @@ def _result(predicted=True):
         predicted_beta_eff=1.0 if predicted else None,
         landing="test",
         pistar=pistar,
-        kl_to_predicted=float(kl_divergence(laws[-1], pred)) if predicted else None,
-        kl_to_pistar=float(kl_divergence(laws[-1], pistar)),
-        kl_ref_to_predicted=float(kl_divergence(ref, pred)) if predicted else None,
+        kl_to_predicted=float(np.mean(to_pred)) if predicted else None,
+        kl_to_pistar=float(np.mean(to_star)),
+        kl_ref_to_predicted=float(np.mean(ref_pred)) if predicted else None,
+        kl_to_predicted_by_prompt=to_pred if predicted else None,
+        kl_to_pistar_by_prompt=to_star,
+        kl_ref_to_predicted_by_prompt=ref_pred if predicted else None,
         beta_fit=1.2,
         versions={},
         wall_time=0.0,
@@ -56,9 +64,9 @@ def _result(predicted=True):
 
 
 def _kl(p, q):
-    # KL(p || q) = sum p log(p / q), written out here
+    # KL(p || q) = sum p log(p / q), written out here; the mean over the prompts' rows
     p, q = np.asarray(p), np.asarray(q)
-    return float(np.sum(p * np.log(p / q)))
+    return float(np.mean(np.sum(p * np.log(p / q), axis=-1)))
 
 
 def test_plot_draws_the_distances_and_the_final_law():
@@ -78,7 +86,7 @@ def test_plot_draws_the_distances_and_the_final_law():
     ]
     # three groups of bars: the final law, the prediction, pi*; one bar per completion
     heights = [[p.get_height() for p in c] for c in right.containers]
-    np.testing.assert_array_equal(heights, [r.final_law, r.predicted, r.pistar])
+    np.testing.assert_array_equal(heights, [r.final_law[0], r.predicted[0], r.pistar[0]])
     assert [t.get_text() for t in right.get_xticklabels()] == ["a", "b", "c"]
     # the last distance to the prediction is the one the result reports
     assert to_pred.get_ydata()[-1] == pytest.approx(r.kl_to_predicted, rel=1e-12)
@@ -93,3 +101,22 @@ def test_plot_without_a_prediction_and_on_given_axes():
     assert to_pred is None and list(steps) == [0, 10, 20, 30]
     with pytest.raises(ValueError, match="`axes`"):
         r.plot([axes[0]])
+
+
+def test_plot_of_several_prompts_draws_the_mean_distance_and_every_row():
+    r = _result(prompts=("x", "y"))
+    fig = r.plot()
+    assert figure_problems(fig) == []
+    left, right = fig.axes
+    to_pred, to_star = left.lines
+    laws = [r.ref_law, *r.laws]
+    np.testing.assert_allclose(to_pred.get_ydata(), [_kl(q, r.predicted) for q in laws], rtol=1e-12)
+    np.testing.assert_allclose(to_star.get_ydata(), [_kl(q, r.pistar) for q in laws], rtol=1e-12)
+    assert to_pred.get_ydata()[-1] == pytest.approx(r.kl_to_predicted, rel=1e-12)
+    # a bar per prompt and completion, prompt by prompt
+    heights = [[p.get_height() for p in c] for c in right.containers]
+    np.testing.assert_array_equal(
+        heights, [r.final_law.ravel(), r.predicted.ravel(), r.pistar.ravel()]
+    )
+    labels = [t.get_text() for t in right.get_xticklabels()]
+    assert labels == ["x: a", "x: b", "x: c", "y: a", "y: b", "y: c"]
