@@ -38,7 +38,7 @@ import numpy as np
 
 from ..core import f_optimal_policy, kl_divergence, optimal_policy
 from ..core.internal import validation as V
-from ..estimators import estimator_names, expected_gradient
+from ..estimators import estimator_names, expected_gradient, get_estimator
 from ..estimators import fixed_point as _estimator_fixed_point
 from .covariance import clip_cov_weights
 from .groups import group_advantage
@@ -442,8 +442,9 @@ def _ppo_update(th, pi, ref, r, beta, o):
 def _ppo_land(ref, r, beta, o) -> Landing:
     if beta == 0:
         return _greedy("ppo", o, ref, r, "beta = 0: no KL in the reward")
-    if o["kl_estimator"] == "k1":
-        why = "k1 in the reward with a value baseline is the exact gradient"
+    name = o["kl_estimator"]
+    if get_estimator(name).fixed_point["reward"] == "optimum":  # k1
+        why = f"{name} in the reward with a value baseline is the exact gradient"
         return _pistar("ppo", o, ref, r, beta, why)
     try:
         pi = _estimator_fixed_point(ref, r, beta, estimator=o["kl_estimator"], placement="reward")
