@@ -12,9 +12,14 @@ Jensen-Shannon, total variation and the alpha family below 1). Each row of
 :data:`DIVERGENCES` gives the generator :math:`f`, its derivative :math:`f'`, the
 inverse :math:`(f')^{-1}` (the density ratio of an optimum, see
 :func:`klpolicy.f_optimal_policy`), the convex conjugate
-:math:`f^*(s) = \sup_{t \ge 0}\, s t - f(t)`, the second derivative, the domain and
-the paper. The conventions (names and the scale of each :math:`f`) are those of
-the f-divergence issue (see ``docs/derivations/f_divergences.md``).
+:math:`f^*(s) = \sup_{t \ge 0}\, s t - f(t)`, the second derivative, the tails, the
+summands of :math:`D_f` and :math:`D_f` itself on validated rows, the domain and the paper, and an
+:class:`Optimum`: how :mod:`klpolicy.core.f_optima` computes the regularised optimum
+(the reverse KL's closed form, the total variation's linear program, or the coordinate,
+ratios and far-field power laws of a root solve). Code that depends on the divergence
+calls these fields; none compares a divergence's name. The conventions (names and the
+scale of each :math:`f`) are those of the f-divergence issue (see
+``docs/derivations/f_divergences.md``).
 """
 
 from __future__ import annotations
@@ -85,6 +90,22 @@ class Optimum:
     far_terms : callable or None
         ``far_terms(q, log_t, log_beta) -> (q f~(t), beta q f~(t))`` from ``log t``, for
         the ratios whose ``pi*`` lost its digits (None where ``pi* = 0`` is exact there).
+
+    References
+    ----------
+    .. [1] Wang et al., "Beyond Reverse KL: Generalizing Direct Preference Optimization
+       with Diverse Divergence Constraints", 2023, arXiv:2309.16240 (the optimum
+       :math:`\pi^* = \pi_{ref}\,[(f')^{-1}((r - \lambda)/\beta)]_+`).
+
+    Examples
+    --------
+    >>> from klpolicy import DIVERGENCES
+    >>> DIVERGENCES["chi2"].optimum().mode  # f'(0) = -2 is finite: a sparse optimum
+    'bottom'
+    >>> DIVERGENCES["alpha"].optimum(0.5).mode  # f'(inf) = 2 is finite
+    'top'
+    >>> DIVERGENCES["alpha"].optimum(1.0) is DIVERGENCES["reverse_kl"].optimum()
+    True
     """
 
     method: str
@@ -143,6 +164,13 @@ class FDivergence:
         Where the generator is defined and which ``alpha`` the row takes.
     paper : str
         The reference for the divergence (and for its use as a regulariser).
+
+    Examples
+    --------
+    >>> from klpolicy import DIVERGENCES
+    >>> row = DIVERGENCES["hellinger"]  # f(t) = (sqrt(t) - 1)^2, f'(t) = 1 - 1/sqrt(t)
+    >>> float(row.fprime_inv(0.5)), row.fprime_inf(), row.optimum().mode
+    (4.0, 1.0, 'top')
     """
 
     name: str
