@@ -244,8 +244,9 @@ def _brackets(row, a, plan: Optimum, q, reward, support, top, spread, live, lift
 
 class _LiveRows:
     """The rows solved for their normaliser: each outcome's coordinate is the anchor's
-    ``z`` plus ``sgn (r_k - r_y) / beta``, its ratio :func:`_ratio` of that, except the
-    far outcomes, whose ratio is a power law of their distance alone (:meth:`far_field`).
+    ``z`` plus ``sgn (r_k - r_y) / beta``, its ratio the row's ``Optimum.ratio`` of that,
+    except the far outcomes, whose ratio is a power law of their distance alone
+    (:meth:`far_field`).
     """
 
     def __init__(self, plan: Optimum, qs, rs, bs, top, lifted, k2) -> None:

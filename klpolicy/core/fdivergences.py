@@ -733,7 +733,8 @@ def _chi2_ratio(z):
 
 
 def _chi2_coordinate(t):
-    return 2.0 * t
+    with _quiet():
+        return 2.0 * t
 
 
 def _chikl_ratio(s):
