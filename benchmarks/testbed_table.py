@@ -49,6 +49,34 @@ ROWS = [
     ),
     ("3 prompts: RLOO, G=2", "trl-rloo --task prompts --num-generations 2"),
     ("3 prompts: DPO, 256 pairs each", "trl-dpo --task prompts --pairs 256"),
+    (
+        "tree: GRPO, G=2, no scaling",
+        "trl-grpo --task tree --num-generations 2 --scale-rewards none",
+    ),
+    (
+        "tree: GRPO, G=4, no scaling, loss dapo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dapo",
+    ),
+    (
+        "tree: GRPO, G=4, no scaling, loss grpo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type grpo",
+    ),
+    (
+        "tree: GRPO, G=4, no scaling, loss dr_grpo",
+        "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dr_grpo",
+    ),
+    ("tree: RLOO, G=2", "trl-rloo --task tree --num-generations 2"),
+    ("tree: DPO, 2048 pairs", "trl-dpo --task tree --pairs 2048 --steps 200"),
+    (
+        "skewed reference: GRPO, G=2, no scaling",
+        "trl-grpo --task bandit-skewed --num-generations 2 --scale-rewards none",
+    ),
+    ("skewed reference: RLOO, G=2", "trl-rloo --task bandit-skewed --num-generations 2"),
+    (
+        "tree: GRPO, G=2, no scaling, 1000 steps",
+        "trl-grpo --task tree --num-generations 2 --scale-rewards none --steps 1000",
+    ),
+    ("tree: RLOO, G=2, 1000 steps", "trl-rloo --task tree --num-generations 2 --steps 1000"),
     # klpolicy's own update rules (klpolicy.torch) on the same model
     ("klpolicy exact gradient", "klpolicy-exact"),
     (

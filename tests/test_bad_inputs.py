@@ -1577,8 +1577,16 @@ try:
         """A model of three tokens, uniform: ids -> next-token logits (B, 3)."""
         return _torch.zeros(len(ids), 3)
 
+    from klpolicy.testbed import bandit_task as _bandit_task
+
+    _BANDIT = _bandit_task()
+
 except ImportError:  # pragma: no cover - the testbed needs torch, transformers and trl
     _zero_lm = None
+    _BANDIT = None
+
+#: a law over the bandit's seven completions (a valid `law` of fitted_task)
+FIT_LAW = [0.3, 0.2, 0.1, 0.05, 0.05, 0.1, 0.2]
 
 _TB = "klpolicy.testbed."
 TOKEN_IDS = Kind(
@@ -1629,6 +1637,17 @@ ROWS += [
     row(_TB + "bandit_task", model_seed=(SEED, 0)),
     row(_TB + "tree_task", model_seed=(SEED, 0)),
     row(_TB + "prompts_task", model_seed=(SEED, 0)),
+    # fitted references: every bad call is refused before the fit
+    row(
+        _TB + "fitted_task",
+        task=(TASK, _BANDIT),
+        law=(PROB, FIT_LAW),
+        tol=(POS, 1e-6),
+        steps=(COUNT, 2000),
+    ),
+    row(_TB + "reachable_law", task=(TASK, _BANDIT), law=(PROB, FIT_LAW)),
+    row(_TB + "task_completions", task=(TASK, _BANDIT)),
+    row(_TB + "skewed_bandit_task", model_seed=(SEED, 0)),
     # a task's prompts are checked when it is built (its other fields are what run() reads)
     row(
         _TB + "Task",
@@ -1642,13 +1661,19 @@ ROWS += [
     ),
 ]
 RESULTS |= {
-    # testbed containers: the adapter table's rows and results
+    # testbed containers: the adapter table's rows and results, and a fitted task (what
+    # fitted_task builds)
     "klpolicy.testbed.Adapter",
+    "klpolicy.testbed.FittedTask",
     "klpolicy.testbed.SequenceLaw",
     "klpolicy.testbed.TestbedResult",
 }
 #: rows whose valid call is too slow for the base-call sweep, with where it is tested
-NO_BASE_CALL = {"klpolicy.testbed.run": "trains a model: tests/testbed/test_runner.py"}
+NO_BASE_CALL = {
+    "klpolicy.testbed.run": "trains a model: tests/testbed/test_runner.py",
+    "klpolicy.testbed.fitted_task": "fits a model: tests/testbed/test_fit.py",
+    "klpolicy.testbed.skewed_bandit_task": "fits a model: tests/testbed/test_fit.py",
+}
 
 
 # --- exact messages of the dynamics, testbed and horizon callables (issue 40, item 19) ---
@@ -1801,6 +1826,47 @@ def _exact_message_rows():
             ),
             (lambda: tb.bandit_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
             (lambda: tb.tree_task(model_seed=-1), "`model_seed` must be an integer >= 0; got -1"),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), [0.3, 0.2, 0.1, 0.15, 0.0, 0.05, 0.2]),
+                "`law` must be positive on every completion: a softmax model never gives "
+                "probability 0; found 0 at completion (4,) (give it a small positive "
+                "probability instead)",
+            ),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), FIT_LAW[:6]),
+                "`law` must have one probability for each of the task's 7 completions; got 6",
+            ),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), {(3,): 1.0}),
+                "`law` must give every one of the task's 7 completions a probability; 6 "
+                "missing, the first (0,)",
+            ),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), {(9,): 1.0}),
+                "`law` has the key (9,), which is not a completion of the task (a tuple of "
+                "token ids such as (0,); task_completions(task) lists them)",
+            ),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), [x * 2 for x in FIT_LAW]),
+                "`law` must sum to 1 (within 1e-9); it sums to 2.0; klpolicy never "
+                "renormalises silently",
+            ),
+            (
+                lambda: tb.fitted_task(tb.bandit_task(), FIT_LAW, tol=1.0),
+                "`tol` must be in [1e-9, 1) (nats); got 1.0",
+            ),
+            (
+                lambda: tb.fitted_task(tb.prompts_task(), FIT_LAW + [0.0]),
+                "`law` must have one row per prompt: the task has 3, `law` 1",
+            ),
+            (
+                lambda: tb.fitted_task(tb.tree_task(), [1 / 85] * 85),
+                "`law` is out of the model's reach: its next-token laws after ['q', 'q q', "
+                "'q q q'] differ, and the task's Llama (no absolute positions) gives every "
+                "repetition of one token the same next-token law; no weights come nearer than "
+                "KL = 0.0216 (`tol` = 1e-06); reachable_law(task, law) is the nearest law it "
+                "can fit",
+            ),
             (
                 lambda: tb.prompts_task(model_seed=-1),
                 "`model_seed` must be an integer >= 0; got -1",

@@ -815,7 +815,8 @@ def _add_testbed_parser(sub) -> None:
         "--task",
         default="bandit",
         metavar="TASK",
-        help="a built-in task of klpolicy.testbed.TASKS: bandit (default), tree, prompts",
+        help="a built-in task of klpolicy.testbed.TASKS: bandit (default), tree, prompts, "
+        "bandit-skewed (the bandit, its reference fitted to a skewed law)",
     )
     r.add_argument("--beta", type=float, help="the trainer's beta (default 0.5)")
     r.add_argument(

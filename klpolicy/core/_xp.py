@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from . import _estimates
 from . import _validation as V
-from ._careful import _const, _device, _div, _expm1mx, _kl_terms, _stop, _tilt
+from ._careful import _const, _device, _div, _kl_terms, _stop, _tilt
 from ._tilt import _NO_SHIFT, _RANGE, _value_resolved
 
 __all__ = [
@@ -658,8 +659,13 @@ def _check_log_probs(xp, name: str, x, allow_neg_inf: bool) -> None:
         V.as_log_probs(name, _to_numpy(x), allow_neg_inf=allow_neg_inf)
 
 
-def estimate(name: str, logp, logq, clip=None, log_ratio_clip=None, *, validate: bool = True):
-    """The per-sample estimator ``name`` ("k1", "k2", "k3", "abs") on any array-API arrays."""
+def estimate(estimator, logp, logq, clip=None, log_ratio_clip=None, *, validate: bool = True):
+    """The per-sample estimator ``estimator`` on any array-API arrays.
+
+    ``estimator`` is a value formula ``f(xp, ell)`` of :mod:`klpolicy.core._estimates`
+    (a registry row's ``array_value``) or the name of one ("k1", "k2", "k3", "abs").
+    """
+    formula = estimator if callable(estimator) else _estimates.formula(estimator)
     xp, template = _namespace(logp, logq)
     device = _device(template)
     lp = _as_array(xp, "logp", logp, template, device)
@@ -684,17 +690,7 @@ def estimate(name: str, logp, logq, clip=None, log_ratio_clip=None, *, validate:
     ell = xp.where(lq_inf, _const(xp, math.inf, lp), lp - lq_s)
     if lc is not None:
         ell = xp.clip(ell, -lc, lc)
-    fin = xp.isfinite(ell)
-    ell_s = xp.where(fin, ell, xp.zeros_like(ell))
-    if name == "k1":
-        out = ell
-    elif name == "k2":
-        out = xp.where(fin, 0.5 * ell_s * ell_s, ell)
-    elif name == "k3":
-        # expm1mx(-ell): +inf log-ratio gives exp(-inf) - 1 + inf = inf
-        out = xp.where(fin, _expm1mx(xp, -ell_s), ell)
-    else:
-        out = xp.abs(ell)
+    out = formula(xp, ell)
     if c is not None:
         out = xp.clip(out, -c, c)
     return _finish(xp, out, out_dt)
@@ -702,14 +698,14 @@ def estimate(name: str, logp, logq, clip=None, log_ratio_clip=None, *, validate:
 
 def k1(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
     """:func:`klpolicy.estimators.k1` for any array-API library."""
-    return estimate("k1", logp, logq, clip, log_ratio_clip, validate=validate)
+    return estimate(_estimates.k1_value, logp, logq, clip, log_ratio_clip, validate=validate)
 
 
 def k2(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
     """:func:`klpolicy.estimators.k2` for any array-API library."""
-    return estimate("k2", logp, logq, clip, log_ratio_clip, validate=validate)
+    return estimate(_estimates.k2_value, logp, logq, clip, log_ratio_clip, validate=validate)
 
 
 def k3(logp, logq, *, clip=None, log_ratio_clip=None, validate: bool = True):
     """:func:`klpolicy.estimators.k3` for any array-API library."""
-    return estimate("k3", logp, logq, clip, log_ratio_clip, validate=validate)
+    return estimate(_estimates.k3_value, logp, logq, clip, log_ratio_clip, validate=validate)

@@ -64,112 +64,19 @@ to the best outcomes from every outcome whose reward is more than ``beta`` below
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from . import _validation as V
-from ._numerics import kl_terms
-from .closed_form import _LOG_HUGE, _LOG_TINY, _prepare, _restore, _setup, _tilt, beta_for_kl
-from .closed_form import optimal_policy as _kl_optimal_policy
-from .fdivergences import (
-    FDivergence,
-    _f_divergence_last,
-    _log_ratio,
-    _normalised,
-    _summands,
-    as_divergence,
-)
+from .closed_form import _LOG_HUGE, _LOG_TINY, _prepare, _restore, _setup
+from .fdivergences import FDivergence, Optimum, _normalised, _power_far, as_divergence
 from .roots import monotone_root
 
 __all__ = ["FFrontier", "beta_for_divergence", "f_frontier", "f_optimal_policy", "f_soft_value"]
 
-_TOP = ("forward_kl", "hellinger", "js", "reverse_chi2")  # f'(inf) finite; alpha < 1 too
-
-
-def _is_kl(row: FDivergence, a) -> bool:
-    return row.name == "reverse_kl" or (row.name == "alpha" and a == 1.0)
-
-
-# |alpha - 1| below which the alpha row is solved in s itself: the pole distance or height
-# 1/|alpha - 1| + s would lose log10(1/|alpha - 1|) digits of s, and the ratio
-# ((alpha-1) u)^(1/(alpha-1)) would amplify a rounding of u by 1/|alpha - 1|
-_NEAR_ONE = 1e-2
 _BIG = float(np.finfo(np.float64).max)  # the stand-in for an overflowing bracket end
-_LN2 = math.log(2.0)
-
-
-def _mode(row: FDivergence, a) -> str:
-    if row.name == "alpha" and abs(a - 1.0) < _NEAR_ONE:
-        return "free"
-    if row.name in _TOP or (row.name == "alpha" and a < 1.0):
-        return "top"
-    if row.name == "chi2" or (row.name == "alpha" and a > 1.0):
-        return "bottom"
-    return "free"
-
-
-def _ratio(row: FDivergence, a, mode: str, z: NDArray):
-    """(t, dt/dz) with z the mode's coordinate: e (top), u (bottom, clipped), s (free)."""
-    name = row.name
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        if mode == "top":
-            e = z
-            if name == "forward_kl" or (name == "alpha" and a == 0.0):
-                t = 1.0 / e
-                return t, -t * t
-            if name == "hellinger":
-                t = 1.0 / (e * e)
-                return t, -2.0 * t / e
-            if name == "js":
-                em = np.expm1(2.0 * e)
-                t = 1.0 / em
-                return t, -2.0 * (em + 1.0) * t * t
-            if name == "reverse_chi2":
-                t = 1.0 / np.sqrt(e)
-                return t, -0.5 * t / e
-            # alpha < 1: t = ((1 - a) e)^(1/(a-1))
-            # ((1 - a) e overflows for e near float64's max: its log as a sum there)
-            ce = (1.0 - a) * e
-            lce = np.where(np.isinf(ce) & np.isfinite(e), math.log1p(-a) + np.log(e), np.log(ce))
-            t = np.exp(lce / (a - 1.0))
-            return t, t / ((a - 1.0) * e)
-        if mode == "bottom":
-            u = np.maximum(z, 0.0)
-            if name == "chi2":
-                return 0.5 * u, np.where(z > 0, 0.5, 0.0)
-            t = np.exp(np.log((a - 1.0) * u) / (a - 1.0))
-            return t, np.where(z > 0, t / ((a - 1.0) * u), 0.0)
-        # free: chi2_kl (t + log t = s), or alpha near 1 (t = (1 + (alpha-1) s)^(1/(alpha-1)))
-        t = row.fprime_inv(z, alpha=a)
-        if name == "alpha":
-            return t, np.where(t > 0, np.exp((2.0 - a) * np.log(t)), 0.0)
-        return t, np.where(t > 0, t / (t + 1.0), 0.0)
-
-
-def _coordinate(row: FDivergence, a, mode: str, t: NDArray) -> NDArray:
-    """The mode's coordinate at which an outcome has the ratio ``t`` (inverse of :func:`_ratio`)."""
-    name = row.name
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if mode == "top":
-            if name == "forward_kl" or (name == "alpha" and a == 0.0):
-                return 1.0 / t
-            if name == "hellinger":
-                return 1.0 / np.sqrt(t)
-            if name == "js":
-                return 0.5 * np.log1p(1.0 / t)
-            if name == "reverse_chi2":
-                return 1.0 / (t * t)
-            return np.exp((a - 1.0) * np.log(t)) / (1.0 - a)
-        if mode == "bottom":
-            if name == "chi2":
-                return 2.0 * t
-            return np.exp((a - 1.0) * np.log(t)) / (a - 1.0)
-        if name == "alpha":
-            return np.expm1((a - 1.0) * np.log(t)) / (a - 1.0)
-        return t + np.log(t)
 
 
 def _bracket(row: FDivergence, a, mode: str) -> float:
@@ -196,95 +103,6 @@ def _gap(x: NDArray, y: NDArray, beta: NDArray) -> NDArray:
         return np.where(np.isinf(diff), 2.0 * ((0.5 * x - 0.5 * y) / beta), diff / beta)
 
 
-def _top_power(row: FDivergence, a) -> tuple[float, float] | None:
-    """``(c, p)`` with the ratio ``t = (c x)^p`` at pole distance ``x`` (top mode), or None (js)."""
-    if row.name == "forward_kl" or (row.name == "alpha" and a == 0.0):
-        return 1.0, -1.0
-    if row.name == "hellinger":
-        return 1.0, -2.0
-    if row.name == "reverse_chi2":
-        return 1.0, -0.5
-    if row.name == "alpha":
-        return 1.0 - a, 1.0 / (a - 1.0)
-    return None
-
-
-def _top_log_ratio(row: FDivergence, a, x: NDArray) -> NDArray:
-    """``log t`` at a finite pole distance ``x > 0`` (top mode), where ``t`` may underflow."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        cp = _top_power(row, a)
-        if cp is None:  # js: t = 1/expm1(2x)
-            return -2.0 * x - np.log(-np.expm1(-2.0 * x))
-        c, p = cp
-        if row.name == "alpha" and a != 0.0:  # (log(1-a) + log x)/(a-1): one rounding of p
-            return (np.log(c) + np.log(x)) / (a - 1.0)
-        return p * np.log(x)
-
-
-def _bottom_power(row: FDivergence, a) -> tuple[float, float, float]:
-    """``(c, p, k)`` with the ratio ``t = (c u)^p`` at height ``u`` (bottom mode), ``p = 1/k``."""
-    if row.name == "chi2":
-        return 0.5, 1.0, 1.0
-    return a - 1.0, 1.0 / (a - 1.0), a - 1.0
-
-
-def _power_far(c: float, p: float, k_div: float, h: NDArray, beta: NDArray):
-    """``(t, log t)`` with ``t = (c d)^p`` at ``d = 2 h / beta`` beyond float64.
-
-    With ``h = m_h 2^{k_h}``, ``beta = m_b 2^{k_b}`` (:func:`numpy.frexp`), ``c d = M 2^K``
-    with ``M = 2 c m_h / m_b`` and ``K = k_h - k_b``, and ``t = M^p 2^{K/k_div}``
-    (``p = 1/k_div``: one rounding of the exponent) is assembled by :func:`numpy.ldexp`.
-    """
-    mh, kh = np.frexp(h)
-    mb, kb = np.frexp(beta)
-    m = 2.0 * c * mh / mb
-    pk = (kh - kb).astype(np.float64) / k_div
-    n = np.floor(pk)
-    with np.errstate(under="ignore", over="ignore", divide="ignore"):
-        t = np.ldexp(np.exp(p * np.log(m) + (pk - n) * _LN2), n.astype(np.int64))
-    return t, p * np.log(m) + pk * _LN2
-
-
-def _top_far(row: FDivergence, a, h: NDArray, beta: NDArray) -> tuple[NDArray, NDArray]:
-    """``(t, log t)`` at a pole distance ``d = 2 h / beta`` beyond float64 (top mode).
-
-    The best outcome's own pole distance is at most ``f'(inf) - f'(1)`` (its ratio is at
-    least 1), so beside ``d > 1.8e308`` it is below float64's resolution and the ratio is
-    the power law ``(c d)^p`` of ``d`` alone. With ``h = m_h 2^{k_h}``, ``beta = m_b
-    2^{k_b}`` (:func:`numpy.frexp`), ``c d = M 2^K`` with ``M = 2 c m_h / m_b`` and
-    ``K = k_h - k_b``, and ``t = M^p 2^{pK}`` is assembled by :func:`numpy.ldexp`: exact to
-    a few roundings (``pK`` is exact for forward KL, Hellinger and reverse chi2), however
-    far below float64's range ``t`` lies (``log t`` is returned for the divergence).
-    """
-    cp = _top_power(row, a)
-    if cp is None:  # js: t = 1/expm1(2 d) < 1e-300000
-        return np.zeros_like(h), np.full_like(h, -np.inf)
-    c, p = cp
-    mh, kh = np.frexp(h)
-    mb, kb = np.frexp(beta)
-    m = 2.0 * c * mh / mb
-    k = (kh - kb).astype(np.float64)
-    pk = k / (a - 1.0) if row.name == "alpha" and a != 0.0 else p * k
-    n = np.floor(pk)
-    with np.errstate(under="ignore", over="ignore"):
-        t = np.ldexp(np.exp(p * np.log(m) + (pk - n) * _LN2), n.astype(np.int64))
-    return t, p * np.log(m) + pk * _LN2
-
-
-def _tv_rows(ref: NDArray, reward: NDArray, beta: NDArray) -> NDArray:
-    """The total-variation optimum (a linear program) for rows with 0 < beta < inf."""
-    support = ref > 0
-    top = np.max(np.where(support, reward, -np.inf), axis=-1, keepdims=True)
-    best = support & (reward == top)
-    with np.errstate(over="ignore"):  # an overflowing gap is above any beta
-        gap = np.where(support, top - reward, 0.0)
-    drop = support & (gap > beta)  # moving their mass to the best gains gap - beta > 0
-    freed = np.sum(np.where(drop, ref, 0.0), axis=-1, keepdims=True)
-    on_best = np.sum(np.where(best, ref, 0.0), axis=-1, keepdims=True)
-    with np.errstate(over="ignore", invalid="ignore"):  # ref / a subnormal on_best, off best
-        return np.where(drop, 0.0, ref) + np.where(best, (ref / on_best) * freed, 0.0)
-
-
 def _solve_rows(
     row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDArray
 ) -> tuple[NDArray, NDArray]:
@@ -309,17 +127,18 @@ def _solve_rows(
     d = np.where(support, _gap(top, reward, beta), np.inf)
     spread = _gap(top, low, beta)[:, 0]
     logt = np.full(q.shape, np.nan)
-    if row.name == "tv":
-        return _tv_rows(q, reward, beta), logt
+    plan = row.optimum(a)
+    if plan.inner is not None:  # a closed form (the total variation's linear program)
+        return plan.inner(q, reward, beta), logt
     out = q.copy()
     live = np.flatnonzero(spread > 0)  # constant rewards on the support: pi = ref
-    mode = _mode(row, a)
+    mode = plan.mode
     # beta beyond resolution: every other outcome on the support is an overflowing
     # (r_max - r)/beta = inf below the best, where the ratio is 0 (a clip, or an exponential
     # tail) unless f'(inf) is finite: there it is a power law of that distance (solved below)
     best_mask = support & (reward == top)
     beyond = np.all(best_mask | ~support | np.isinf(d), axis=-1)[live]
-    lifted, k2 = _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, beyond)
+    lifted, k2 = _beyond_rows(plan, q, reward, beta, support, best_mask, top, live, beyond)
     beyond &= ~lifted
     if beyond.any() and mode != "top":
         _greedy_beyond(q, reward, best_mask, live[beyond], mode, out, logt)
@@ -327,9 +146,9 @@ def _solve_rows(
     if live.size == 0:
         return out, logt
     lo, hi, q_best, increasing = _brackets(
-        row, a, mode, q, reward, support, top, spread, live, lifted, k2
+        row, a, plan, q, reward, support, top, spread, live, lifted, k2
     )
-    rows = _LiveRows(row, a, mode, q[live], reward[live], beta[live], top[live], lifted, k2)
+    rows = _LiveRows(plan, q[live], reward[live], beta[live], top[live], lifted, k2)
     # stage 1: the coordinate of the best outcome, in a bracket that holds the root in exact
     # arithmetic; a root at a bracket end (to float resolution) is accepted here
     root = rows.solve(rows.os_best, lo, hi, increasing)
@@ -342,7 +161,7 @@ def _solve_rows(
     return out, logt
 
 
-def _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, beyond):
+def _beyond_rows(plan: Optimum, q, reward, beta, support, best_mask, top, live, beyond):
     """Bottom mode, ``beta`` beyond resolution: the rows anchored at the next outcome.
 
     The best outcomes' height above the next outcome k2 is the overflowing ``d``, at which
@@ -353,13 +172,13 @@ def _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, b
     """
     lifted = np.zeros(live.size, dtype=bool)
     k2 = np.zeros(live.size, dtype=np.int64)
-    if not (beyond.any() and mode == "bottom"):
+    if not (beyond.any() and plan.mode == "bottom"):
         return lifted, k2
     rb = reward[live[beyond]]
     below = support[live[beyond]] & ~best_mask[live[beyond]]
     kb = np.argmax(np.where(below, rb, -np.inf), axis=-1)
     half = 0.5 * top[live[beyond], 0] - 0.5 * rb[np.arange(kb.size), kb]
-    _, lt = _power_far(*_bottom_power(row, a), half, beta[live[beyond], 0])
+    _, lt = _power_far(*plan.power, half, beta[live[beyond], 0])
     qb = np.sum(np.where(best_mask, q, 0.0), axis=-1)[live[beyond]]
     # k2's own height is at most where its level alone sums to one; where that is
     # beyond float64 too (ref_k2 ~ 1e-76 at alpha = 7) the solve has no coordinate in
@@ -368,7 +187,7 @@ def _beyond_rows(row, a, mode, q, reward, beta, support, best_mask, top, live, b
     lev = below & (rb == rb[np.arange(kb.size), kb][:, None])
     q2 = np.sum(np.where(lev, q[live[beyond]], 0.0), axis=-1)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        fits = np.isfinite(_coordinate(row, a, mode, 1.0 / q2))
+        fits = np.isfinite(plan.coordinate(1.0 / q2))
         keep = (np.log(qb) + lt < 0.0) & fits
     lifted[np.flatnonzero(beyond)[keep]] = True
     k2[np.flatnonzero(beyond)[keep]] = kb[keep]
@@ -385,20 +204,21 @@ def _greedy_beyond(q, reward, best_mask, gb, mode, out, logt) -> None:
         logt[gb] = np.where(huge, -np.log(np.where(huge, qb, 1.0)), np.nan)
 
 
-def _brackets(row, a, mode, q, reward, support, top, spread, live, lifted, k2):
+def _brackets(row, a, plan: Optimum, q, reward, support, top, spread, live, lifted, k2):
     """Stage 1's bracket on the best outcome's coordinate: ``(lo, hi, q_best, increasing)``.
 
     One end is where the best ratio is 1 (the sum is <= 1), the other where the best
     outcomes alone sum to one (ratio ``1/q_best``); rows anchored at k2 (lifted) are
     bracketed by k2's clip and where k2's own level alone sums to one.
     """
+    mode = plan.mode
     at_one = _bracket(row, a, mode)  # the best ratio is 1 here: the sum is <= 1
     # the best outcomes alone sum to one at ratio 1/q_best: the other end of the bracket
     q_best = np.sum(np.where(support & (reward == top), q, 0.0), axis=-1)[live]
     # (1/q_best overflows for a subnormal q_best, and so may the coordinate: brackets are
     # kept finite; a root beyond them is found by stage 2's widening below)
     with np.errstate(divide="ignore", over="ignore"):
-        alone = _coordinate(row, a, mode, np.minimum(1.0 / q_best, np.finfo(np.float64).max))
+        alone = plan.coordinate(np.minimum(1.0 / q_best, np.finfo(np.float64).max))
     alone = np.nan_to_num(alone, posinf=_BIG)
     sp = spread[live]
     if mode == "top":  # e decreases to raise the sum; e > 0
@@ -415,7 +235,7 @@ def _brackets(row, a, mode, q, reward, support, top, spread, live, lifted, k2):
         k2l = k2[lifted]
         q_k2 = np.sum(np.where(reward[rl] == reward[rl, k2l][:, None], q[rl], 0.0), -1)
         with np.errstate(divide="ignore", over="ignore"):
-            al = _coordinate(row, a, mode, np.minimum(1.0 / q_k2, _BIG))
+            al = plan.coordinate(np.minimum(1.0 / q_k2, _BIG))
         lo[lifted] = 0.0
         with np.errstate(over="ignore"):
             hi[lifted] = np.minimum(np.nan_to_num(al, posinf=_BIG) * (1 + 1e-12), _BIG)
@@ -424,14 +244,15 @@ def _brackets(row, a, mode, q, reward, support, top, spread, live, lifted, k2):
 
 class _LiveRows:
     """The rows solved for their normaliser: each outcome's coordinate is the anchor's
-    ``z`` plus ``sgn (r_k - r_y) / beta``, its ratio :func:`_ratio` of that, except the
-    far outcomes, whose ratio is a power law of their distance alone (:meth:`far_field`).
+    ``z`` plus ``sgn (r_k - r_y) / beta``, its ratio the row's ``Optimum.ratio`` of that,
+    except the far outcomes, whose ratio is a power law of their distance alone
+    (:meth:`far_field`).
     """
 
-    def __init__(self, row, a, mode, qs, rs, bs, top, lifted, k2) -> None:
-        self.row, self.a, self.mode = row, a, mode
+    def __init__(self, plan: Optimum, qs, rs, bs, top, lifted, k2) -> None:
+        self.plan, self.mode = plan, plan.mode
         self.qs, self.rs, self.bs, self.lifted = qs, rs, bs, lifted
-        self.sgn = 1.0 if mode == "top" else -1.0  # coordinate z + sgn (r_k - r_y)/beta
+        self.sgn = 1.0 if self.mode == "top" else -1.0  # coordinate z + sgn (r_k - r_y)/beta
         best = np.argmax(np.where(qs > 0, rs, -np.inf), axis=-1)
         self.best = np.where(lifted, k2, best)  # stage 1's anchor
         self.os_best = self.offsets(self.best)
@@ -447,12 +268,12 @@ class _LiveRows:
         distance alone, beyond float64.
 
         Top mode: outcomes whose distance below the best, d = (r_best - r)/beta, is beyond
-        float64: their ratio is the power law of d alone (_top_far), fixed while the best
+        float64: their ratio is the power law of d alone (``Optimum.far``), fixed while the best
         outcome's pole distance e <= f'(inf) - f'(1) moves (e + d = d to float64 precision);
         elsewhere an infinite d has the ratio 0 (a clip, or W(e^-inf)). Lifted rows: the
         best outcomes, at an overflowing height above k2 (c d)^p.
         """
-        qs, rs, bs, row, a = self.qs, self.rs, self.bs, self.row, self.a
+        qs, rs, bs, plan = self.qs, self.rs, self.bs, self.plan
         if self.mode == "top":
             far = (qs > 0) & np.isinf(self.os_best)
         else:
@@ -463,17 +284,17 @@ class _LiveRows:
             far = self.lifted[:, None] & (qs > 0) & (rs == top)
             rk = np.take_along_axis(rs, self.best[:, None], axis=-1)
             half = np.where(far, 0.5 * rs - 0.5 * rk, 1.0)
-            tf, lf = _power_far(*_bottom_power(row, a), half, np.broadcast_to(bs, qs.shape))
+            tf, lf = _power_far(*plan.power, half, np.broadcast_to(bs, qs.shape))
             t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
         elif far.any():
             half = 0.5 * np.take_along_axis(rs, self.best[:, None], axis=-1) - 0.5 * rs
-            tf, lf = _top_far(row, a, np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
+            tf, lf = plan.far(np.where(far, half, 1.0), np.broadcast_to(bs, qs.shape))
             t_far, lt_far = np.where(far, tf, 0.0), np.where(far, lf, np.nan)
         return far, t_far, lt_far
 
     def ratio(self, x, sel=slice(None)):
         """``(t, dt/dz)`` at the coordinates ``x`` of rows ``sel``, far outcomes held."""
-        t, dt = _ratio(self.row, self.a, self.mode, x)
+        t, dt = self.plan.ratio(x)
         far = self.far
         if not far.any():
             return t, dt
@@ -542,7 +363,7 @@ class _LiveRows:
         ra = np.take_along_axis(rs, anchor[:, None], axis=-1)
         q_k = np.sum(np.where((qs > 0) & (rs == ra), qs, 0.0), axis=-1)
         with np.errstate(divide="ignore", over="ignore"):
-            ck = _coordinate(self.row, self.a, self.mode, np.minimum(1.0 / q_k, _BIG))
+            ck = self.plan.coordinate(np.minimum(1.0 / q_k, _BIG))
         return np.nan_to_num(ck * (1 + 1e-12) + 1e-300, posinf=_BIG)
 
     def underflow(self, root, lo, q_best):
@@ -613,9 +434,7 @@ class _LiveRows:
         if self.mode == "top":  # the log of the tiny ratios, from the pole distance (not from t)
             tiny = (qs > 0) & ((t < 1e-100) | (pi < 1e-300)) & ~far
             with np.errstate(divide="ignore"):
-                lt = np.where(
-                    tiny, _top_log_ratio(self.row, self.a, np.where(tiny, x, 1.0)), self.lt_far
-                )
+                lt = np.where(tiny, self.plan.log_ratio(np.where(tiny, x, 1.0)), self.lt_far)
             return pi / total, lt - np.log(total)
         if self.lifted.any():  # t^a of the lifted best outcomes may overflow: log t for D
             return pi / total, self.lt_far - np.log(total)
@@ -640,8 +459,9 @@ def _optimum_last(row: FDivergence, a, ref: NDArray, reward: NDArray, beta: NDAr
     q = np.broadcast_to(ref, shape).reshape(-1, n).astype(np.float64)
     r = np.broadcast_to(reward, shape).reshape(-1, n).astype(np.float64)
     b = np.broadcast_to(beta, shape[:-1] + (1,)).reshape(-1, 1).astype(np.float64)
-    if _is_kl(row, a):
-        pi = _tilt(q, r, b, {"pi"}).pi.reshape(shape)
+    kernel = row.optimum(a).kernel
+    if kernel is not None:  # a closed form for every beta (the reverse KL's tilt)
+        pi = kernel(q, r, b).reshape(shape)
         return (pi, np.full(shape, np.nan)) if logs else pi
     out = q / q.sum(axis=-1, keepdims=True)
     zero, inner = b[:, 0] == 0, np.isfinite(b[:, 0]) & (b[:, 0] > 0)
@@ -747,48 +567,12 @@ def f_optimal_policy(
     array([0.719, 0.281])
     """
     row, a = as_divergence(divergence, alpha)
-    if _is_kl(row, a):
-        return _kl_optimal_policy(ref, reward, beta, axis=axis)
+    policy = row.optimum(a).policy
+    if policy is not None:  # the reverse KL: klpolicy.optimal_policy
+        return policy(ref, reward, beta, axis=axis)
     _, _, ref_a, rew_a, b, ax = _problem(ref, reward, beta, divergence, alpha, axis)
     pi = _optimum_last(row, a, ref_a, rew_a, b)
     return _restore(pi.astype(ref_a.dtype, copy=False), ax)
-
-
-def _far_terms(row: FDivergence, a, q: NDArray, lt: NDArray, lb: NDArray):
-    r"""``q f~(t)`` and ``beta q f~(t)`` from ``log t`` (``lt``) and ``lb = log beta``.
-
-    For the rows with :math:`f(0) = \infty` (forward KL, reverse chi2, alpha <= 0), and
-    alpha in (0, 1), at a tiny ratio ``t`` (below 1e-100, or where ``pi = q t`` lost its
-    digits), with ``f~(t) = f(t) - f'(1)(t - 1)``: ``t - 1 - log t``, ``(1 - t)^2 / t`` and
-    ``(t^a - 1 - a(t - 1)) / (a(a-1))``. The powers ``t^{-1}``, ``t^a`` (``a < 0``) are taken
-    as ``exp`` of their log with ``log q`` (and ``log beta``) inside, so that a penalty
-    ``beta D`` stays finite when ``D`` alone is beyond float64 (beta = 1e-300).
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t = np.exp(lt)
-        lq = np.log(q)
-        if row.name == "forward_kl" or (row.name == "alpha" and a == 0.0):
-            term = q * ((t - 1.0) - lt)
-            return term, np.exp(lb) * term
-        if row.name == "reverse_chi2":
-            sq = (1.0 - t) ** 2
-            return np.exp(lq - lt) * sq, np.exp(lb + lq - lt) * sq
-        if row.name == "chi2":  # a huge t (f'(0) finite): q t^2 (1 - 1/t)^2
-            sq = np.expm1(-lt) ** 2
-            return np.exp(lq + 2.0 * lt) * sq, np.exp(lb + lq + 2.0 * lt) * sq
-        # alpha: q expm1(a lt)/(a(a-1)) + q (1 - t) / (a - 1)
-        coef = 1.0 / (a * (a - 1.0))
-        # (q - q t)/(a - 1), with q t as one exp where t alone overflows (1/q_best = 1e320)
-        rest = np.where(np.isinf(t), q - np.exp(lq + lt), q * (1.0 - t)) / (a - 1.0)
-        rest_b = np.where(np.isinf(t), np.exp(lb) * q - np.exp(lb + lq + lt), np.exp(lb) * rest)
-        u = a * lt
-        big = u > 600.0  # (a < 0) e^u q coef - q coef: the first as one exp
-        lc = math.log(abs(coef))
-        main = np.where(big, np.exp(u + lq + lc), q * np.expm1(np.minimum(u, 600.0)) * coef)
-        main_b = np.where(big, np.exp(u + lq + lc + lb), np.exp(lb) * main)
-        extra = np.where(big, -q * coef, 0.0)
-        rest_b = np.where(np.isinf(t), rest_b / (a - 1.0), rest_b)
-        return main + extra + rest, main_b + np.exp(lb) * extra + rest_b
 
 
 def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, logt=None):
@@ -796,13 +580,14 @@ def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, lo
 
     Where the optimum has tiny ratios (``logt`` finite, top mode) whose ``pi`` lost digits
     or underflowed (``f(0) = inf`` would make a zero entry's summand ``inf``), their
-    summands come from ``log t`` (:func:`_far_terms`); the others are
+    summands come from ``log t`` (the row's ``Optimum.far_terms``); the others are
     :func:`klpolicy.f_divergence`'s own summands (exact near ``t = 1``).
     """
     with np.errstate(invalid="ignore", over="ignore"):
-        div = _f_divergence_last(row.name, p, q, a)
+        div = row.divergence_last(p, q, a)
         pen = np.where((b == 0) | (div == 0), 0.0, b * div)
-    if logt is None or row.name in ("hellinger", "js"):  # f(0) finite: pi = 0 is exact there
+    far_terms = row.optimum(a).far_terms
+    if logt is None or far_terms is None:  # (f(0) finite: pi = 0 is exact there)
         return div, pen
     far = np.isfinite(logt) & (q > 0)
     rows = np.flatnonzero(far.reshape(-1, far.shape[-1]).any(axis=-1))
@@ -814,33 +599,14 @@ def _divergence_last(row: FDivergence, a, q: NDArray, p: NDArray, b: NDArray, lo
     pn, qn, d = _normalised(p2, q2)
     near = (qn > 0) & ~f2
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        if row.name == "forward_kl" or a == 0.0:  # KL(ref||pi): summands of q log(q/p)
-            terms = kl_terms(qn, pn, _log_ratio(qn, pn, -d / pn))
-        else:
-            terms = _summands(row.name, pn, qn, d, a)
-        terms = np.where(near, terms, 0.0)
-        ft, fb = _far_terms(
-            row, a, np.where(f2, qn, 1.0), np.where(f2, lt2, 0.0), np.log(b2)[:, None]
-        )
+        terms = np.where(near, row.summands(pn, qn, d, a), 0.0)
+        ft, fb = far_terms(np.where(f2, qn, 1.0), np.where(f2, lt2, 0.0), np.log(b2)[:, None])
         dn = terms.sum(axis=-1)
         d_row = dn + np.where(f2, ft, 0.0).sum(axis=-1)
         p_row = b2 * dn + np.where(f2, fb, 0.0).sum(axis=-1)
     div.reshape(-1)[rows] = d_row
     pen.reshape(-1)[rows] = p_row
     return div, pen
-
-
-# f2 = f''(1) and f3 = the third derivative at 1 of the smooth rows (alpha: 1 and a - 2)
-_CURVATURE = {
-    "reverse_kl": (1.0, -1.0),
-    "forward_kl": (1.0, -2.0),
-    "chi2": (2.0, 0.0),
-    "hellinger": (0.5, -0.75),
-    "js": (0.25, -0.375),
-    "chi2_kl": (2.0, -1.0),
-    "reverse_chi2": (2.0, -6.0),
-}
-_LARGE_BETA = 1e6  # the expansion is used where beta >= 1e6 * spread (* max(1, |alpha|))
 
 
 def _large_beta_last(row: FDivergence, a, q: NDArray, r: NDArray, b: NDArray):
@@ -860,38 +626,31 @@ def _large_beta_last(row: FDivergence, a, q: NDArray, r: NDArray, b: NDArray):
 
     each to :math:`O(\beta^{-3})` relative to its first term times ``(spread/beta)^2``
     (the KL's cumulant expansion :math:`\beta \log \mathbb{E} e^{r/\beta}` for the
-    reverse KL). Used where ``beta >= 1e6 * spread`` (spread ``= max |c|``; times
-    ``max(1, |alpha|)``, whose higher derivatives grow with ``alpha``), so that the
+    reverse KL), :math:`(f_2, f_3)` the row's ``Optimum.curvature``. Used where
+    ``beta >= 1e6 * spread`` (spread ``= max |c|``; times ``max(1, |alpha|)``, whose higher
+    derivatives grow with ``alpha``: ``Optimum.large_beta``), so that the
     truncation is below ``1e-17 * spread``, and at ``beta = inf`` (the limit
     :math:`\mathbb{E}_{ref}[r]`, divergence 0). There the optimum is the reference to
     within rounding, and ``beta`` times the divergence of the rounded optimum (``1e-33``
     for a reference whose sum is off by one rounding) would be ``beta * 1e-33``, not the
     ``V_2 / (2 f_2 beta)`` it is.
 
-    The total variation is exact instead: moving the mass of the outcomes more than
-    ``beta`` below the best (``drop``) gives ``D = sum_drop q`` and
-    ``V = E_ref[r] + sum_drop q (gap - beta)`` (``pi* = ref`` when nothing is dropped).
+    A row whose optimum has an ``exact_value`` (the total variation's linear program)
+    takes it instead, at every ``beta``.
 
     Returns ``(use, value, expected_reward, divergence)``, ``use`` the rows it applies to.
     """
+    plan = row.optimum(a)
+    if plan.exact_value is not None:
+        return plan.exact_value(q, r, b)
     sup = q > 0
     qn = np.where(sup, q, 0.0) / np.sum(np.where(sup, q, 0.0), axis=-1, keepdims=True)
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         mean = np.sum(np.where(sup, qn * r, 0.0), axis=-1)
         c = np.where(sup, r - mean[..., None], 0.0)
-        if row.name == "tv":
-            top = np.max(np.where(sup, r, -np.inf), axis=-1, keepdims=True)
-            gap = np.where(sup, top - r, 0.0)
-            drop = sup & (gap > b[..., None])
-            div = np.sum(np.where(drop, qn, 0.0), axis=-1)
-            gain = np.sum(np.where(drop, qn * (gap - b[..., None]), 0.0), axis=-1)
-            er = mean + np.sum(np.where(drop, qn * gap, 0.0), axis=-1)
-            use = (b > 0) & np.isfinite(mean) & np.isfinite(er)
-            value = np.where(div == 0, mean, mean + gain)
-            return use, value, np.where(div == 0, mean, er), div
-        f2, f3 = (1.0, a - 2.0) if row.name == "alpha" else _CURVATURE[row.name]
+        f2, f3 = plan.curvature
         spread = np.max(np.abs(c), axis=-1)
-        k = _LARGE_BETA * (max(1.0, abs(a)) if row.name == "alpha" else 1.0)
+        k = plan.large_beta
         use = np.isfinite(spread) & np.isfinite(mean) & (b >= k * spread) & (b > 0)
         z = np.where(use[..., None], c / b[..., None], 0.0)  # c / beta, 0 at beta = inf
         v1 = np.sum(qn * c * z, axis=-1)  # V_2 / beta
@@ -1141,15 +900,12 @@ def beta_for_divergence(
     """
     row, a = as_divergence(divergence, alpha)
     rtol = V.as_scalar("rtol", rtol, "(0, 1)")
-    if _is_kl(row, a):
+    plan = row.optimum(a)
+    if plan.budget is not None:  # the reverse KL: klpolicy.beta_for_kl
         V.as_kl_budget("target", target)  # refused under this function's name for it
-        return beta_for_kl(ref, reward, target, axis=axis, rtol=rtol)
-    if row.name == "tv":
-        raise ValueError(
-            "`divergence` 'tv' has no beta_for_divergence: the optimum's total variation "
-            "is a step function of beta (it jumps where beta crosses a reward gap), so "
-            "most budgets are attained by no beta"
-        )
+        return plan.budget(ref, reward, target, axis=axis, rtol=rtol)
+    if plan.no_budget is not None:
+        raise ValueError(plan.no_budget)
     ref_a, rew_a = _prepare(ref, reward, axis)
     tgt = V.as_kl_budget("target", target)
     batch = ref_a.shape[:-1]
@@ -1164,7 +920,7 @@ def beta_for_divergence(
     r = np.broadcast_to(rew_a, batch + (n,)).reshape(-1, n).astype(np.float64)
     t_flat = np.broadcast_to(tgt, batch).reshape(-1).astype(np.float64)
     greedy = _greedy(q, r)
-    dmax = _f_divergence_last(row.name, greedy, q, a)
+    dmax = row.divergence_last(greedy, q, a)
     over = t_flat > dmax * (1 + 4 * np.finfo(np.float64).eps)
     if over.any():
         i = int(np.flatnonzero(over)[0])

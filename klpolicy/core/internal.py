@@ -42,7 +42,13 @@ array_api
     ``is_foreign(*xs)`` (is one argument such an array), ``optimal_policy``,
     ``soft_value``, ``optimal_kl``, ``max_kl``, ``kl_divergence``, ``cross_entropy``,
     ``entropy``, ``total_variation`` (``axis=``, ``validate=``) and
-    ``estimate(name, logp, logq, clip, log_ratio_clip, validate=True)``.
+    ``estimate(estimator, logp, logq, clip, log_ratio_clip, validate=True)`` (``estimator``
+    a formula of ``estimator_values`` or its name).
+estimator_values
+    The per-sample KL estimators' values written once against the array API
+    (:mod:`klpolicy.core._estimates`): ``k1_value(xp, ell)``, ``k2_value``, ``k3_value``,
+    ``abs_value`` and ``formula(name)`` (the one of that name), evaluated by the
+    estimators registry's rows (``xp = numpy``) and by ``array_api.estimate``.
 expm1mx(x), kl_unit_series(u), kl_terms(p, q, u), horner_x2(x, coeffs), EXPM1MX_COEFFICIENTS, SERIES_RADIUS
     Precise numerics: ``exp(x) - 1 - x`` without cancellation, the KL summand
     ``p log(p/q) - p + q`` from a log-ratio, and the series behind them.
@@ -60,6 +66,7 @@ monotone_root(fun, lo, hi, x0, *, increasing, ftol, xtol, xatol, max_iter) -> Ro
     vectorised over rows, guaranteed to terminate, unconverged rows flagged.
 """
 
+from . import _estimates as estimator_values
 from . import _lazy as special
 from . import _validation as validation
 from . import _xp as array_api
@@ -93,6 +100,7 @@ __all__ = [
     "ascent_growth_rate",
     "cross_entropy_last",
     "entropy_last",
+    "estimator_values",
     "expm1mx",
     "f_divergence_last",
     "horner_x2",

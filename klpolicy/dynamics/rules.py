@@ -476,8 +476,9 @@ def _ppo_update(th, pi, ref, r, beta, o):
 def _ppo_land(ref, r, beta, o) -> Landing:
     if beta == 0:
         return _greedy("ppo", o, ref, r, "beta = 0: no KL in the reward")
-    if o["kl_estimator"] == "k1":
-        why = "k1 in the reward with a value baseline is the exact gradient"
+    name = o["kl_estimator"]
+    if get_estimator(name).fixed_point["reward"] == "optimum":  # k1
+        why = f"{name} in the reward with a value baseline is the exact gradient"
         return _pistar("ppo", o, ref, r, beta, why)
     return _estimator_land("ppo", o, ref, r, beta, o["kl_estimator"], "reward")
 

@@ -194,16 +194,7 @@ def schulman_table(
         b[:, j] = (mean - true) / true
         s[:, j] = np.sqrt(var) / true
         over = ~np.isfinite(var)
-        if e == "k3" and over.any():  # e^(mu^2) overflows from |mu| ~ 26.6, the ratio at 37.85
-            s[over, j] = _k3_stdev_ratio_large(m[over] ** 2)
+        large = get_estimator(e).gaussian_stdev_ratio  # k3: e^(mu^2) overflows from |mu| ~ 26.6
+        if large is not None and over.any():
+            s[over, j] = large(m[over] ** 2)
     return GaussianTable(m, names, true, b, s)
-
-
-def _k3_stdev_ratio_large(x: NDArray) -> NDArray:
-    """sqrt(e^x - 1 - x) / (x / 2) for x = mu^2 >= 1, in log space (inf only past the floats).
-
-    log(e^x - 1 - x) = x + log1p(-(1 + x) e^-x); the ratio overflows for mu above about 37.85.
-    """
-    with np.errstate(over="ignore", under="ignore"):
-        log_var = x + np.log1p(-(1.0 + x) * np.exp(-x))
-        return np.exp(0.5 * log_var - np.log(0.5 * x))

@@ -829,13 +829,12 @@ def _kind(name: str, place: str, how: str, clip, fixed_sampler: bool) -> tuple[s
     if place == "reward":
         return row.fixed_point[place], 1.0
     # differentiable, loss: pathwise k' plus the score-function term of k's value
+    if row.differentiable_loss is not None:  # the registry's row says where it lands
+        return row.differentiable_loss
     if row.straight_through is None:
-        if row.unbiased:  # E_pi k = KL(pi || ref): k1, k3
+        if row.unbiased:  # E_pi k = KL(pi || ref) and the gradient of the mean is grad KL
             return "optimum", 1.0
         return ("undefined", 1.0) if row.fixed_point["loss"] == "undefined" else ("numeric", 1.0)
-    if row.straight_through == "k2" and name == "k1+":
-        # k2's gradient (grad KL) plus k1's score term (grad KL, k1's pathwise part is 0)
-        return "optimum", 2.0
     return "numeric", 1.0
 
 

@@ -37,11 +37,13 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..core.internal import EXPM1MX_COEFFICIENTS, SERIES_RADIUS, expm1mx, horner_x2, special
+from ..core.internal import estimator_values as F
 from ..core.internal import validation as V
 
 __all__ = ["ESTIMATORS", "PLACEMENTS", "Estimator", "estimator_names", "get_estimator"]
@@ -63,8 +65,8 @@ class Estimator:
     formula : str
         The per-sample value in terms of ``log p(x)`` and ``log q(x)``, as text.
     value : callable
-        ``value(l)``: the estimate at log-ratios ``l`` (numpy, ``l = +inf`` allowed),
-        evaluated without cancellation.
+        ``value(l)``: the estimate at log-ratios ``l`` (numpy, ``l = +-inf`` allowed),
+        evaluated without cancellation: ``array_value`` on numpy.
     derivative : callable
         ``derivative(l)``: :math:`dk/d\ell`, what a loss placement differentiates.
     weighted_value : callable
@@ -102,6 +104,41 @@ class Estimator:
         (``"k2"``): the value is ``value``, the derivative is that row's
         (``derivative`` and ``weighted_derivative`` are already that row's). ``None``
         for an ordinary estimator, whose derivative is the derivative of its value.
+    array_value : callable or None
+        ``array_value(xp, l)``: the same value on any array-API namespace ``xp``
+        (torch, JAX, CuPy), the formula of :mod:`klpolicy.core` that ``value`` evaluates
+        on numpy and ``klpolicy.estimators.k1`` ... hand torch tensors to. None for a
+        row with no array-API formula (numpy only).
+    mean_is_kl : bool
+        Whether :math:`\mathbb{E}_p[k] = \mathrm{KL}(p\|q)` for every pair, ``q``'s
+        zeros included (``k1``): the exact mean is then the KL itself, summed from
+        non-negative terms.
+    nonnegative : bool
+        Whether every per-sample value is :math:`\ge 0`.
+    differentiable_loss : (str, float) or None
+        Where on-policy gradient training converges with the estimator in the
+        ``"loss"`` behind a differentiable importance ratio (the pathwise derivative
+        plus the score-function term of the value): a kind of ``fixed_point``, or
+        ``"numeric"`` (no closed form: the zero of the expected gradient), and the
+        factor on ``beta`` at which the kind holds. None: derived, ``("optimum", 1)``
+        for an unbiased ordinary row, ``("undefined", 1)`` where the loss kind is
+        undefined, ``("numeric", 1)`` otherwise.
+    gaussian_stdev_ratio : callable or None
+        ``gaussian_stdev_ratio(m2)``: :math:`\sqrt{\mathrm{Var}\,k}/\mathrm{KL}` of
+        the Gaussian experiment at ``m2 = mu^2``, computed in log space for where the
+        variance of ``gaussian_moments`` overflows; None where it does not overflow
+        before the ratio does.
+    textbook : (callable, str, str) or None
+        For an estimator whose textbook formula cancels: ``(scale, terms, remedy)``,
+        ``scale(l, size)`` the magnitude of the terms that formula forms at log-ratios
+        ``l`` from log-probabilities of magnitude ``size`` (a correct plain
+        implementation rounds to a few ulp of it), ``terms`` their names, ``remedy``
+        how to evaluate it without cancellation. None where the value's own size and
+        slope bound the rounding.
+    known_errors : tuple of (str, callable)
+        Wrong implementations seen in the wild: a sentence naming the error and
+        ``f(l)``, the per-sample values that implementation returns at log-ratios ``l``
+        (what :func:`klpolicy.testing.check_kl_estimator` diagnoses).
     """
 
     name: str
@@ -117,6 +154,13 @@ class Estimator:
     unbiased: bool
     reference: str
     straight_through: str | None = None
+    array_value: Callable[[Any, Any], Any] | None = None
+    mean_is_kl: bool = False
+    nonnegative: bool = False
+    differentiable_loss: tuple[str, float] | None = None
+    gaussian_stdev_ratio: Callable[[NDArray], NDArray] | None = None
+    textbook: tuple[Callable[[NDArray, NDArray], NDArray], str, str] | None = None
+    known_errors: tuple[tuple[str, Callable[[NDArray], NDArray]], ...] = ()
 
     def __post_init__(self) -> None:
         if any(kind in _RENAMED_KINDS for kind in self.fixed_point.values()):
@@ -148,9 +192,36 @@ def _expm1mx2(x: NDArray) -> NDArray:
     return out
 
 
-def _k3_value(ell: NDArray) -> NDArray:
-    # e^{-l} - 1 + l; at l = -inf (p = 0 < q) it is +inf, not inf - inf = NaN
-    return np.where(ell == -np.inf, np.inf, expm1mx(np.where(ell == -np.inf, 0.0, ell) * -1))
+def _on_numpy(formula: Callable[[Any, Any], Any]) -> Callable[[NDArray], NDArray]:
+    """``formula(numpy, l)``: an array-API value formula of core as a numpy function."""
+
+    def value(ell: NDArray) -> NDArray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return formula(np, ell)
+
+    value.__name__ = value.__qualname__ = formula.__name__
+    value.__doc__ = f"``{formula.__name__}(numpy, l)``: the estimate at numpy log-ratios ``l``."
+    return value
+
+
+_K1, _K2, _K3, _ABS = (_on_numpy(f) for f in (F.k1_value, F.k2_value, F.k3_value, F.abs_value))
+
+
+def _k3_textbook_scale(ell: NDArray, size: NDArray) -> NDArray:
+    # exp(x) - 1 - x with x = -l forms exp(x), 1 and x, and its slope expm1(x) scales the
+    # rounding of the inputs
+    x = -ell
+    return size * np.abs(np.expm1(x)) + np.exp(x) + 1 + np.abs(x)
+
+
+def _k3_stdev_ratio_large(x: NDArray) -> NDArray:
+    """sqrt(e^x - 1 - x) / (x / 2) for x = mu^2 >= 1, in log space (inf only past the floats).
+
+    log(e^x - 1 - x) = x + log1p(-(1 + x) e^-x); the ratio overflows for mu above about 37.85.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        log_var = x + np.log1p(-(1.0 + x) * np.exp(-x))
+        return np.exp(0.5 * log_var - np.log(0.5 * x))
 
 
 def _k3_weighted_value(pi: NDArray, ref: NDArray, ell: NDArray) -> NDArray:
@@ -184,70 +255,127 @@ def _abs_gaussian(mu: NDArray) -> tuple[NDArray, NDArray]:
     return mean, m2 - delta * (mean + 0.5 * m2)
 
 
-def _rows() -> dict[str, Estimator]:
-    schulman = "Schulman (2020), http://joschu.net/blog/kl-approx.html"
-    rows = [
-        Estimator(
-            name="k1",
-            formula="log p(x) - log q(x)",
-            value=lambda ell: ell,
-            derivative=lambda ell: np.ones_like(ell),
-            weighted_value=lambda pi, ref, ell: pi * ell,
-            weighted_derivative=lambda pi, ref, ell: pi,
-            exact_bias=lambda pn, qn, ell, q_out: np.zeros_like(q_out),
-            gaussian_moments=lambda mu: (0.5 * mu * mu, mu * mu),
-            fixed_point=MappingProxyType({"reward": "optimum", "loss": "greedy"}),
-            estimates_kl=True,
-            unbiased=True,
-            reference=schulman,
-        ),
-        Estimator(
-            name="k2",
-            formula="(log p(x) - log q(x))^2 / 2",
-            value=lambda ell: 0.5 * ell * ell,
-            derivative=lambda ell: ell,
-            weighted_value=lambda pi, ref, ell: pi * (0.5 * ell * ell),
-            weighted_derivative=lambda pi, ref, ell: pi * ell,
-            exact_bias=_k2_bias,
-            gaussian_moments=lambda mu: (
-                0.5 * mu**2 + mu**4 / 8,
-                mu**4 / 2 + mu**6 / 4,
+_K3_FORMULA = "exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))"
+
+
+_SCHULMAN = "Schulman (2020), http://joschu.net/blog/kl-approx.html"
+
+
+def _k1_row() -> Estimator:
+    """k1: the log-ratio itself, unbiased."""
+    return Estimator(
+        name="k1",
+        formula="log p(x) - log q(x)",
+        value=_K1,
+        derivative=lambda ell: np.ones_like(ell),
+        weighted_value=lambda pi, ref, ell: pi * ell,
+        weighted_derivative=lambda pi, ref, ell: pi,
+        exact_bias=lambda pn, qn, ell, q_out: np.zeros_like(q_out),
+        gaussian_moments=lambda mu: (0.5 * mu * mu, mu * mu),
+        fixed_point=MappingProxyType({"reward": "optimum", "loss": "greedy"}),
+        estimates_kl=True,
+        unbiased=True,
+        reference=_SCHULMAN,
+        array_value=F.k1_value,
+        mean_is_kl=True,
+        differentiable_loss=("optimum", 1.0),
+        known_errors=(
+            (
+                "k1 has the wrong sign: it computes logq - logp; k1 = log p(x) - log q(x).",
+                lambda ell: -ell,
             ),
-            fixed_point=MappingProxyType({"reward": "none", "loss": "optimum"}),
-            estimates_kl=True,
-            unbiased=False,
-            reference=schulman,
         ),
-        Estimator(
-            name="k3",
-            formula="exp(log q(x) - log p(x)) - 1 - (log q(x) - log p(x))",
-            value=_k3_value,
-            derivative=lambda ell: -np.expm1(-ell),
-            weighted_value=_k3_weighted_value,
-            # pi (1 - ref/pi) = pi - ref: no overflow where pi is tiny
-            weighted_derivative=lambda pi, ref, ell: np.where(pi > 0, pi - ref, 0),
-            exact_bias=lambda pn, qn, ell, q_out: 0.0 - q_out,  # E_p[q/p] - 1 = q(p > 0) - 1
-            gaussian_moments=lambda mu: (0.5 * mu * mu, expm1mx(mu * mu)),
-            fixed_point=MappingProxyType({"reward": "none", "loss": "forward_kl"}),
-            estimates_kl=True,
-            unbiased=True,
-            reference=schulman,
+    )
+
+
+def _k2_row() -> Estimator:
+    """k2: half the squared log-ratio, biased by O(l^3)."""
+    return Estimator(
+        name="k2",
+        formula="(log p(x) - log q(x))^2 / 2",
+        value=_K2,
+        derivative=lambda ell: ell,
+        weighted_value=lambda pi, ref, ell: pi * (0.5 * ell * ell),
+        weighted_derivative=lambda pi, ref, ell: pi * ell,
+        exact_bias=_k2_bias,
+        gaussian_moments=lambda mu: (
+            0.5 * mu**2 + mu**4 / 8,
+            mu**4 / 2 + mu**6 / 4,
         ),
-        Estimator(
-            name="abs",
-            formula="|log p(x) - log q(x)|",
-            value=np.abs,
-            derivative=np.sign,
-            weighted_value=lambda pi, ref, ell: pi * np.abs(ell),
-            weighted_derivative=lambda pi, ref, ell: pi * np.sign(ell),
-            exact_bias=_abs_bias,
-            gaussian_moments=_abs_gaussian,
-            fixed_point=MappingProxyType({"reward": "none", "loss": "undefined"}),
-            estimates_kl=False,
-            unbiased=False,
-            reference='TRL and verl, kl_penalty="abs" (not an estimator of KL)',
+        fixed_point=MappingProxyType({"reward": "none", "loss": "optimum"}),
+        estimates_kl=True,
+        unbiased=False,
+        reference=_SCHULMAN,
+        array_value=F.k2_value,
+        nonnegative=True,
+        differentiable_loss=("numeric", 1.0),
+        known_errors=(
+            (
+                "k2 is missing the factor 1/2: k2 = (log p(x) - log q(x))^2 / 2.",
+                lambda ell: ell * ell,
+            ),
         ),
-    ]
+    )
+
+
+def _k3_row() -> Estimator:
+    """k3: exp(-l) - 1 + l, unbiased where q covers p's support, never negative."""
+    return Estimator(
+        name="k3",
+        formula=_K3_FORMULA,
+        value=_K3,
+        derivative=lambda ell: -np.expm1(-ell),
+        weighted_value=_k3_weighted_value,
+        # pi (1 - ref/pi) = pi - ref: no overflow where pi is tiny
+        weighted_derivative=lambda pi, ref, ell: np.where(pi > 0, pi - ref, 0),
+        exact_bias=lambda pn, qn, ell, q_out: 0.0 - q_out,  # E_p[q/p] - 1 = q(p > 0) - 1
+        gaussian_moments=lambda mu: (0.5 * mu * mu, expm1mx(mu * mu)),
+        fixed_point=MappingProxyType({"reward": "none", "loss": "forward_kl"}),
+        estimates_kl=True,
+        unbiased=True,
+        reference=_SCHULMAN,
+        array_value=F.k3_value,
+        nonnegative=True,
+        differentiable_loss=("optimum", 1.0),
+        gaussian_stdev_ratio=_k3_stdev_ratio_large,
+        textbook=(
+            _k3_textbook_scale,
+            "exp(log q - log p), 1 and log q - log p",
+            "evaluate k3 as expm1(x) - x (or klpolicy.estimators.k3)",
+        ),
+        known_errors=(
+            (
+                "k3 has its ratio inverted: it computes exp(logp - logq) - 1 - (logp - logq), "
+                f"whose mean under p is not KL(p||q); k3 = {_K3_FORMULA}.",
+                lambda ell: _K3(-ell),
+            ),
+        ),
+    )
+
+
+def _abs_row() -> Estimator:
+    """TRL's and verl's ``abs``: abs(l), not an estimator of the KL."""
+    return Estimator(
+        name="abs",
+        formula="|log p(x) - log q(x)|",
+        value=_ABS,
+        derivative=np.sign,
+        weighted_value=lambda pi, ref, ell: pi * np.abs(ell),
+        weighted_derivative=lambda pi, ref, ell: pi * np.sign(ell),
+        exact_bias=_abs_bias,
+        gaussian_moments=_abs_gaussian,
+        fixed_point=MappingProxyType({"reward": "none", "loss": "undefined"}),
+        estimates_kl=False,
+        unbiased=False,
+        reference='TRL and verl, kl_penalty="abs" (not an estimator of KL)',
+        array_value=F.abs_value,
+        nonnegative=True,
+        differentiable_loss=("undefined", 1.0),
+    )
+
+
+def _rows() -> dict[str, Estimator]:
+    rows = [_k1_row(), _k2_row(), _k3_row(), _abs_row()]
     rows += _straight_through_rows({row.name: row for row in rows})
     return {row.name: row for row in rows}
 
@@ -265,12 +393,23 @@ _OPENRLHF = (
     "straight-through k2 for kl_estimator {base}"
 )
 
+# The straight-through rows: (the row whose value they take, where the loss placement behind
+# a differentiable ratio lands, whether OpenRLHF ships it). That placement adds the value's
+# score-function term to k2's gradient: for k1 it is grad KL too (k1's pathwise part
+# E_pi[grad log pi] is 0), so the step is twice grad KL and lands at pi* at 2 beta; for k3
+# and abs there is no closed form.
+_STRAIGHT_THROUGH = (
+    ("k1", ("optimum", 2.0), True),
+    ("k3", ("numeric", 1.0), True),
+    ("abs", ("numeric", 1.0), False),
+)
+
 
 def _straight_through_rows(base_rows: dict[str, Estimator]) -> list[Estimator]:
     """``k1+``, ``k3+``, ``abs+``: the value of k1, k3 or abs, the gradient of k2."""
     k2 = base_rows["k2"]
     out = []
-    for base in ("k1", "k3", "abs"):
+    for base, differentiable_loss, openrlhf in _STRAIGHT_THROUGH:
         row = base_rows[base]
         loss_kind = k2.fixed_point["loss"]  # the gradient is k2's
         out.append(
@@ -289,8 +428,15 @@ def _straight_through_rows(base_rows: dict[str, Estimator]) -> list[Estimator]:
                 estimates_kl=row.estimates_kl,
                 unbiased=row.unbiased,
                 reference=_VERL.format(name=base + "+", base=base)
-                + (_OPENRLHF.format(base=base) if base != "abs" else ""),
+                + (_OPENRLHF.format(base=base) if openrlhf else ""),
                 straight_through="k2",
+                array_value=row.array_value,
+                mean_is_kl=row.mean_is_kl,
+                nonnegative=row.nonnegative,
+                differentiable_loss=differentiable_loss,
+                gaussian_stdev_ratio=row.gaussian_stdev_ratio,
+                textbook=row.textbook,
+                known_errors=row.known_errors,
             )
         )
     return out

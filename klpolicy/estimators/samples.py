@@ -40,6 +40,7 @@ from ..core.internal import kl_last as _kl_last
 from ..core.internal import validation as V
 from ._exact import _exact_bias, _normalised, _setup, _values, _weighted_moments
 from ._inputs import as_normalised_log_probs
+from .registry import ESTIMATORS
 
 __all__ = [
     "abs_kl",
@@ -59,7 +60,7 @@ __all__ = [
 
 def _per_sample(name, logp, logq, clip, log_ratio_clip):
     if _xp.is_foreign(logp, logq):  # torch, JAX, CuPy: the array-API kernel, same checks
-        return _xp.estimate(name, logp, logq, clip, log_ratio_clip)
+        return _xp.estimate(ESTIMATORS[name].array_value, logp, logq, clip, log_ratio_clip)
     lp = V.as_log_probs("logp", logp, allow_neg_inf=False)
     lq = V.as_log_probs("logq", logq, allow_neg_inf=True)
     c = V.as_optional_clip("clip", clip)
@@ -416,8 +417,8 @@ def moments(
     pn, _, ell = _normalised(pa, qa)
     k = _values(name, ell, c, lc)
     mean, var = _weighted_moments(pn, k)
-    if name == "k1" and c is None and lc is None:
-        # the mean is the KL, summed from non-negative terms (the variance above is centred
+    if ESTIMATORS[name].mean_is_kl and c is None and lc is None:
+        # the mean is the KL (k1), summed from non-negative terms (the variance above is centred
         # on the heaviest outcome's value, exact for near point masses)
         mean = _kl_last(pa, qa)
         var = np.where(np.isfinite(mean), var, np.inf)

@@ -30,7 +30,7 @@ from .family import (
     population_loss,
     population_optimum,
 )
-from .fdpo import f_divergence_score
+from .fdpo import FDPO_DIVERGENCES, f_divergence_score
 from .games import (
     GeometricMixtureLaws,
     NashEquilibrium,
@@ -56,6 +56,7 @@ from .solvers import laplacian_solve, minimise_pair_loss
 from .tabular import empirical_dpo_loss, population_dpo_loss, population_ipo_loss
 
 __all__ = [
+    "FDPO_DIVERGENCES",
     "LOSSES",
     "DPOFit",
     "GeometricMixtureLaws",

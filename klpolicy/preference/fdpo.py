@@ -57,11 +57,11 @@ from types import MappingProxyType
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from ..core import f_optimal_policy
+from ..core import DIVERGENCES, f_optimal_policy
 from ..core.internal import as_divergence, monotone_root, special
 from ..core.internal import validation as V
 
-__all__ = ["f_divergence_score"]
+__all__ = ["FDPO_DIVERGENCES", "f_divergence_score"]
 
 _LOG2 = math.log(2.0)
 # TRL's names -> registry rows
@@ -181,6 +181,13 @@ _SCORES: Mapping[str, _Score] = MappingProxyType(
             ),
         )
     }
+)
+
+#: The divergences :func:`f_divergence_score` takes: every row of
+#: :data:`klpolicy.DIVERGENCES` that has an f-DPO score (in the registry's order), then
+#: TRL's own names of two of them.
+FDPO_DIVERGENCES: tuple[str, ...] = tuple(name for name in DIVERGENCES if name in _SCORES) + tuple(
+    _TRL
 )
 
 

@@ -182,7 +182,7 @@ def sequence_kl_moments(
         if not np.isfinite(mean):
             return math.inf, math.inf
         var = float(np.sum(np.where(on, prob * (total - mean) ** 2, 0.0)))
-    if estimator == "k1":
+    if ESTIMATORS[estimator].mean_is_kl:
         # E[k1] is the KL: summed by the chain rule from non-negative terms, where the signed
         # log-ratios above (1e-10 each for a KL of 1e-20) cancel to rounding
         mean = float(np.sum(per_token_kl(p, q)))
@@ -340,7 +340,8 @@ def token_kl_profile(
         else:
             lp_kept, lq_kept = np.where(keep, lp, 0.0), np.where(keep, lq, 0.0)
             k = _per_token_estimate(lp_kept, lq_kept, estimator)
-            weights = k if estimator == "k3" else _per_token_estimate(lp_kept, lq_kept, "k3")
+            # the shares weigh tokens by k3, non-negative whatever the estimator reported
+            weights = _per_token_estimate(lp_kept, lq_kept, "k3")
     k = np.where(keep, k, 0.0).astype(dtype)
     weights = np.where(keep, weights, 0.0)
     counts = keep.sum(axis=0)

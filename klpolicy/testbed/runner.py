@@ -201,6 +201,15 @@ class TestbedResult:
         ``"trl-dpo"``: the dataset as counts ``C[x, winner, loser]``, shape ``(P, n, n)``,
         over :attr:`completions` (the trainer saw each pair ``C[x, i, j]`` times after
         prompt ``x``); None for the other trainers.
+    ref_target : ndarray or None
+        A :func:`~klpolicy.testbed.fitted_task`'s target law, shape ``(P, n')``, a row per
+        prompt over the task's completions (:func:`~klpolicy.testbed.task_completions`);
+        None for an unfitted task.
+    kl_target_to_ref : float or None
+        ``KL(ref_target || fitted)``, the initial model's exact law over the task's
+        completions (for GRPO and RLOO that is :attr:`ref_law`; for DPO, whose outcomes are
+        responses, the law the fit matched), the largest over the prompts; None for an
+        unfitted task.
     """
 
     trainer: str
@@ -230,6 +239,8 @@ class TestbedResult:
     wall_time: float
     completion_text: tuple = ()
     preference_counts: NDArray | None = None
+    ref_target: NDArray | None = None
+    kl_target_to_ref: float | None = None
 
     def kl_path(self) -> tuple[NDArray, NDArray, NDArray | None]:
         r"""The law's distance to pi* and to the predicted point, from the reference on.
@@ -562,7 +573,10 @@ def run(
         ``"klpolicy-grpo"``
         (:mod:`klpolicy.testbed.own`: :mod:`klpolicy.torch`'s update rules on the same model).
     task : Task, optional
-        The task (one prompt or several); :func:`bandit_task` by default.
+        The task (one prompt or several); :func:`bandit_task` by default. A
+        :class:`~klpolicy.testbed.FittedTask` (:func:`~klpolicy.testbed.fitted_task`)
+        starts from its fitted reference, and the result gives its target and
+        ``KL(target || ref)`` (``ref_target``, ``kl_target_to_ref``).
     steps : int
         Optimiser steps (TRL's ``max_steps``).
     seed : int
@@ -730,6 +744,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
     if is_dpo:
         _check_dpo_tokenization(tr, task, completions, pred.counts)
     final, wall = _train(tr, law_of, steps, config, laws, law_steps)
+    fit = _fit_report(task, model)
     kept = {
         k: getattr(config, k) for k in ("beta", "learning_rate", "per_device_train_batch_size")
     } | rule_opts
@@ -745,6 +760,7 @@ def _run(trainer, task, steps, seed, device, law_every, num_threads, progress, t
         (np.array(law_steps), np.array(laws), final, wall),
         pred,
         _versions(trl),
+        fit,
     )
 
 
@@ -758,6 +774,7 @@ def _run_own(trainer, adapter, task, steps, seed, device, law_every, num_threads
     law_of = _law_reader(task, False)
     completions, ref_law = law_of(model)
     reward = _rewards(task, completions, False)
+    fit = _fit_report(task, model)  # before training: the model is trained in place
     trained, pred, kept = adapter.train(
         model,
         task,
@@ -781,7 +798,21 @@ def _run_own(trainer, adapter, task, steps, seed, device, law_every, num_threads
         trained,
         _Prediction(policy, beta_eff, _landing_text(task.prompts, texts), pistar),
         _versions(None),
+        fit,
     )
+
+
+def _fit_report(task, model) -> tuple:
+    """A fitted task's target and the largest over its prompts of ``KL(target || initial
+    model's law)``, else ``(None, None)``."""
+    from klpolicy.testbed.fit import FittedTask
+
+    if not isinstance(task, FittedTask):
+        return None, None
+    completions, law = _law_reader(task, False)(model)
+    if completions != task.completions:
+        raise RuntimeError("the fitted task's completions are not its model's")
+    return task.target, float(np.max(kl_divergence(task.target, law)))
 
 
 def _testbed_options(adapter: Adapter, trainer_options: dict, is_dpo: bool):
@@ -1187,12 +1218,15 @@ def _versions(trl) -> dict:
     }
 
 
-def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> TestbedResult:
+def _compare(
+    trainer, task, kept, steps, seed, ref, trained, pred, versions, fit=(None, None)
+) -> TestbedResult:
     """The trained law against the prediction and pi*: their KLs, and ``beta_fit``.
 
     ``ref`` is ``(completions, ref_law, reward)``, ``trained`` ``(law_steps, laws,
-    final_law, wall_time)``, ``pred`` a :class:`_Prediction`; every law has a row per
-    prompt, and each KL is given per prompt and as their mean (uniform prompt weights).
+    final_law, wall_time)``, ``pred`` a :class:`_Prediction`, ``fit`` ``(ref_target,
+    kl_target_to_ref)``; every law has a row per prompt, and each KL is given per prompt
+    and as their mean (uniform prompt weights).
     """
     completions, ref_law, reward = ref
     law_steps, laws, final, wall = trained
@@ -1228,4 +1262,6 @@ def _compare(trainer, task, kept, steps, seed, ref, trained, pred, versions) -> 
         wall_time=wall,
         completion_text=tuple(" ".join(task.vocabulary[t] for t in c) for c in completions),
         preference_counts=pred.counts,
+        ref_target=fit[0],
+        kl_target_to_ref=fit[1],
     )

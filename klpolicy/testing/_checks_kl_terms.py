@@ -687,7 +687,7 @@ def _torch():
 def _candidate_names() -> tuple[str, ...]:
     """Every divergence of the registry but the alpha family (its orders repeat the others:
     2 is chi2/2, 1/2 four times Hellinger, -1 the reverse chi2/2)."""
-    return tuple(n for n in DIVERGENCES if n != "alpha")
+    return tuple(n for n, row in DIVERGENCES.items() if not row.takes_alpha)
 
 
 def _as_expect(expect: Any, level: str = "sequence") -> str:

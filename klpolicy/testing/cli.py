@@ -236,9 +236,9 @@ def _choices(name: str, suite: str = "") -> list[str] | None:
 
         return list(LOSSES)
     if name == "divergence":
-        from ..core import DIVERGENCES
+        from ..preference import FDPO_DIVERGENCES
 
-        return [n for n in DIVERGENCES if n != "tv"] + ["js_divergence", "alpha_divergence"]
+        return list(FDPO_DIVERGENCES)
     if name == "reduction":
         if suite == "kl-term":  # how per-token terms make a sequence's: no "none" there
             from ._checks_kl_terms import TERM_REDUCTIONS

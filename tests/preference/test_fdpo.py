@@ -338,3 +338,17 @@ def test_sft_row_loss_weights_and_label_smoothing_note():
     with pytest.raises(ValueError, match="population_optimum takes one loss"):
         population_optimum(ref, prefs, 0.5, loss=["sigmoid", "sft"])
     assert "ignores label_smoothing for sigmoid" in LOSSES["sigmoid"].notes
+
+
+def test_fdpo_divergences_are_exactly_what_the_score_takes():
+    """FDPO_DIVERGENCES (the CLI's choices) lists every name f_divergence_score takes, and
+    every other registry row is refused by name."""
+    from klpolicy.core import DIVERGENCES
+    from klpolicy.preference import FDPO_DIVERGENCES, f_divergence_score
+
+    for name in FDPO_DIVERGENCES:
+        alpha = 0.5 if name in ("alpha", "alpha_divergence") else None
+        assert np.isfinite(f_divergence_score([0.0, 1.0], name, alpha=alpha)).all(), name
+    for name in set(DIVERGENCES) - set(FDPO_DIVERGENCES):
+        with pytest.raises(ValueError, match="divergence"):
+            f_divergence_score([0.0, 1.0], name)

@@ -398,7 +398,7 @@ def test_cli_task_choice(capsys):
     assert main(["testbed", "run", "trl-rloo", "--task", "nope"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert "`--task` must be one of 'bandit', 'tree', 'prompts'; got 'nope'" in err
+    assert "`--task` must be one of 'bandit', 'tree', 'prompts', 'bandit-skewed'; got 'nope'" in err
 
 
 @pytest.mark.slow

@@ -12,7 +12,12 @@ from klpolicy.testbed import TASKS, Task, bandit_task, prompts_task, sequence_la
 
 
 def test_tasks_table_names_the_builders():
-    assert TASKS == {"bandit": bandit_task, "tree": tree_task, "prompts": prompts_task}
+    assert {k: TASKS[k] for k in ("bandit", "tree", "prompts")} == {
+        "bandit": bandit_task,
+        "tree": tree_task,
+        "prompts": prompts_task,
+    }
+    assert list(TASKS) == ["bandit", "tree", "prompts", "bandit-skewed"]
     for name, build in TASKS.items():
         assert build(model_seed=3).name == name
 
