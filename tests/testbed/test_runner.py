@@ -250,8 +250,8 @@ def test_grpo_on_a_token_tree_is_predicted_on_the_tree():
 
     task = tree_task()
     r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
-    assert len(r.completions) == 85 and "myopic equilibrium" in r.landing
-    V, T, eos = 5, 3, task.eos_token_id
+    assert len(r.completions) == 156 and "myopic equilibrium" in r.landing
+    V, T, eos = len(task.vocabulary), 3, task.eos_token_id
     ref = r.ref_law[0]
     law = SequenceLaw(r.completions, ref, np.log(ref), vocab_size=V, eos_token_id=eos)
     rt = np.zeros((V,) * T)
@@ -333,17 +333,17 @@ def test_grpo_on_a_token_tree_after_two_prompts_is_predicted_per_prompt():
     from klpolicy.testbed import SequenceLaw, Task, tree_task
 
     tree = tree_task()
-    # the tree task's reward after "q", its opposite after "a": a different best completion
+    # the tree task's reward after "[BOS] q", its opposite after "[BOS] a": a different best
     task = Task(
         "two-trees",
         tree.vocabulary,
-        ("q", "a"),
+        ("[BOS] q", "[BOS] a"),
         3,
         lambda x, ids: tree.reward(0, ids) * (1 if x == 0 else -1),
     )
     r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
-    assert r.final_law.shape == (2, 85) and r.predicted.shape == (2, 85)
-    V, T, eos = 5, 3, 1
+    assert r.final_law.shape == (2, 156) and r.predicted.shape == (2, 156)
+    V, T, eos = 6, 3, 1
     pad = [c + (eos,) * (T - len(c)) for c in r.completions]
     for x in range(2):
         ref = r.ref_law[x]
