@@ -66,7 +66,7 @@ ROWS = [
         "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dr_grpo",
     ),
     ("tree: RLOO, G=2", "trl-rloo --task tree --num-generations 2"),
-    ("tree: DPO, 2048 pairs", "trl-dpo --task tree --pairs 2048 --steps 200"),
+    ("tree: DPO, 4096 pairs", "trl-dpo --task tree --pairs 4096 --steps 200"),
     (
         "skewed reference: GRPO, G=2, no scaling",
         "trl-grpo --task bandit-skewed --num-generations 2 --scale-rewards none",
