@@ -115,7 +115,7 @@ def test_the_tree_tasks_start_token_unties_its_contexts():
 
 
 def _mp_uniform_tree_gap():
-    # recipe: the uniform law over the tree's 85 completions; the edge masses after the
+    # recipe: the uniform law over the tied tree's 85 completions; the edge masses after the
     # tied contexts q, q q, q q q (tokens PAD EOS q a b; EOS ends a completion) are
     # [21, 1, 21, 21, 21]/85, [5, 1, 5, 5, 5]/85, [1, 1, 1, 1, 1]/85; the shared row is
     # their normalised sum m, and the gap is sum_h sum_v W_h(v) log(c_h(v) / m(v))
