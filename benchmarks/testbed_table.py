@@ -77,6 +77,11 @@ ROWS = [
         "trl-grpo --task tree --num-generations 2 --scale-rewards none --steps 1000",
     ),
     ("tree: RLOO, G=2, 1000 steps", "trl-rloo --task tree --num-generations 2 --steps 1000"),
+    (
+        "tree: GRPO, G=2, no scaling, 3000 steps",
+        "trl-grpo --task tree --num-generations 2 --scale-rewards none --steps 3000",
+    ),
+    ("tree: RLOO, G=2, 3000 steps", "trl-rloo --task tree --num-generations 2 --steps 3000"),
 ]
 
 
