@@ -4,7 +4,7 @@ against one forward pass of the same batch.
 For each adapter of ``klpolicy.testbed.ADAPTERS`` a short run (``--steps``, default 20) on
 the bandit task gives TRL's training steps per second on this device (the law callback
 off: ``law_every`` = the number of steps). Then, on the tree task's model (3 tokens with
-EOS, 85 completions), one ``sequence_law`` (three batched forward passes, one per depth,
+EOS, 156 completions), one ``sequence_law`` (three batched forward passes, one per depth,
 float64 log-softmax) is timed against one forward pass of a batch of the same number of
 rows (the baseline, in the same process): the ratio is what enumerating the law costs
 over the model's own work. Each time is the best of ``--repeat`` runs.

@@ -66,7 +66,7 @@ ROWS = [
         "trl-grpo --task tree --num-generations 4 --scale-rewards none --loss-type dr_grpo",
     ),
     ("tree: RLOO, G=2", "trl-rloo --task tree --num-generations 2"),
-    ("tree: DPO, 2048 pairs", "trl-dpo --task tree --pairs 2048 --steps 200"),
+    ("tree: DPO, 4096 pairs", "trl-dpo --task tree --pairs 4096 --steps 200"),
     (
         "skewed reference: GRPO, G=2, no scaling",
         "trl-grpo --task bandit-skewed --num-generations 2 --scale-rewards none",
@@ -77,6 +77,11 @@ ROWS = [
         "trl-grpo --task tree --num-generations 2 --scale-rewards none --steps 1000",
     ),
     ("tree: RLOO, G=2, 1000 steps", "trl-rloo --task tree --num-generations 2 --steps 1000"),
+    (
+        "tree: GRPO, G=2, no scaling, 3000 steps",
+        "trl-grpo --task tree --num-generations 2 --scale-rewards none --steps 3000",
+    ),
+    ("tree: RLOO, G=2, 3000 steps", "trl-rloo --task tree --num-generations 2 --steps 3000"),
     # klpolicy's own update rules (klpolicy.torch) on the same model
     ("klpolicy exact gradient", "klpolicy-exact"),
     (

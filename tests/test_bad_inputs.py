@@ -1860,7 +1860,10 @@ def _exact_message_rows():
                 "`law` must have one row per prompt: the task has 3, `law` 1",
             ),
             (
-                lambda: tb.fitted_task(tb.tree_task(), [1 / 85] * 85),
+                lambda: tb.fitted_task(
+                    tb.Task("tied", ("[PAD]", "[EOS]", "q", "a", "b"), ("q",), 3, lambda x, c: 0.0),
+                    [1 / 85] * 85,
+                ),
                 "`law` is out of the model's reach: its next-token laws after ['q', 'q q', "
                 "'q q q'] differ, and the task's Llama (no absolute positions) gives every "
                 "repetition of one token the same next-token law; no weights come nearer than "

@@ -51,8 +51,8 @@ def task_completions(task: Task) -> tuple:
     >>> from klpolicy.testbed import bandit_task, tree_task
     >>> task_completions(bandit_task())
     ((0,), (1,), (2,), (3,), (4,), (5,), (6,))
-    >>> len(task_completions(tree_task()))
-    85
+    >>> len(task_completions(tree_task()))  # 1 + 5 + 5 * 5 * 6
+    156
     """
     import torch
 
@@ -428,7 +428,7 @@ def reachable_law(task: Task, law) -> NDArray[np.float64]:
     ndarray, shape (n,) or (P, n)
         The reachable law over :func:`task_completions` (float64), in ``law``'s shape (one
         row for one row given); ``law`` itself, up to rounding, when no two tied contexts
-        differ (always on :func:`bandit_task`).
+        differ (always on :func:`bandit_task` and :func:`tree_task`).
 
     Raises
     ------
@@ -438,11 +438,14 @@ def reachable_law(task: Task, law) -> NDArray[np.float64]:
     Examples
     --------
     >>> import numpy as np
-    >>> from klpolicy.testbed import tree_task
-    >>> t = tree_task()
+    >>> from klpolicy.testbed import Task, tree_task
+    >>> tied = Task("tied", ("[PAD]", "[EOS]", "q", "a", "b"), ("q",), 3, lambda x, c: 0.0)
     >>> q = np.full(85, 1 / 85)
-    >>> bool(np.allclose(reachable_law(t, q), q))  # p(. | q) and p(. | q q) differ in q
+    >>> bool(np.allclose(reachable_law(tied, q), q))  # p(. | q) and p(. | q q) differ in q
     False
+    >>> u = np.full(156, 1 / 156)  # tree_task's prompt "[BOS] q" ties no contexts
+    >>> bool(np.allclose(reachable_law(tree_task(), u), u))
+    True
     """
     _check_task(task)
     completions = task_completions(task)

@@ -184,7 +184,7 @@ def bandit_task(*, model_seed: int = 0) -> Task:
     )
 
 
-_TREE_VOCAB = ("[PAD]", "[EOS]", "q", "a", "b")
+_TREE_VOCAB = ("[PAD]", "[EOS]", "q", "a", "b", "[BOS]")
 
 
 def _tree_reward(prompt: int, completion_ids) -> float:
@@ -198,13 +198,21 @@ def _tree_reward(prompt: int, completion_ids) -> float:
 def tree_task(*, model_seed: int = 0) -> Task:
     """A 3-token tree with EOS: completions of 1 to 3 tokens, rewards at 5 levels.
 
-    Prompt ``"q"``, vocabulary ``[PAD] [EOS] q a b``, ``max_new_tokens = 3``. A completion
-    that ends with EOS scores ``(#a - #b) / 3`` over its words (so ``a a [EOS]`` is best,
-    2/3, and the rewards take the 5 values -2/3 .. 2/3); one cut at 3 tokens without EOS
-    scores 0. The law has 85 completions of lengths 1, 2 and 3 (1 + 4 + 4 * 4 * 5: a
-    completion ends at EOS or at its third token), so
-    the aggregation over tokens (TRL's ``loss_type``) and the length of what the policy
-    says both matter.
+    Prompt ``"[BOS] q"``, vocabulary ``[PAD] [EOS] q a b [BOS]`` (6 tokens),
+    ``max_new_tokens = 3``. A completion that ends with EOS scores ``(#a - #b) / 3`` over
+    its words (so ``a a [EOS]`` is best, 2/3, and the rewards take the 5 values -2/3 ..
+    2/3; ``q``, ``[PAD]`` and ``[BOS]`` count 0); one cut at 3 tokens without EOS scores 0.
+    The law has 156 completions of lengths 1, 2 and 3 (1 + 5 + 5 * 5 * 6: a completion
+    ends at EOS or at its third token), so the aggregation over tokens (TRL's
+    ``loss_type``) and the length of what the policy says both matter.
+
+    The prompt starts with ``[BOS]`` so that the model can give every context its own
+    next-token law: the Llama has no absolute positions (RoPE) and no biases, so after a
+    context of one token repeated (``q``, ``q q``, ``q q q``) its law would be one law
+    whatever the weights. ``[BOS]`` is an ordinary word of the vocabulary, not a special
+    token of the tokenizer, so neither the tokenizer nor TRL adds or strips it: the ids TRL
+    trains on are :meth:`Task.prompt_ids`, ``[5, 2]``. The model may also generate it,
+    like any word.
 
     Parameters
     ----------
@@ -225,15 +233,17 @@ def tree_task(*, model_seed: int = 0) -> Task:
     Examples
     --------
     >>> t = tree_task()
-    >>> t.reward(0, (3, 3, 1)), t.reward(0, (1,)), t.reward(0, (3, 3, 3)), t.max_new_tokens
-    (0.6666666666666666, 0.0, 0.0, 3)
+    >>> t.prompts, t.prompt_ids(), t.max_new_tokens
+    (('[BOS] q',), ([5, 2],), 3)
+    >>> t.reward(0, (3, 3, 1)), t.reward(0, (1,)), t.reward(0, (3, 5, 1)), t.reward(0, (3, 3, 3))
+    (0.6666666666666666, 0.0, 0.3333333333333333, 0.0)
     """
     from klpolicy.core.internal import validation as V
 
     return Task(
         name="tree",
         vocabulary=_TREE_VOCAB,
-        prompts=("q",),
+        prompts=("[BOS] q",),
         max_new_tokens=3,
         reward=_tree_reward,
         model_seed=V.as_count("model_seed", model_seed, lo=0, hi=2**32 - 1),

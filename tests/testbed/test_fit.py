@@ -15,6 +15,7 @@ from klpolicy.testbed import (  # noqa: E402
     ADAPTERS,
     SKEWED_BANDIT_LAW,
     FittedTask,
+    Task,
     bandit_task,
     fitted_task,
     prompts_task,
@@ -28,6 +29,8 @@ from klpolicy.testbed import (  # noqa: E402
 from klpolicy.testbed import fit as fit_module  # noqa: E402
 
 LAW = [0.3, 0.2, 0.1, 0.05, 0.05, 0.1, 0.2]
+#: a tree whose contexts q, q q, q q q are tied: the prompt "q" alone, no start token
+TIED_TREE = Task("tied-tree", ("[PAD]", "[EOS]", "q", "a", "b"), ("q",), 3, lambda x, c: 0.0)
 
 
 def _law(task, model, ids=None):
@@ -41,7 +44,8 @@ def test_completions_are_sequence_laws_order():
     for task in (bandit_task(), tree_task()):
         law = _law(task, task.model())
         assert task_completions(task) == law.completions
-    assert len(task_completions(tree_task())) == 85
+    assert len(task_completions(tree_task())) == 156  # 1 + 5 + 5 * 5 * 6
+    assert len(task_completions(TIED_TREE)) == 85  # 1 + 4 + 4 * 4 * 5
 
 
 def test_bandit_fit_reaches_the_tolerance_and_reports_its_exact_kl():
@@ -82,7 +86,7 @@ def test_a_model_gives_every_repetition_of_one_token_one_next_token_law():
     # the premise of reachable_law: the contexts q, q q, q q q share one next-token law for
     # any weights (no absolute positions); q a, by contrast, differs
     for seed in (0, 7):
-        m = tree_task(model_seed=seed).model().eval()
+        m = Task(**{**TIED_TREE.__dict__, "model_seed": seed}).model().eval()
         with torch.no_grad():
             rows = [m(torch.tensor([[2] * n])).logits[0, -1].double() for n in (1, 2, 3)]
             other = m(torch.tensor([[2, 3]])).logits[0, -1].double()
@@ -92,8 +96,26 @@ def test_a_model_gives_every_repetition_of_one_token_one_next_token_law():
         assert np.abs(torch.softmax(other, -1).numpy() - p[0]).max() > 1e-3
 
 
+def test_the_tree_tasks_start_token_unties_its_contexts():
+    # after [BOS] q, [BOS] q q, [BOS] q q q the laws differ, at every seed tried (measured:
+    # 3.6e-3 and 2.2e-3 apart at seeds 0 and 7 between the first two), so the tree task's
+    # model can express each context's conditional; the finder of tied contexts agrees
+    t = tree_task()
+    assert t.prompt_ids() == ([5, 2],)
+    masses = fit_module._edge_masses(task_completions(t), np.ones((1, 156)) / 156, 6)
+    assert len(masses) == 31 and fit_module._tied_nodes(t.prompt_ids(), masses) == []
+    for seed in (0, 7):
+        m = tree_task(model_seed=seed).model().eval()
+        with torch.no_grad():
+            rows = [m(torch.tensor([[5] + [2] * n])).logits[0, -1].double() for n in (1, 2, 3)]
+        p = [torch.softmax(r, -1).numpy() for r in rows]
+        assert np.abs(p[1] - p[0]).max() > 1e-3 and np.abs(p[2] - p[1]).max() > 1e-4
+    q = np.full(156, 1 / 156)
+    np.testing.assert_allclose(reachable_law(t, q), q, rtol=1e-13)
+
+
 def _mp_uniform_tree_gap():
-    # recipe: the uniform law over the tree's 85 completions; the edge masses after the
+    # recipe: the uniform law over the tied tree's 85 completions; the edge masses after the
     # tied contexts q, q q, q q q (tokens PAD EOS q a b; EOS ends a completion) are
     # [21, 1, 21, 21, 21]/85, [5, 1, 5, 5, 5]/85, [1, 1, 1, 1, 1]/85; the shared row is
     # their normalised sum m, and the gap is sum_h sum_v W_h(v) log(c_h(v) / m(v))
@@ -109,7 +131,7 @@ def _mp_uniform_tree_gap():
 
 
 def test_reachable_law_of_the_uniform_tree():
-    t = tree_task()
+    t = TIED_TREE
     q = np.full(85, 1 / 85)
     r = reachable_law(t, q)
     assert r.shape == (85,) and r.sum() == pytest.approx(1.0, abs=1e-15)
@@ -123,9 +145,23 @@ def test_reachable_law_of_the_uniform_tree():
 
 
 def test_tree_fit_of_a_reachable_law():
-    t = tree_task()
+    # the tied tree reaches the law only once its tied rows are made equal
+    t = TIED_TREE
     rng = np.random.default_rng(1)
     target = reachable_law(t, rng.dirichlet(np.full(85, 5.0)))
+    f = fitted_task(t, target, tol=1e-5)
+    law = _law(f, f.model())
+    assert f.fit_kl < 1e-5
+    assert float(kl_divergence(target, law.probs)) == pytest.approx(f.fit_kl, rel=1e-6)
+
+
+def test_the_tree_task_fits_a_law_whose_conditionals_differ_at_every_context():
+    # a random law over the 156 completions: p(. | [BOS] q), p(. | [BOS] q q) and
+    # p(. | [BOS] q q q) all differ, and the tree task's model reaches it (measured: KL
+    # 4.9e-6 after 340 steps)
+    t = tree_task()
+    target = np.random.default_rng(1).dirichlet(np.full(156, 5.0))
+    np.testing.assert_allclose(reachable_law(t, target), target, rtol=1e-12)
     f = fitted_task(t, target, tol=1e-5)
     law = _law(f, f.model())
     assert f.fit_kl < 1e-5

@@ -250,8 +250,8 @@ def test_grpo_on_a_token_tree_is_predicted_on_the_tree():
 
     task = tree_task()
     r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
-    assert len(r.completions) == 85 and "myopic equilibrium" in r.landing
-    V, T, eos = 5, 3, task.eos_token_id
+    assert len(r.completions) == 156 and "myopic equilibrium" in r.landing
+    V, T, eos = len(task.vocabulary), 3, task.eos_token_id
     ref = r.ref_law[0]
     law = SequenceLaw(r.completions, ref, np.log(ref), vocab_size=V, eos_token_id=eos)
     rt = np.zeros((V,) * T)
@@ -267,7 +267,7 @@ def test_grpo_on_a_token_tree_is_predicted_on_the_tree():
     assert r.predicted_beta_eff is None  # the myopic point is not pi* at any beta
     tabular = landing_point("grpo", ref, r.reward[0], 0.5, num_generations=2,
                             scale_rewards="none", loss_type="dr_grpo")  # fmt: skip
-    # measured: 7.7e-5 nats between the tree's myopic point and pi* at 2 beta over completions
+    # measured: 4.6e-5 nats between the tree's myopic point and pi* at 2 beta over completions
     assert float(kl_divergence(r.predicted[0], tabular.policy)) > 1e-5
 
 
@@ -327,23 +327,36 @@ def test_grpo_on_several_prompts_reports_each_prompts_law_and_the_mean_distances
     assert len(d["kl_to_pistar_by_prompt"]) == 3
 
 
+@pytest.mark.slow
+def test_grpo_on_the_tree_lands_at_its_predicted_point():
+    # the tree's contexts are untied ([BOS] q), so the landing point is within reach;
+    # measured (seed 0): KL to predicted 1.57e-3, to pi*(beta) 1.12e-2, ref to predicted
+    # 8.94e-3; beta_fit 1.02 (the predicted point's own 0.951)
+    from klpolicy.testbed import tree_task
+
+    r = run("trl-grpo", tree_task(), steps=300, seed=0, num_generations=2,
+            scale_rewards="none")  # fmt: skip
+    assert r.kl_to_predicted < r.kl_to_pistar / 4
+    assert r.kl_to_predicted < r.kl_ref_to_predicted / 3
+
+
 def test_grpo_on_a_token_tree_after_two_prompts_is_predicted_per_prompt():
     from klpolicy.dynamics import tree_landing_point
     from klpolicy.sequences import joint
     from klpolicy.testbed import SequenceLaw, Task, tree_task
 
     tree = tree_task()
-    # the tree task's reward after "q", its opposite after "a": a different best completion
+    # the tree task's reward after "[BOS] q", its opposite after "[BOS] a": a different best
     task = Task(
         "two-trees",
         tree.vocabulary,
-        ("q", "a"),
+        ("[BOS] q", "[BOS] a"),
         3,
         lambda x, ids: tree.reward(0, ids) * (1 if x == 0 else -1),
     )
     r = run("trl-grpo", task, steps=1, seed=0, loss_type="dr_grpo")
-    assert r.final_law.shape == (2, 85) and r.predicted.shape == (2, 85)
-    V, T, eos = 5, 3, 1
+    assert r.final_law.shape == (2, 156) and r.predicted.shape == (2, 156)
+    V, T, eos = 6, 3, 1
     pad = [c + (eos,) * (T - len(c)) for c in r.completions]
     for x in range(2):
         ref = r.ref_law[x]
@@ -359,9 +372,9 @@ def test_grpo_on_a_token_tree_after_two_prompts_is_predicted_per_prompt():
         want = np.array([J[i] for i in pad])
         np.testing.assert_allclose(r.predicted[x], want / want.sum(), rtol=1e-12, atol=1e-300)
     # each prompt's predicted law moves toward its own reward (opposite ones)
-    # (measured: an expected-reward gain of 0.025 after each prompt)
+    # (measured: an expected-reward gain of 0.0167 and 0.0156 after the two prompts)
     gain = np.sum(r.predicted * r.reward, -1) - np.sum(r.ref_law * r.reward, -1)
-    assert np.all(gain > 0.02)
+    assert np.all(gain > 0.01)
 
 
 def test_batch_scaling_couples_the_prompts_and_has_no_per_prompt_prediction():

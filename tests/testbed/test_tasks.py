@@ -37,6 +37,21 @@ def test_prompts_task_rewards_a_different_best_answer_after_each_prompt():
     assert t.reward(0, (5, 1)) == 0.0 and t.reward(0, ()) == 0.0
 
 
+def test_tree_prompt_ids_survive_the_tokenizer_as_trl_calls_it():
+    # TRL 1.16 tokenizes GRPO/RLOO prompts with the defaults and DPO's with
+    # add_special_tokens=False; [BOS] is an ordinary word, so both give the ids that
+    # sequence_law enumerates after, and decoding a completion keeps it
+    t = tree_task()
+    tok = t.tokenizer()
+    assert t.vocabulary == ("[PAD]", "[EOS]", "q", "a", "b", "[BOS]")
+    assert tok.bos_token is None and 5 not in tok.all_special_ids
+    for kw in ({}, {"add_special_tokens": False}):
+        out = tok(text=list(t.prompts) * 2, padding=True, padding_side="left", **kw)
+        assert out["input_ids"] == [[5, 2], [5, 2]] and out["attention_mask"] == [[1, 1]] * 2
+    assert tok.decode([5, 3, 1], skip_special_tokens=True) == "[BOS] a"
+    assert t.reward(0, (5, 3, 1)) == pytest.approx(1 / 3) and t.reward(0, (4, 5, 1)) == -1 / 3
+
+
 def test_each_prompts_law_sums_to_one_and_matches_a_forward_pass():
     t = prompts_task()
     m = t.model().eval()
