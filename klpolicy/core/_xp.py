@@ -33,7 +33,8 @@ import numpy as np
 
 from . import _validation as V
 from ._careful import _const, _device, _div, _expm1mx, _kl_terms, _stop, _tilt
-from ._tilt import _NO_SHIFT, _RANGE, _value_resolved
+from ._route import fast_rows, shifts
+from ._tilt import _value_resolved
 
 __all__ = [
     "cross_entropy",
@@ -358,19 +359,18 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     ``out_dt``) is ``None`` when the careful path must run; ``valid`` says whether
     the value checks passed.
     """
-    size = xp.finfo(dt).bits // 8
-    low = _RANGE[size][0]
+    size, n = xp.finfo(dt).bits // 8, q.shape[-1]
     qmin = xp.astype(xp.min(q, axis=-1, keepdims=True), dt)
     rmax = xp.astype(xp.max(r, axis=-1, keepdims=True), dt)
     rmin = xp.astype(xp.min(r, axis=-1, keepdims=True), dt)
     ib = 1.0 / b
-    pos = qmin > 0
-    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
-    spread = (rmax - rmin) * ib  # NaN or inf for invalid rewards: every flag below is False
-    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
+    # the router's tests (klpolicy.core._route) on every row, unshifted and shifted by max r
+    # (a zero reference entry fails both: log(0) + lo is -inf; so do invalid rewards, NaN)
+    unshifted = ~shifts(xp, rmax, rmin, ib, size)
+    unshifted = unshifted & fast_rows(xp, qmin, rmin, rmax, rmin, rmax, None, ib, n, size, False)
     flags = [
-        xp.all(pos & (mag <= _NO_SHIFT[size]) & (log_q + rmin * ib > low)),
-        xp.all(pos & (log_q - spread > low)),
+        xp.all(unshifted),
+        xp.all(fast_rows(xp, qmin, rmin, rmax, rmin, rmax, rmax, ib, n, size, False)),
     ]
     if validate:
         flags.append(_values_ok(xp, q, qmin, rmax, rmin, tol, dt))
@@ -408,8 +408,7 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
 
     Returns ``(stats, valid)`` as :func:`_fast_policy` does, ``stats`` a dict.
     """
-    size = xp.finfo(dt).bits // 8
-    low, high = _RANGE[size]
+    size, n = xp.finfo(dt).bits // 8, q.shape[-1]
     q_in = q
     q = xp.astype(q, dt, copy=False)
     r = xp.astype(r, dt, copy=False)
@@ -417,13 +416,11 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     rmax = xp.max(r, axis=-1, keepdims=True)
     rmin = xp.min(r, axis=-1, keepdims=True)
     ib = 1.0 / b
-    pos = qmin > 0
-    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
-    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
-    c = xp.where(mag <= _NO_SHIFT[size], xp.zeros_like(rmax), _stop(rmax))
-    lo, hi = (rmin - c) * ib, (rmax - c) * ib  # NaN for invalid rewards: every flag False
-    ok = pos & (log_q + lo > low) & (hi - lo >= 2.0)
-    ok = ok & (hi + math.log(q.shape[-1]) < high)
+    # each row's shift and its fast test by the router (klpolicy.core._route), statistics
+    # asked: a zero reference entry fails (log(0) + lo is -inf), so do invalid rewards (NaN)
+    c = xp.where(shifts(xp, rmax, rmin, ib, size), _stop(rmax), xp.zeros_like(rmax))
+    ok = fast_rows(xp, qmin, rmin, rmax, rmin, rmax, c, ib, n, size, True)
+    lo, hi = (rmin - c) * ib, (rmax - c) * ib
     z = (r - c) * ib
     w = q * xp.exp(z)
     total = xp.sum(q, axis=-1, keepdims=True)
