@@ -13,12 +13,14 @@ Two paths compute the same quantities for validated rows (probability axis last)
   over row blocks), which the array API cannot express.
 
 A row takes the fast path only when that is provably as accurate as the careful
-path (see :func:`_fast_ok`): every ``ref * exp(z)`` on the support is a normal
-float (no underflow, no subnormal reference entry; for float32 ``pi`` possibly
-after scaling ``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and
-positive, and, when statistics are requested, ``beta`` is small enough
-(``spread / beta >= 2``) that the careful path would not use its large-beta
-refinements either. Every other row is handed to the careful path.
+path, as the router of :mod:`klpolicy.core._route` decides from the row's statistics
+(here through :func:`_fast_ok` and :func:`_route_rows`; the array-API fast paths ask
+the same router): every ``ref * exp(z)`` on the support is a normal float (no
+underflow, no subnormal reference entry; for float32 ``pi`` possibly after scaling
+``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and positive,
+and, when statistics are requested, ``beta`` is small enough (``spread / beta >= 2``)
+that the careful path would not use its large-beta refinements either. Every other
+row is handed to the careful path.
 """
 
 from __future__ import annotations
