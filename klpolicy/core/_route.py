@@ -14,7 +14,9 @@ Every decision is made from each row's statistics (its smallest reference entry 
 its extreme rewards, on and off the support) by the functions below: :func:`shifts`
 (whether a row shifts), :func:`fits` (whether its weights are normal floats with a
 finite sum), :func:`fast_rows` (whether the one-exponential result is provably as
-accurate as the careful path) and :func:`route` (the route of each row). They use the
+accurate as the careful path) and :func:`route` (the route of each row); float64 rows
+of a ``pi``-only call are first tried unshifted and kept from their weights alone
+(:func:`weights_clear`), before any other statistic is taken. They use the
 array API's operations only, so that the numpy kernel (:mod:`klpolicy.core._tilt`, on
 row blocks, and on a small batch's extrema) and the array-API kernel
 (:mod:`klpolicy.core._xp`, on torch, JAX and CuPy rows) route by the same tests.
@@ -142,6 +144,25 @@ def fast_rows(xp, qpos, r_lo, r_hi, rmin, rmax, c, ib, n: int, itemsize: int, st
     if stats:
         ok = ok & ((r_hi - r_lo) * ib >= _STATS_MIN_SPREAD)
     return ok
+
+
+# The smallest normal float64: a weight at or above it has its full 53 bits.
+_TINY64 = float(np.finfo(np.float64).tiny)
+
+
+def weights_clear(w_min, w_sum):
+    """float64 rows taken ``UNSHIFTED`` from their weights ``w = ref * exp(r / beta)``
+    alone (``pi`` only, before any other statistic): every weight a normal float
+    (``min w >= tiny``) and a finite sum. With ``0 < 1/beta < inf`` that stands for
+    :func:`fast_rows` and the input checks: a NaN or an infinity anywhere, a negative or
+    zero reference entry and an overflow all fail it, and it bounds ``|r / beta|`` by
+    709.8, where the unshifted exponent's rounding is what the shifted path admits on
+    its far entries. Works on Python floats too (one long row, a tenth of the time).
+
+    >>> bool(weights_clear(1e-300, 1.0)), bool(weights_clear(0.0, 1.0))
+    (True, False)
+    """
+    return (w_min >= _TINY64) & (w_sum < math.inf)
 
 
 def route(xp, qpos, r_lo, r_hi, rmin, rmax, ib, n: int, itemsize: int, stats=False, ib64=None):

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from ._careful import _mode_log_ratio as _careful_mode
 from ._careful import _tilt as _careful_tilt
 from ._numerics import _SERIES_RADIUS, kl_unit_series
-from ._route import _NO_SHIFT, _RANGE, SCALED, SHIFTED, fast_rows, fits, shifts
+from ._route import _NO_SHIFT, _RANGE, SCALED, SHIFTED, fast_rows, fits, shifts, weights_clear
 from ._route import pow2 as _pow2
 from ._route import route as _routes
 
@@ -395,10 +395,6 @@ def _route_wide_rows(plan: _SweepPlan, sw: _Sweep, later) -> None:
         sw.ok[at] = ok
 
 
-# The smallest normal float64: a weight at or above it has its full 53 bits.
-_TINY64 = float(np.finfo(np.float64).tiny)
-
-
 def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
     """One block of a float64 pi-only sweep: ``pi = w / sum(w)``, ``w = q exp(r / beta)``
     unshifted, each row accepted from its own weights (``sw.quick``).
@@ -428,12 +424,12 @@ def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
     w_min = w.min(axis=-1)
     w_sum = w.sum(axis=-1, out=sw.w_sum[s])
     if k == 1:  # Python floats: the same IEEE comparisons, a tenth of the numpy calls' time
-        good = float(w_min[0]) >= _TINY64 and float(w_sum[0]) < math.inf and bool(beta_ok[0])
+        good = bool(weights_clear(float(w_min[0]), float(w_sum[0]))) and bool(beta_ok[0])
         sw.quick[s.start] = good
         sw.c[s.start] = 0.0
         bad = () if good else (0,)
     else:
-        good = (w_min >= _TINY64) & (w_sum < np.inf) & beta_ok
+        good = weights_clear(w_min, w_sum) & beta_ok
         sw.quick[s] = good
         sw.c[s] = 0.0
         bad = np.nonzero(~good)[0]
@@ -856,7 +852,7 @@ def _lean_quick(ref: NDArray, reward: NDArray, ib, check):
     np.exp(w, out=w)
     np.multiply(w, ref, out=w)
     w_sum = w.sum(axis=-1)
-    good = (w.min(axis=-1) >= _TINY64) & (w_sum < np.inf)
+    good = weights_clear(w.min(axis=-1), w_sum)
     if not good.all():
         return None, good
     return _normalise_rows(w, w_sum, w), good
