@@ -107,7 +107,9 @@ def fits(xp, qpos, lo, hi, log_n, itemsize: int, scale=0.0):
     """
     low, high = _RANGE[itemsize]
     ok = xp.log(qpos) + lo > low - scale
-    ok = ok & (hi + log_n < high - scale)
+    over = hi + log_n < high - scale
+    if over is not True:  # a Python float hi (0 for shifted rows) gives a Python bool
+        ok = ok & over
     if scale:
         ok = ok & (lo > low) & (qpos > math.exp(low))
     return ok
@@ -142,8 +144,19 @@ def fast_rows(xp, qpos, r_lo, r_hi, rmin, rmax, c, ib, n: int, itemsize: int, st
         lo = rmin * ib if c is None else (rmin - c) * ib
     ok = ok & xp.isfinite(lo)
     if stats:
-        ok = ok & ((r_hi - r_lo) * ib >= _STATS_MIN_SPREAD)
+        ok = ok & spread_ok(r_lo, r_hi, ib)
     return ok
+
+
+def spread_ok(r_lo, r_hi, ib):
+    """Rows whose statistics may be fast: ``(max r - min r) / beta >= 2`` on the support
+    (the careful path's mean-centred soft value and ``log1p`` near ``log Z = 0`` are then
+    not in use). Operators only: any array, or Python floats.
+
+    >>> bool(spread_ok(0.0, 2.0, 1.0)), bool(spread_ok(0.0, 1.0, 1.0))
+    (True, False)
+    """
+    return (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
 
 
 # The smallest normal float64: a weight at or above it has its full 53 bits.

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from ._careful import _mode_log_ratio as _careful_mode
 from ._careful import _tilt as _careful_tilt
 from ._numerics import _SERIES_RADIUS, kl_unit_series
-from ._route import _NO_SHIFT, _RANGE, SCALED, SHIFTED, fast_rows, fits, shifts, weights_clear
+from ._route import _NO_SHIFT, _RANGE, SCALED, fast_rows, fits, shifts, weights_clear
 from ._route import pow2 as _pow2
 from ._route import route as _routes
 
@@ -228,9 +228,9 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         sw.ok[...] = sw.quick
         rest = np.nonzero(~sw.quick)[0]
         if rest.size:
-            sw.ok[rest] = _route_rows(ref, reward, ib[rest], sw, False, s=rest, at=rest) <= SHIFTED
+            sw.ok[rest] = _fast_ok(ref, reward, ib[rest], sw, False, s=rest, at=rest)
     elif route and (not plan.routed or later.any()):
-        ok = _route_rows(ref, reward, ib, sw, plan.stats) <= SHIFTED
+        ok = _fast_ok(ref, reward, ib, sw, plan.stats)
         if "value" in res:
             ok &= _value_resolved(res["value"][:, 0], sw.c, ib)
         sw.ok[later] = ok[later]
@@ -389,7 +389,7 @@ def _route_wide_rows(plan: _SweepPlan, sw: _Sweep, later) -> None:
     at = np.nonzero(wide64.went)[0]
     if at.size:
         red = _Wide.reductions(sw, at, wide64.c[at])
-        ok = _route_rows(ref, reward, ib64[at], red, plan.stats, at=at, itemsize=8) <= SHIFTED
+        ok = _fast_ok(ref, reward, ib64[at], red, plan.stats, at=at, itemsize=8)
         if "value" in res:
             ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
         sw.ok[at] = ok
@@ -873,10 +873,11 @@ def _lean_bounds(sw: _Sweep, ib, n: int, check) -> bool:
         return False
     if check is not None and not np.abs(sw.total - 1.0).max() <= 0.5 * check[0]:
         return False
-    # the router's tests on one row holding the batch's extremes
+    # the router's tests on one row holding the batch's extremes (beta is finite and
+    # positive, the rewards finite: fits is what is left of fast_rows)
     if shifts(np, rhi, rlo, ib, size):
         return False
-    return bool(fast_rows(np, qlo, rlo, rhi, rlo, rhi, None, ib, n, size, False))
+    return bool(fits(np, qlo, rlo * ib, rhi * ib, math.log(n), size))
 
 
 def _lean_scaled(sw: _Sweep, ib, n: int, check):

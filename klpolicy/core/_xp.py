@@ -33,7 +33,7 @@ import numpy as np
 
 from . import _validation as V
 from ._careful import _const, _device, _div, _expm1mx, _kl_terms, _stop, _tilt
-from ._route import fast_rows, shifts
+from ._route import fits, shifts, spread_ok
 from ._tilt import _value_resolved
 
 __all__ = [
@@ -364,13 +364,14 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     rmax = xp.astype(xp.max(r, axis=-1, keepdims=True), dt)
     rmin = xp.astype(xp.min(r, axis=-1, keepdims=True), dt)
     ib = 1.0 / b
-    # the router's tests (klpolicy.core._route) on every row, unshifted and shifted by max r
-    # (a zero reference entry fails both: log(0) + lo is -inf; so do invalid rewards, NaN)
-    unshifted = ~shifts(xp, rmax, rmin, ib, size)
-    unshifted = unshifted & fast_rows(xp, qmin, rmin, rmax, rmin, rmax, None, ib, n, size, False)
+    # the router's tests (klpolicy.core._route) on every row, unshifted and shifted by max r;
+    # beta is finite, positive and normal here, so fits is what is left of its fast_rows (a
+    # zero reference entry fails both: log(0) + lo is -inf; so do invalid rewards, NaN)
+    log_n = math.log(n)
+    unshifted = fits(xp, qmin, rmin * ib, rmax * ib, log_n, size)
     flags = [
-        xp.all(unshifted),
-        xp.all(fast_rows(xp, qmin, rmin, rmax, rmin, rmax, rmax, ib, n, size, False)),
+        xp.all(unshifted & ~shifts(xp, rmax, rmin, ib, size)),
+        xp.all(fits(xp, qmin, (rmin - rmax) * ib, 0.0, log_n, size)),
     ]
     if validate:
         flags.append(_values_ok(xp, q, qmin, rmax, rmin, tol, dt))
@@ -417,10 +418,12 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     rmin = xp.min(r, axis=-1, keepdims=True)
     ib = 1.0 / b
     # each row's shift and its fast test by the router (klpolicy.core._route), statistics
-    # asked: a zero reference entry fails (log(0) + lo is -inf), so do invalid rewards (NaN)
+    # asked (beta finite, positive and normal: fits and spread_ok are what is left of its
+    # fast_rows): a zero reference entry fails (log(0) + lo is -inf), so do invalid
+    # rewards (NaN)
     c = xp.where(shifts(xp, rmax, rmin, ib, size), _stop(rmax), xp.zeros_like(rmax))
-    ok = fast_rows(xp, qmin, rmin, rmax, rmin, rmax, c, ib, n, size, True)
     lo, hi = (rmin - c) * ib, (rmax - c) * ib
+    ok = fits(xp, qmin, lo, hi, math.log(n), size) & spread_ok(rmin, rmax, ib)
     z = (r - c) * ib
     w = q * xp.exp(z)
     total = xp.sum(q, axis=-1, keepdims=True)
