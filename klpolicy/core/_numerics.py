@@ -99,7 +99,7 @@ def expm1mx(x: NDArray) -> NDArray:
     Examples
     --------
     >>> float(expm1mx(np.array(1e-8)))  # exp(x) - 1 - x loses every digit here
-    5.0000000166666665e-17
+    5.000000016666667e-17
     """
     x = np.asarray(x)
     with np.errstate(over="ignore", invalid="ignore"):
