@@ -295,9 +295,9 @@ def _sweep_block(plan: _SweepPlan, sw: _Sweep, s: slice, ahead: bool, beta_ok) -
         sw.ok[s] = ok
         plan.done[s] = True
         return bool(wide.size) or two is not None  # the next block likely alike
-    if plan.routed:  # a cheap look at the weights' bounds decides how to take the next block
-        log_n = math.log(plan.n)
-        return not bool(fits(np, qmin, (rmin - c) * ibs, (rmax - c) * ibs, log_n, 4).all())
+    if plan.routed:  # a hint, no route: the underflow half of the router's fits decides
+        # how to take the next block (the order changes no bit)
+        return not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
     return ahead
 
 
