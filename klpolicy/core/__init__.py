@@ -6,7 +6,8 @@
 :mod:`~klpolicy.core.divergences` computes KL, entropy, cross-entropy and total
 variation; :mod:`~klpolicy.core.fdivergences` the f-divergences and their registry,
 :mod:`~klpolicy.core.f_optima` the optima they regularise. The numpy kernel (its
-blocked fast path) lives in ``_tilt``, the careful kernel every array library shares
+blocked fast path) lives in ``_tilt``, the one router of the fast paths (each row's route
+from its statistics, for numpy and the array API alike) in ``_route``, the careful kernel every array library shares
 in ``_careful``, the same closed form for torch, JAX and CuPy in ``_xp``, the precise
 numerics in ``_numerics``, the vectorised root finder in ``roots``, the stability test
 of fixed points in ``_flows``, the lazy ``scipy.special`` in ``_lazy`` and the input

@@ -40,12 +40,11 @@ import math
 
 import numpy as np
 
+from ._numerics import _expm1mx, _kl_terms  # the one definition of both series
+
 # Log-weights below -_DEAD are replaced by -_DEAD: exp(-1e4) is zero in every float format,
 # while a reference entry is at least 5e-324 (log > -745), so nothing representable is lost.
 _DEAD = 1.0e4
-_SERIES_RADIUS = 0.2
-_EXPM1MX = [1.0 / math.factorial(k) for k in range(2, 18)]  # exp(x) - 1 - x
-_KLUNIT = [(k - 1) / math.factorial(k) for k in range(2, 18)]  # u e^u - e^u + 1
 
 
 def _stop(x):
@@ -75,50 +74,6 @@ def _device(template):
 def _const(xp, value: float, like):
     """A 0-d array of ``like``'s dtype on its device."""
     return xp.asarray(value, dtype=like.dtype, device=_device(like))
-
-
-# --------------------------------------------------------------------------- numerics
-
-
-def _horner_x2(xp, x, coeffs):
-    """x^2 * sum_j coeffs[j] x^j."""
-    acc = xp.zeros_like(x) + coeffs[-1]
-    for c in coeffs[-2::-1]:
-        acc = acc * x + c
-    return acc * x * x
-
-
-def _series_in_place(xp, out, x, small, coeffs, factor=None):
-    """``out[small] = (factor *) x^2 sum_j coeffs[j] x^j`` on a numpy ``out``, in place:
-    the series only on the entries that use it (the same values as a ``where`` over a
-    series of the whole array, in two passes instead of 33)."""
-
-    def full(a):
-        return a if a.shape == out.shape else np.broadcast_to(a, out.shape)
-
-    idx = np.nonzero(full(small))
-    if idx[0].size:
-        series = _horner_x2(xp, full(x)[idx], coeffs)
-        out[idx] = series if factor is None else full(factor)[idx] * series
-    return out
-
-
-def _expm1mx(xp, x):
-    """``exp(x) - 1 - x`` to a few ulp (series for |x| < 0.2, on safe inputs)."""
-    small = xp.abs(x) < _SERIES_RADIUS
-    if isinstance(x, np.ndarray) and x.ndim:
-        return _series_in_place(xp, xp.expm1(x) - x, x, small, _EXPM1MX)
-    xs = xp.where(small, x, xp.zeros_like(x))
-    return xp.where(small, _horner_x2(xp, xs, _EXPM1MX), xp.expm1(x) - x)
-
-
-def _kl_terms(xp, p, q, u):
-    """``q * kl_unit(u) = p (u - 1) + q >= 0`` with the series where |u| < 0.2 (u finite)."""
-    small = xp.abs(u) < _SERIES_RADIUS
-    if isinstance(u, np.ndarray) and u.ndim:
-        return _series_in_place(xp, p * (u - 1) + q, u, small, _KLUNIT, q)
-    us = xp.where(small, u, xp.zeros_like(u))
-    return xp.where(small, q * _horner_x2(xp, us, _KLUNIT), p * (u - 1) + q)
 
 
 def _exp_limit(xp, dtype) -> float:

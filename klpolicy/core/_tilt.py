@@ -13,17 +13,18 @@ Two paths compute the same quantities for validated rows (probability axis last)
   over row blocks), which the array API cannot express.
 
 A row takes the fast path only when that is provably as accurate as the careful
-path (see :func:`_fast_ok`): every ``ref * exp(z)`` on the support is a normal
-float (no underflow, no subnormal reference entry; for float32 ``pi`` possibly
-after scaling ``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and
-positive, and, when statistics are requested, ``beta`` is small enough
-(``spread / beta >= 2``) that the careful path would not use its large-beta
-refinements either. Every other row is handed to the careful path.
+path, as the router of :mod:`klpolicy.core._route` decides from the row's statistics
+(here through :func:`_fast_ok` and :func:`_route_rows`; the array-API fast paths ask
+the same router): every ``ref * exp(z)`` on the support is a normal float (no
+underflow, no subnormal reference entry; for float32 ``pi`` possibly after scaling
+``exp(z)`` by an exact power of two, :func:`_pow2`), ``beta`` is finite and positive,
+and, when statistics are requested, ``beta`` is small enough (``spread / beta >= 2``)
+that the careful path would not use its large-beta refinements either. Every other
+row is handed to the careful path.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -35,13 +36,14 @@ from numpy.typing import NDArray
 
 from ._careful import _mode_log_ratio as _careful_mode
 from ._careful import _tilt as _careful_tilt
-from ._numerics import kl_unit_series
+from ._numerics import _SERIES_RADIUS, kl_unit_series
+from ._route import _NO_SHIFT, _RANGE, SCALED, fast_rows, fits, shifts, weights_clear
+from ._route import pow2 as _pow2
+from ._route import route as _routes
 
 # Bytes per array in one row block: the block's reference, reward, output and a
 # few scratch arrays stay within a 2 MiB L2 cache.
 _BLOCK_BYTES = 1 << 18
-# Statistics take the fast path only when spread / beta >= this (see _fast_ok).
-_STATS_MIN_SPREAD = 2.0
 
 ALL = frozenset({"pi", "u", "value", "kl", "mean"})
 _PI = frozenset({"pi"})
@@ -101,45 +103,6 @@ def _mode_log_ratio(q: NDArray, r: NDArray, beta: NDArray, total: NDArray, pi: N
 
 
 # --------------------------------------------------------------------------- fast path
-
-
-# By item size: (low, high) exponent bounds that keep exp(z) weights normal and their
-# sum finite, and the |r| / beta below which the shift by max(r) is skipped (it then
-# costs a pass: without it exp(r / beta) is exact to |r / beta| * 1.5 ulp, and pi to
-# twice that, 3.3e-14 relative in float64 and 2.9e-6 in float32, below what the shifted
-# path admits on its far entries, |r - max r| / beta * 1.5 ulp).
-_RANGE = {4: (-86.0, 80.0), 8: (-700.0, 700.0)}
-_NO_SHIFT = {4: 16.0, 8: 100.0}
-
-
-@functools.lru_cache(maxsize=64)
-def _pow2(n: int) -> tuple[float, np.float32]:
-    """``(k ln 2, 2**k)``: the power of two by which float32 rows of length ``n`` (``pi``
-    only) scale their weights, ``w = (exp(z) * 2**k) * ref``, where ``ref * exp(z)``
-    alone would fall below float32's normal range (a Dirichlet reference's 1e-8 and a
-    ``(min r - max r) / beta`` of -70 at ``beta = 0.1``), so that they stay in float32
-    instead of taking float64's arithmetic.
-
-    The shift by ``max r`` leaves the upper half of the exponent range unused (every
-    ``exp(z) <= 1``; ``e^16`` unshifted). ``k`` is the largest that keeps
-    ``e^16 * n * 2**k`` below ``e^80`` (``_RANGE``) with a binade to spare, so that every
-    row fast unscaled is fast scaled (:func:`_fast_ok`); it depends on ``n`` alone, so
-    the small-batch path and the sweep route every row alike, whatever its batch.
-
-    Where the factor goes: multiplying ``exp(z)`` in place by it is exact (a power of
-    two times a normal float rounds nothing), and then ``sum(w)``, ``1 / sum(w)`` and
-    ``w / sum(w)`` carry ``2**k``, ``2**-k`` and nothing: ``pi`` has the bits it has
-    unscaled wherever both are normal, so whether a block is scaled changes no bit. It
-    costs one in-place pass over the cached block. Adding ``k ln 2`` (about 55) to
-    ``exp``'s argument, or folding it into the shift ``c``, would cost no pass but
-    round every ``z`` to half an ulp of 55, 2**-19: 16 float32 ulp on the largest
-    entries of ``pi`` (``z`` near 0, exact unscaled). After the product with ``ref`` it
-    is too late (the product has underflowed), and so it is for the normalising scalar;
-    scaling ``ref`` instead is exact but writes a scaled copy, a pass that also reads
-    ``ref`` once more.
-    """
-    k = max(0, int((_RANGE[4][1] - _NO_SHIFT[4] - math.log(n)) / math.log(2)) - 1)
-    return k * math.log(2), np.float32(2.0**k)
 
 
 def _rows_per_block(n: int, itemsize: int) -> int:
@@ -205,12 +168,10 @@ def _set_shift(rmax, rmin, ib, c, itemsize: int) -> bool:
     Returns whether any row shifts."""
     if rmax.shape[0] == 1 and itemsize == 8:  # one long row per block: Python floats, same IEEE
         hi, lo = float(rmax[0]), float(rmin[0])  # arithmetic, a tenth of the numpy calls' time
-        shift = not max(abs(hi), abs(lo)) * float(ib[0]) <= _NO_SHIFT[8] or lo != lo
+        shift = not max(abs(hi), abs(lo)) * float(ib[0]) <= _NO_SHIFT[8] or lo != lo  # shifts
         c[0] = hi if shift else 0.0
         return shift
-    mag = np.maximum(np.abs(rmax), np.abs(rmin))
-    mag *= ib
-    shift = ~(mag <= _NO_SHIFT[itemsize])
+    shift = shifts(np, rmax, rmin, ib, itemsize)
     c[...] = 0
     np.copyto(c, rmax, where=shift)
     return bool(shift.any())
@@ -263,7 +224,7 @@ def _sweep(ref, reward, ib, want, pi_out, res, ib64=None, scratch=None, pre=None
         s = slice(start, min(start + step, rows))
         ahead = _sweep_block(plan, sw, s, ahead, beta_ok)
     later = ~plan.done if plan.routed else slice(None)
-    if plan.quick and route:  # the rows their weights did not clear, by the general conditions
+    if plan.quick and route:  # the rows their weights did not clear, by the router
         sw.ok[...] = sw.quick
         rest = np.nonzero(~sw.quick)[0]
         if rest.size:
@@ -334,7 +295,8 @@ def _sweep_block(plan: _SweepPlan, sw: _Sweep, s: slice, ahead: bool, beta_ok) -
         sw.ok[s] = ok
         plan.done[s] = True
         return bool(wide.size) or two is not None  # the next block likely alike
-    if plan.routed:  # a cheap look at the underflow bound decides how to take the next block
+    if plan.routed:  # a hint, no route: the underflow half of the router's fits decides
+        # how to take the next block (the order changes no bit)
         return not bool((np.log(qmin) + (rmin - c) * ibs > _RANGE[4][0]).all())
     return ahead
 
@@ -409,8 +371,8 @@ def _route_wide_rows(plan: _SweepPlan, sw: _Sweep, later) -> None:
     pi_out, n = plan.pi_out, plan.n
     wide = np.nonzero(~sw.ok & later)[0]
     if wide.size and not plan.stats and pi_out is not None:  # pi only: these, weights scaled
-        scale, two = _pow2(n)
-        fit = wide[_fast_ok(ref, reward, ib[wide], sw, False, wide, wide, scale=scale)]
+        two = _pow2(n)[1]
+        fit = wide[_route_rows(ref, reward, ib[wide], sw, False, wide, wide) == SCALED]
         if fit.size:
             out = _buffer(plan.scratch, "fit", plan.dtype, fit.size, n)
             pi_out[fit] = _lean_pi(ref[fit], reward[fit], ib[fit, None], sw.c[fit], out, two)
@@ -431,10 +393,6 @@ def _route_wide_rows(plan: _SweepPlan, sw: _Sweep, later) -> None:
         if "value" in res:
             ok &= _value_resolved(wide64.value[at], wide64.c[at], ib64[at])
         sw.ok[at] = ok
-
-
-# The smallest normal float64: a weight at or above it has its full 53 bits.
-_TINY64 = float(np.finfo(np.float64).tiny)
 
 
 def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
@@ -466,12 +424,12 @@ def _quick_rows(q, r, ib, ibc, w, sw: _Sweep, s, beta_ok) -> None:
     w_min = w.min(axis=-1)
     w_sum = w.sum(axis=-1, out=sw.w_sum[s])
     if k == 1:  # Python floats: the same IEEE comparisons, a tenth of the numpy calls' time
-        good = float(w_min[0]) >= _TINY64 and float(w_sum[0]) < math.inf and bool(beta_ok[0])
+        good = bool(weights_clear(float(w_min[0]), float(w_sum[0]))) and bool(beta_ok[0])
         sw.quick[s.start] = good
         sw.c[s.start] = 0.0
         bad = () if good else (0,)
     else:
-        good = (w_min >= _TINY64) & (w_sum < np.inf) & beta_ok
+        good = weights_clear(w_min, w_sum) & beta_ok
         sw.quick[s] = good
         sw.c[s] = 0.0
         bad = np.nonzero(~good)[0]
@@ -611,7 +569,7 @@ def _series_where_small(terms: NDArray, qn: NDArray, u: NDArray, scratch: NDArra
     selections of the block.
     """
     np.abs(u, out=scratch)
-    small = np.less(scratch, 0.2).reshape(-1)
+    small = np.less(scratch, _SERIES_RADIUS).reshape(-1)
     if small.any():
         u_s = u.reshape(-1)[small]
         terms.reshape(-1)[small] = qn.reshape(-1)[small] * kl_unit_series(u_s)
@@ -699,38 +657,16 @@ def _parallel_sweep(ref, reward, ib, want, pi_out, res, workers: int, ib64=None)
     return sw
 
 
-def _fast_ok(
-    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None, scale=0.0
-) -> NDArray[np.bool_]:
-    """Rows where the sweep's one-exp result is provably as accurate as the careful path.
+def _support(ref, reward, sw: _Sweep, s=slice(None), at=None):
+    """The router's row statistics from the sweep's reductions: ``(qpos, r_lo, r_hi, rmin,
+    rmax)``, the smallest reference entry and the extreme rewards on the support, then
+    over every entry (the same arrays for rows without a zero in the reference).
 
-    ``ref``, ``reward``, ``ib``: the rows (a block of the sweep, or all of them); ``s``:
-    their slice of the sweep's reductions ``sw``; or ``at``, the indices of the rows of
-    ``ref`` and ``reward`` that ``ib`` and ``sw`` hold. ``itemsize``: the bounds' dtype
-    (default ``ref``'s); ``scale``: ``k ln 2`` of a factor ``2**k`` the weights are scaled
-    by, as ``(exp(z) * 2**k) * ref`` (:func:`_pow2`; float32, ``pi`` only). Conditions:
-
-    * ``0 < 1/beta < inf``: finite positive beta (the limits are the careful path's);
-    * no overflow: ``(max r - c) / beta + log n`` stays below the largest exponent, so
-      every ``exp(z)`` (also off the support) and their sum are finite;
-    * no underflow: ``log(min ref) + (min r - c) / beta > low`` on the support
-      (``low = -700`` in float64), so every weight ``ref * exp(z)`` on the support
-      is a normal float and ``pi = w / sum(w)`` is exact to a few ulp (the careful
-      path loses digits only where the true ``pi`` is subnormal; here nothing
-      underflows, and no subnormal reference entry is used);
-    * with ``scale``, the bounds above hold for the scaled weights (``scale`` added to
-      both), and ``exp(z)`` and the reference entries on the support are themselves
-      normal (``(min r - c) / beta > low``, ``log(min ref) > low``), so that the scaling
-      is exact and the weights are rounded once, as unscaled;
-    * ``(min r - c) / beta`` finite, off the support too (else a summand is ``-inf * 0``);
-    * with statistics, ``(max r - min r) / beta >= 2`` on the support: there the
-      careful path uses neither its mean-centred soft value (it does when
-      ``max |r - E_ref r| < beta``) nor ``log1p`` for a log-partition near 0.
-
-    Run under ``np.errstate(all="ignore")`` (the sweep is): invalid rows give NaN here.
+    ``ref``, ``reward``: the rows (a block of the sweep, or all of them); ``s``: their
+    slice of the sweep's reductions ``sw``; or ``at``, the indices of the rows of ``ref``
+    and ``reward`` that ``sw`` holds.
     """
-    low, high = _RANGE[itemsize or ref.dtype.itemsize]
-    qmin, rmin, rmax, c = sw.qmin[s], sw.rmin[s], sw.rmax[s], sw.c[s]
+    qmin, rmin, rmax = sw.qmin[s], sw.rmin[s], sw.rmax[s]
     qpos, r_lo, r_hi = qmin, rmin, rmax
     zero = np.nonzero(qmin == 0)[0]
     if zero.size:  # rows with zeros: smallest entry, smallest and best reward on the support
@@ -741,23 +677,33 @@ def _fast_ok(
         qpos[zero] = np.min(np.where(sup, qz, np.inf), axis=-1)
         r_lo[zero] = np.min(np.where(sup, rz, np.inf), axis=-1)
         r_hi[zero] = np.max(np.where(sup, rz, -np.inf), axis=-1)
-    lo = (r_lo - c) * ib
-    ok = np.log(qpos) + lo > low - scale
-    hi = rmax - c
-    hi *= ib
-    hi += math.log(ref.shape[-1])
-    ok &= hi < high - scale
-    if scale:
-        ok &= lo > low
-        ok &= qpos > math.exp(low)
-    ok &= ib > 0
-    ok &= ib < np.inf
-    # off the support too: a reward of -1e300 at a zero reference entry makes z = -inf
-    # there, and the KL's and variance's summands -inf * 0 = NaN
-    ok &= np.isfinite(lo if r_lo is rmin else (rmin - c) * ib)
-    if stats:
-        ok &= (r_hi - r_lo) * ib >= _STATS_MIN_SPREAD
-    return ok
+    return qpos, r_lo, r_hi, rmin, rmax
+
+
+def _fast_ok(
+    ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None, scale=0.0
+) -> NDArray[np.bool_]:
+    """Rows where the sweep's one-exp result, shifted by ``sw.c``, is provably as accurate
+    as the careful path: the router's :func:`klpolicy.core._route.fast_rows` (its
+    conditions there) on the sweep's reductions.
+
+    ``ref``, ``reward``, ``s``, ``at``: as :func:`_support`; ``ib``: the rows' ``1 / beta``;
+    ``itemsize``: the bounds' dtype (default ``ref``'s); ``scale``: ``k ln 2`` of a factor
+    ``2**k`` the weights are scaled by, as ``(exp(z) * 2**k) * ref`` (:func:`_pow2`;
+    float32, ``pi`` only). Run under ``np.errstate(all="ignore")`` (the sweep is): invalid
+    rows give NaN, and fail.
+    """
+    size = itemsize or ref.dtype.itemsize
+    rows = _support(ref, reward, sw, s, at)
+    return fast_rows(np, *rows, sw.c[s], ib, ref.shape[-1], size, stats, scale)
+
+
+def _route_rows(ref, reward, ib, sw: _Sweep, stats: bool, s=slice(None), at=None, itemsize=None):
+    """Each row's route (:func:`klpolicy.core._route.route`) from the sweep's reductions;
+    the arguments are :func:`_fast_ok`'s. The router's shift of each row is the sweep's
+    own (``sw.c``, set by :func:`_set_shift` from the same test)."""
+    size = itemsize or ref.dtype.itemsize
+    return _routes(np, *_support(ref, reward, sw, s, at), ib, ref.shape[-1], size, stats)
 
 
 # A fast row's soft value is kept when its estimated rounding is below this many ulp of it
@@ -906,7 +852,7 @@ def _lean_quick(ref: NDArray, reward: NDArray, ib, check):
     np.exp(w, out=w)
     np.multiply(w, ref, out=w)
     w_sum = w.sum(axis=-1)
-    good = (w.min(axis=-1) >= _TINY64) & (w_sum < np.inf)
+    good = weights_clear(w.min(axis=-1), w_sum)
     if not good.all():
         return None, good
     return _normalise_rows(w, w_sum, w), good
@@ -921,18 +867,17 @@ def _lean_bounds(sw: _Sweep, ib, n: int, check) -> bool:
     monotone, so each row's own test passes whenever the batch's does), and row sums
     within half the tolerance.
     """
-    low, high = _RANGE[sw.rmax.dtype.itemsize]
+    size = sw.rmax.dtype.itemsize
     qlo, rlo, rhi = sw.qmin.min(), sw.rmin.min(), sw.rmax.max()
     if not (qlo > 0 and np.isfinite(rlo) and np.isfinite(rhi)):
         return False
     if check is not None and not np.abs(sw.total - 1.0).max() <= 0.5 * check[0]:
         return False
-    lo, hi = rlo * ib, rhi * ib
-    return bool(
-        max(abs(lo), abs(hi)) <= _NO_SHIFT[sw.rmax.dtype.itemsize]
-        and np.log(qlo) + lo > low
-        and hi + math.log(n) < high
-    )
+    # the router's tests on one row holding the batch's extremes (beta is finite and
+    # positive, the rewards finite: fits is what is left of fast_rows)
+    if shifts(np, rhi, rlo, ib, size):
+        return False
+    return bool(fits(np, qlo, rlo * ib, rhi * ib, math.log(n), size))
 
 
 def _lean_scaled(sw: _Sweep, ib, n: int, check):
@@ -950,25 +895,25 @@ def _lean_scaled(sw: _Sweep, ib, n: int, check):
     far from 0; the first row is looked at before anything else, so that a batch
     :func:`_lean_bounds` may take costs next to nothing here.
     """
-    low, high = _RANGE[4]
     far = _NO_SHIFT[4]
     if not (abs(sw.rmax[0]) * ib > far or abs(sw.rmin[0]) * ib > far):
         return None
     if not (sw.rmax.min() * ib > far or -(sw.rmin.max() * ib) > far):
         return None
     qlo = sw.qmin.min()
-    if not qlo > math.exp(low):  # no zero and no subnormal reference entry
+    if not qlo > math.exp(_RANGE[4][0]):  # no zero and no subnormal reference entry (fits)
         return None
     if check is not None and not np.abs(sw.total - 1.0).max() <= 0.5 * check[0]:
         return None
     scale, two = _pow2(n)
     lo = np.subtract(sw.rmin, sw.rmax, out=sw.c)
     lo *= ib
-    lo_min, low_q = lo.min(), np.log(qlo)  # NaN and inf rewards: NaN or -inf, refused
-    if not (lo_min > low and low_q + lo_min > low - scale and math.log(n) < high - scale):
+    lo_min = lo.min()  # NaN and inf rewards: NaN or -inf, refused
+    # the router's tests on one row holding the batch's extremes, shifted: z in [lo_min, 0]
+    if not fits(np, qlo, lo_min, 0.0, math.log(n), 4, scale):
         return None
     np.copyto(sw.c, sw.rmax)
-    return False if low_q + lo_min > low else two
+    return False if fits(np, qlo, lo_min, 0.0, math.log(n), 4) else two
 
 
 def _lean_pi(q: NDArray, r: NDArray, ib, c: NDArray | None, out: NDArray, two=None) -> NDArray:

@@ -34,7 +34,8 @@ import numpy as np
 from . import _estimates
 from . import _validation as V
 from ._careful import _const, _device, _div, _kl_terms, _stop, _tilt
-from ._tilt import _NO_SHIFT, _RANGE, _value_resolved
+from ._route import fits, shifts, spread_ok
+from ._tilt import _value_resolved
 
 __all__ = [
     "cross_entropy",
@@ -359,19 +360,19 @@ def _fast_policy(xp, q, r, b, tol: float, validate: bool, dt, out_dt):
     ``out_dt``) is ``None`` when the careful path must run; ``valid`` says whether
     the value checks passed.
     """
-    size = xp.finfo(dt).bits // 8
-    low = _RANGE[size][0]
+    size, n = xp.finfo(dt).bits // 8, q.shape[-1]
     qmin = xp.astype(xp.min(q, axis=-1, keepdims=True), dt)
     rmax = xp.astype(xp.max(r, axis=-1, keepdims=True), dt)
     rmin = xp.astype(xp.min(r, axis=-1, keepdims=True), dt)
     ib = 1.0 / b
-    pos = qmin > 0
-    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
-    spread = (rmax - rmin) * ib  # NaN or inf for invalid rewards: every flag below is False
-    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
+    # the router's tests (klpolicy.core._route) on every row, unshifted and shifted by max r;
+    # beta is finite, positive and normal here, so fits is what is left of its fast_rows (a
+    # zero reference entry fails both: log(0) + lo is -inf; so do invalid rewards, NaN)
+    log_n = math.log(n)
+    unshifted = fits(xp, qmin, rmin * ib, rmax * ib, log_n, size)
     flags = [
-        xp.all(pos & (mag <= _NO_SHIFT[size]) & (log_q + rmin * ib > low)),
-        xp.all(pos & (log_q - spread > low)),
+        xp.all(unshifted & ~shifts(xp, rmax, rmin, ib, size)),
+        xp.all(fits(xp, qmin, (rmin - rmax) * ib, 0.0, log_n, size)),
     ]
     if validate:
         flags.append(_values_ok(xp, q, qmin, rmax, rmin, tol, dt))
@@ -409,8 +410,7 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
 
     Returns ``(stats, valid)`` as :func:`_fast_policy` does, ``stats`` a dict.
     """
-    size = xp.finfo(dt).bits // 8
-    low, high = _RANGE[size]
+    size, n = xp.finfo(dt).bits // 8, q.shape[-1]
     q_in = q
     q = xp.astype(q, dt, copy=False)
     r = xp.astype(r, dt, copy=False)
@@ -418,13 +418,13 @@ def _fast_stats(xp, q, r, b, tol: float, validate: bool, dt, want):
     rmax = xp.max(r, axis=-1, keepdims=True)
     rmin = xp.min(r, axis=-1, keepdims=True)
     ib = 1.0 / b
-    pos = qmin > 0
-    log_q = xp.log(xp.where(pos, qmin, xp.ones_like(qmin)))
-    mag = xp.maximum(xp.abs(rmax), xp.abs(rmin)) * ib
-    c = xp.where(mag <= _NO_SHIFT[size], xp.zeros_like(rmax), _stop(rmax))
-    lo, hi = (rmin - c) * ib, (rmax - c) * ib  # NaN for invalid rewards: every flag False
-    ok = pos & (log_q + lo > low) & (hi - lo >= 2.0)
-    ok = ok & (hi + math.log(q.shape[-1]) < high)
+    # each row's shift and its fast test by the router (klpolicy.core._route), statistics
+    # asked (beta finite, positive and normal: fits and spread_ok are what is left of its
+    # fast_rows): a zero reference entry fails (log(0) + lo is -inf), so do invalid
+    # rewards (NaN)
+    c = xp.where(shifts(xp, rmax, rmin, ib, size), _stop(rmax), xp.zeros_like(rmax))
+    lo, hi = (rmin - c) * ib, (rmax - c) * ib
+    ok = fits(xp, qmin, lo, hi, math.log(n), size) & spread_ok(rmin, rmax, ib)
     z = (r - c) * ib
     w = q * xp.exp(z)
     total = xp.sum(q, axis=-1, keepdims=True)
