@@ -48,7 +48,7 @@ def test_completion_policy_is_the_enumerated_law_and_differentiable():
     law = sequence_law(m, t.prompt_ids()[0], max_new_tokens=3, eos_token_id=t.eos_token_id)
     pol = completion_policy(m, t.prompt_ids(), law.completions, pad_token_id=0)
     lp = pol.log_probs()
-    assert lp.shape == (1, 85) and lp.dtype == torch.float64
+    assert lp.shape == (1, 156) and lp.dtype == torch.float64
     # the same law as the tree's forward passes, to the rounding of float32 logits
     np.testing.assert_allclose(lp.detach().numpy()[0], law.logprobs, rtol=0, atol=2e-6)
     reward = torch.tensor([t.reward(0, c) for c in law.completions], dtype=torch.float64)
@@ -148,7 +148,7 @@ def test_same_seed_same_run():
 
 def test_law_every_and_a_token_tree():
     r = run("klpolicy-exact", tree_task(), steps=3, seed=0, law_every=2)
-    assert list(r.law_steps) == [2, 3] and r.laws.shape == (2, 1, 85)
+    assert list(r.law_steps) == [2, 3] and r.laws.shape == (2, 1, 156)
     # whole completions are the outcomes: the exact objective's landing is pi* over them
     np.testing.assert_allclose(r.predicted, r.pistar, rtol=1e-12)
     assert r.final_law[0] @ r.reward[0] > r.ref_law[0] @ r.reward[0]
