@@ -171,7 +171,7 @@ def _mp_sig(x):
     return 1 / (1 + mp.exp(-x))
 
 
-def _mp_phi(name, o):
+def _mp_margin_loss(name, o):
     """The margin losses' phi(x) written from their definitions, in mpmath."""
     if name == "robust":
         e = mp.mpf(o["label_smoothing"])
@@ -214,7 +214,7 @@ def _mp_margin_optimum(name, o, ref, p, beta, x_start, joint=None):
     else:
         jm = [[mp.mpf(float(v)) for v in row] for row in joint]
         w = [[(jm[i][j] + jm[j][i]) * mp.mpf(float(p[i, j])) for j in range(n)] for i in range(n)]
-    phi = _mp_phi(name, o)
+    phi = _mp_margin_loss(name, o)
 
     def dphi(x):
         return mp.diff(phi, x)

@@ -44,7 +44,7 @@ def _as_population(c):
     return p, seen / (2.0 * c.sum())
 
 
-def _mp_optimum(ref, c, beta):
+def _mp_finite_data_dpo_optimum(ref, c, beta):
     # recipe: damped Newton in mpmath on sum_ij C_ij softplus(-(x_i - x_j)) from x = 0
     # (tests/preference/_mp_optima.minimise), then pi = ref e^{x / beta} / Z
     n = len(ref)
@@ -63,7 +63,9 @@ def test_one_way_pairs_in_a_connected_dataset(beta):
     p, mu = _as_population(COUNTS)
     assert ((COUNTS > 0) & (COUNTS.T == 0)).any()  # pairs seen one way only
     got = dpo_optimum(REF, p, beta, mu=mu)
-    assert_mp_close(got, _mp_optimum(REF, COUNTS, beta), rtol=1e-10, what="finite-data DPO")
+    assert_mp_close(
+        got, _mp_finite_data_dpo_optimum(REF, COUNTS, beta), rtol=1e-10, what="finite-data DPO"
+    )
     np.testing.assert_array_equal(
         population_optimum(REF, p, beta, loss="sigmoid", mu=mu), got
     )  # the family's sigmoid row is the same code path
