@@ -18,6 +18,9 @@ Modules
     the per-sample estimators k1/k2/k3/abs and their exact moments, on and off policy.
 ``dynamics``
     the expected update of the group rules (GRPO, REINFORCE) by enumeration of every group.
+``preference``
+    the finite-data DPO optimum (imported as ``tests._mpref.preference``: it builds on
+    ``tests/preference/_mp_optima.py``).
 ``asserts``
     :func:`assert_mp_close` and :func:`rel_err`.
 """
