@@ -12,9 +12,15 @@ Modules
 ``closed_form``
     pi*, the soft value, KL, cross-entropy, best-of-n and the tilt's moments at 400 digits.
 ``divergences``
-    the f-divergences from their generators, f', its inverse and the f-regularised optimum.
+    the f-divergences from their generators, f', its inverse, the f-regularised optimum and
+    the forward-KL optimum at the extremes.
 ``estimators``
     the per-sample estimators k1/k2/k3/abs and their exact moments, on and off policy.
+``dynamics``
+    the expected update of the group rules (GRPO, REINFORCE) by enumeration of every group.
+``preference``
+    the finite-data DPO optimum (imported as ``tests._mpref.preference``: it builds on
+    ``tests/preference/_mp_optima.py``).
 ``asserts``
     :func:`assert_mp_close` and :func:`rel_err`.
 """
@@ -37,7 +43,8 @@ from .closed_form import (
 )
 from .closed_form import _norm as normalise
 from .closed_form import _precise as precise
-from .divergences import f, f_divergence, f_optimum, f_ratio, fprime
+from .divergences import f, f_divergence, f_optimum, f_ratio, forward_kl_optimum, fprime
+from .dynamics import expected_group_update, group_advantages, softmax
 from .estimators import estimator_moments, k
 
 __all__ = [
@@ -49,11 +56,14 @@ __all__ = [
     "best_of_n_win_rate",
     "cross_entropy",
     "estimator_moments",
+    "expected_group_update",
     "f",
     "f_divergence",
     "f_optimum",
     "f_ratio",
+    "forward_kl_optimum",
     "fprime",
+    "group_advantages",
     "k",
     "kl",
     "normalise",
@@ -63,6 +73,7 @@ __all__ = [
     "rel_err",
     "soft_value",
     "soft_value_scale",
+    "softmax",
     "tilt_moments",
     "to_float",
 ]

@@ -25,6 +25,7 @@ from klpolicy.best_of_n import (
 )
 from klpolicy.best_of_n.frontier import best_of_n_curve
 
+from .. import _mpref as R
 from ._best_of_n_problems import normalise, problems
 
 # ---------------------------------------------------------------- reference implementations
@@ -72,11 +73,6 @@ def mp_levels(ref, reward, n):
         lo, acc = acc, acc + qg
         out.append(acc**n - lo**n)
     return levels, q, out
-
-
-def mp_kl(ref, reward, n):
-    _, q, P = mp_levels(ref, reward, n)
-    return mp.fsum(p * mp.log(p / qg) for p, qg in zip(P, q, strict=True) if p > 0)
 
 
 # ---------------------------------------------------------------- hand-computed cases
@@ -163,8 +159,9 @@ def test_brute_force_enumeration(ref, reward, n):
 def test_kl_against_mpmath_large_n(n):
     ref = np.array([1e-12, 0.3, 0.2, 0.1, 0.4 - 1e-12, 0.0])
     reward = np.array([10.0, 1.0, 1.0, -1.0, 0.5, 99.0])
-    # reference: mp_kl above (dps 50, exact inputs, P_g = F_g**n - F_{g-1}**n)
-    ref_value = float(mp_kl(ref, reward, n))
+    # reference: tests/_mpref best_of_n_kl (400 digits, exact inputs, per outcome
+    # pi_n(y) = ref(y) / q_g (F_g**n - F_{g-1}**n))
+    ref_value = float(R.best_of_n_kl(ref, reward, n))
     assert best_of_n_kl(ref, reward, n) == pytest.approx(ref_value, rel=1e-12)
     levels, _, P = mp_levels(ref, reward, n)
     er = float(mp.fsum(p * mp.mpf(g) for p, g in zip(P, levels, strict=True)))
@@ -191,7 +188,7 @@ def test_policy_against_mpmath_many_levels():
         got = best_of_n_policy(ref, reward, n)
         np.testing.assert_allclose(got, expect, rtol=1e-12, atol=0)
         assert best_of_n_kl(ref, reward, n) == pytest.approx(
-            float(mp_kl(ref, reward, n)), rel=1e-12
+            float(R.best_of_n_kl(ref, reward, n)), rel=1e-12
         )
 
 

@@ -40,7 +40,8 @@ def _mp_c(q, r, ties):
     ]
 
 
-def _mp_phi(name, u, t=None):
+def _mp_calibration_transform(name, u, t=None):
+    """Phi(u), the transform of the calibrated reward u (``t`` the exponential's rate)."""
     if name == "identity":
         return u
     if name == "log":
@@ -76,7 +77,11 @@ def _mp_log_z(q, r, beta, name, ties, t=None):
     c = _mp_c(q, r, ties)
     b = mp.mpf(beta)
     return mp.log(
-        mp.fsum(mp.mpf(qi) * mp.exp(_mp_phi(name, ci, t) / b) for qi, ci in zip(q, c) if qi > 0)
+        mp.fsum(
+            mp.mpf(qi) * mp.exp(_mp_calibration_transform(name, ci, t) / b)
+            for qi, ci in zip(q, c)
+            if qi > 0
+        )
     )
 
 
@@ -88,7 +93,9 @@ def _mp_log_z_uniform(beta, name, t=None):
     if name == "normal-icdf":
         dens = lambda x: mp.exp(-x * x / 2 + x / b) / mp.sqrt(2 * mp.pi)  # noqa: E731
         return mp.log(mp.quad(dens, [mp.ninf, 0, 1 / b, mp.inf]))
-    return mp.log(mp.quad(lambda u: mp.exp(_mp_phi(name, u, t) / b), [0, 0.5, 0.9, 0.99, 1]))
+    return mp.log(
+        mp.quad(lambda u: mp.exp(_mp_calibration_transform(name, u, t) / b), [0, 0.5, 0.9, 0.99, 1])
+    )
 
 
 @pytest.mark.parametrize(("q", "r"), PROBLEMS)

@@ -16,14 +16,12 @@ import numpy as np
 import pytest
 from klpolicy.overoptimization import fit_gao_bon, fit_gao_rl
 
+from .._mpref import assert_mp_close
+
 D_BON = np.linspace(0.5, 4.0, 8)
 G_BON = D_BON * (1.0 - 0.25 * D_BON) + 0.01 * np.sin(7 * D_BON)  # not an exact fit
 D_RL = np.linspace(0.1, 6.0, 30)
 G_RL = D_RL * (1.0 - 0.5 * np.log(D_RL)) + 0.01 * np.cos(5 * D_RL)
-
-
-def _close(x, y, rtol=1e-12):
-    assert x == pytest.approx(y, rel=rtol), (x, y)
 
 
 @pytest.mark.parametrize("k", [1e160, 1e200, 2.0**1020, 1e-160, 1e-250])
@@ -32,11 +30,11 @@ def test_bon_fit_follows_its_scaling_law_at_the_ends(k):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         f = fit_gao_bon(D_BON * k, G_BON * k)
-    _close(f.a, base.a)
-    _close(f.b * k, base.b)
-    _close(f.d_peak, base.d_peak * k)
-    _close(f.gain_peak, base.gain_peak * k)
-    _close(f.rmse, base.rmse * k, 1e-9)
+    assert_mp_close(f.a, base.a, rtol=1e-12)
+    assert_mp_close(f.b * k, base.b, rtol=1e-12)
+    assert_mp_close(f.d_peak, base.d_peak * k, rtol=1e-12)
+    assert_mp_close(f.gain_peak, base.gain_peak * k, rtol=1e-12)
+    assert_mp_close(f.rmse, base.rmse * k, rtol=1e-9)
 
 
 @pytest.mark.parametrize("k", [1e160, 1e200, 2.0**1020, 1e-160, 1e-250])
@@ -45,11 +43,11 @@ def test_rl_fit_follows_its_scaling_law_at_the_ends(k):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         f = fit_gao_rl(D_RL * k, G_RL * k)
-    _close(f.b, base.b)
-    _close(f.a, base.a + base.b * math.log(k))
-    _close(f.d_peak, base.d_peak * k)
-    _close(f.gain_peak, base.gain_peak * k)
-    _close(f.rmse, base.rmse * k, 1e-9)
+    assert_mp_close(f.b, base.b, rtol=1e-12)
+    assert_mp_close(f.a, base.a + base.b * math.log(k), rtol=1e-12)
+    assert_mp_close(f.d_peak, base.d_peak * k, rtol=1e-12)
+    assert_mp_close(f.gain_peak, base.gain_peak * k, rtol=1e-12)
+    assert_mp_close(f.rmse, base.rmse * k, rtol=1e-9)
 
 
 @pytest.mark.parametrize("fit", [fit_gao_bon, fit_gao_rl])

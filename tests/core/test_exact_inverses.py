@@ -154,32 +154,6 @@ def test_trust_region_step_on_extremes_spends_its_budget():
         np.testing.assert_allclose(new, R.to_float(R.optimal_policy(p, a, beta)), rtol=1e-12)
 
 
-def _mp_forward_kl_optimum(ref, rew, beta):
-    """argmax E_pi[r] - beta KL(ref || pi): pi_j = ref_j / (u + d_j), sum pi = 1, by mp.findroot.
-
-    Recipe: d_j = (r_max - r_j) / beta on the support; u is the root in [W_best, 1] of
-    sum_j ref_j / (u + d_j) - 1, solved by 400-digit bisection on log u (120 halvings of a
-    bracket at most 700 wide: 5e-34 relative in u).
-    """
-    with mp.workdps(R.DPS):
-        q = R.normalise(ref)
-        r = [mp.mpf(float(v)) for v in rew]
-        b = mp.mpf(float(beta))
-        c = max(ri for qi, ri in zip(q, r) if qi > 0)
-        d = [(c - ri) / b for ri in r]
-
-        def f(u):
-            return mp.fsum(qi / (u + di) for qi, di in zip(q, d) if qi > 0) - 1
-
-        lo = mp.log(mp.fsum(qi for qi, di in zip(q, d) if qi > 0 and di == 0))
-        hi = mp.mpf(0)
-        for _ in range(120):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if f(mp.exp(mid)) > 0 else (lo, mid)
-        u = mp.exp(lo)
-        return [float(qi / (u + di)) if qi > 0 else 0.0 for qi, di in zip(q, d)]
-
-
 @pytest.mark.slow
 def test_k3_loss_fixed_point_against_mpmath():
     # the k3-in-the-loss fixed point solves a monotone equation in u with the package's root
@@ -192,7 +166,9 @@ def test_k3_loss_fixed_point_against_mpmath():
         spread = float(np.ptp(rew)) or 1.0
         beta = spread * 10.0 ** rng.uniform(-6, 6)
         got = fixed_point(ref, rew, beta, estimator="k3", placement="loss")
-        np.testing.assert_allclose(got, _mp_forward_kl_optimum(ref, rew, beta), rtol=1e-12)
+        np.testing.assert_allclose(
+            got, R.to_float(R.forward_kl_optimum(ref, rew, beta)), rtol=1e-12
+        )
 
 
 def _mp_ppo_clip_step(p_old, adv, clip, lr, epochs):

@@ -641,7 +641,7 @@ HUGE_GAPS = [
 _HUGE_IDS = [f"{c[0]}{'' if c[1] is None else c[1]}-beta{c[4]:g}-{len(c[2])}" for c in HUGE_GAPS]
 
 
-def _close(got, want, ctx):
+def _assert_close_or_one_subnormal_step(got, want, ctx):
     """Within 1e-10 relative, or one subnormal step (float64's resolution there)."""
     R.assert_mp_close(got, want, rtol=1e-10, atol=5e-324, what=f"{ctx}: ")
 
@@ -665,13 +665,13 @@ def test_huge_reward_gaps_against_mpmath(name, a, ref, reward, beta, pi, v, d):
             else:
                 fr = kp.f_frontier(q, r, [beta], divergence=name, alpha=a)
         ctx = (name, a, perm, got.tolist())
-        _close(got, want[perm], ctx)
+        _assert_close_or_one_subnormal_step(got, want[perm], ctx)
         assert np.all(got[q == 0] == 0), ctx
         if k == 0:
-            _close(val, mp.mpf(v), ctx)
+            _assert_close_or_one_subnormal_step(val, mp.mpf(v), ctx)
         else:
-            _close(fr.value[0], mp.mpf(v), ctx)
-            _close(fr.divergence[0], mp.mpf(d), ctx)
+            _assert_close_or_one_subnormal_step(fr.value[0], mp.mpf(v), ctx)
+            _assert_close_or_one_subnormal_step(fr.divergence[0], mp.mpf(d), ctx)
 
 
 @pytest.mark.parametrize(
@@ -741,9 +741,9 @@ def test_huge_reward_gap_sweep_against_mpmath(name, a):
                     fr = kp.f_frontier(q[perm], r[perm], [beta], divergence=name, alpha=a)
                     got = kp.f_optimal_policy(q[perm], r[perm], beta, divergence=name, alpha=a)
                     ctx = (name, a, beta, ref, reward, perm, got.tolist())
-                    _close(got, [pi_mp[i] for i in perm], ctx)
-                    _close(fr.value[0], v_mp, ctx)
-                    _close(fr.divergence[0], d_mp, ctx)
+                    _assert_close_or_one_subnormal_step(got, [pi_mp[i] for i in perm], ctx)
+                    _assert_close_or_one_subnormal_step(fr.value[0], v_mp, ctx)
+                    _assert_close_or_one_subnormal_step(fr.divergence[0], d_mp, ctx)
 
 
 # f'(0) finite (chi2, alpha > 1) with the best outcome's reference entry near 1e-300 or

@@ -26,7 +26,8 @@ from klpolicy.dynamics.covariance import clip_cov_weights, token_covariance
 from .. import _mpref as R
 
 
-def _mp_update(th, ref, r, beta, *, ratio, lb, ub, scaled=True):
+def _mp_clip_cov_update(th, ref, r, beta, *, ratio, lb, ub, scaled=True):
+    """The mean-field Clip-Cov update and the weights w (the module's mpmath recipe)."""
     e = [mp.exp(mp.mpf(float(t))) for t in th]
     z = mp.fsum(e)
     pi = [x / z for x in e]
@@ -75,7 +76,7 @@ def test_clip_cov_update_matches_mpmath(case, scaled):
         clip_cov_ub=ub,
         norm_adv_by_std_in_grpo=scaled,
     )
-    want, w = _mp_update(th, ref, r, beta, ratio=ratio, lb=lb, ub=ub, scaled=scaled)
+    want, w = _mp_clip_cov_update(th, ref, r, beta, ratio=ratio, lb=lb, ub=ub, scaled=scaled)
     assert any(x < 1 for x in w) or not scaled  # the band is not empty in the scaled cases
     R.assert_mp_close(got, want, rtol=1e-12, atol=1e-14)
 

@@ -2,7 +2,7 @@
 mpmath evaluation of the exact update, stability, and the bad inputs.
 
 mpmath recipe: the update at a landing point is evaluated by the enumeration of
-tests/dynamics/test_update.py (50 digits); pi* from tests/_mpref (400 digits); the infinite
+tests/_mpref/dynamics.py (50 digits); pi* from tests/_mpref (400 digits); the infinite
 group's root solves t = beta (sd_{pi*_t}(r) + 1e-4) by mp.findroot from the float answer.
 """
 
@@ -16,7 +16,6 @@ import klpolicy
 from klpolicy.dynamics import RULES, expected_update, landing_point, trajectory
 
 from .. import _mpref as R
-from .test_update import _mp_update
 
 REF = np.array([0.4, 0.3, 0.2, 0.1])
 REW = np.array([1.0, 0.0, 0.5, 2.0])
@@ -114,7 +113,9 @@ def test_finite_groups_with_the_std_land_on_an_exact_zero_of_the_update(G, corre
     # the update at the landing point, by the independent mpmath enumeration, is 0 to the
     # rounding of the point: each component below 1e-10 of its probability
     th = np.log(lp.policy)
-    want = _mp_update(th, REF, REW, beta, G, "mean", "std", "k3_corrected" if corrected else "k3")
+    want = R.expected_group_update(
+        th, REF, REW, beta, G, "mean", "std", "k3_corrected" if corrected else "k3"
+    )
     for w, p in zip(want, lp.policy):
         assert abs(float(w)) <= 1e-10 * p
     # no vertex is reported as a fixed point: near one the KL term pushes back (k3's
@@ -239,19 +240,6 @@ def test_bad_inputs_are_refused_by_name(call, msg):
         call()
 
 
-def _mp_forward_kl_optimum(ref, reward, beta, start):
-    """pi_j = beta ref_j / (lam - r_j), sum pi = 1: lam by mp.findroot from ``start``'s."""
-    with mp.workdps(40):
-        q = [mp.mpf(float(x)) for x in ref]
-        r = [mp.mpf(float(x)) for x in reward]
-        b = mp.mpf(beta)
-        lam = mp.findroot(
-            lambda x: mp.fsum(b * qj / (x - rj) for qj, rj in zip(q, r)) - 1,
-            b * q[0] / mp.mpf(float(start[0])) + r[0],
-        )
-        return [b * qj / (lam - rj) for qj, rj in zip(q, r)]
-
-
 @pytest.mark.parametrize("baseline", ["none", "loo", "mean"])
 @pytest.mark.parametrize(
     ("estimator", "placement", "kind"),
@@ -289,6 +277,6 @@ def test_reinforce_with_an_estimator_lands_where_the_placement_says(
         R.assert_mp_close(lp.policy, R.optimal_policy(REF, REW, b), rtol=1e-12)
     else:
         assert lp.beta_eff is None and lp.beta_divergence == pytest.approx(b, rel=1e-15)
-        R.assert_mp_close(lp.policy, _mp_forward_kl_optimum(REF, REW, b, lp.policy), rtol=1e-12)
+        R.assert_mp_close(lp.policy, R.forward_kl_optimum(REF, REW, b), rtol=1e-12)
     u = expected_update("reinforce", np.log(lp.policy), REF, REW, beta, **opts)
     assert np.abs(u).max() <= 1e-13

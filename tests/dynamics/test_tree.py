@@ -59,7 +59,7 @@ def _dense_reward(f, T, size, eos):
     return out
 
 
-def _mp_update(
+def _mp_tree_group_update(
     logits,
     ref,
     f,
@@ -175,7 +175,7 @@ def test_tree_update_against_mpmath_enumeration(loss_type, G, scale_rewards):
         scale_rewards=scale_rewards,
         max_completion_length=3,
     )
-    want = _mp_update(TH2, REF2, F2, 0.3, G, loss_type, scale_rewards != "none", True, 3)
+    want = _mp_tree_group_update(TH2, REF2, F2, 0.3, G, loss_type, scale_rewards != "none", True, 3)
     _compare(got, want)
     for u in got:
         assert np.abs(u.sum(-1)).max() < 1e-16
@@ -197,7 +197,7 @@ def test_masked_truncated_completions_against_mpmath(loss_type, scale_rewards):
         max_completion_length=2,
         mask_truncated_completions=True,
     )
-    want = _mp_update(
+    want = _mp_tree_group_update(
         TH2, REF2, F2, 0.3, 3, loss_type, scale_rewards != "none", True, 2, masked=True
     )
     _compare(got, want)
@@ -217,7 +217,7 @@ def test_gspo_tree_update_against_mpmath(loss_type, G):
         loss_type=loss_type,
         max_completion_length=2,
     )
-    want = _mp_update(TH2, REF2, F2, 0.4, G, loss_type, True, True, 2, sequence=True)
+    want = _mp_tree_group_update(TH2, REF2, F2, 0.4, G, loss_type, True, True, 2, sequence=True)
     _compare(got, want)
     # without the ratio on the KL, the sequence-level ratio changes nothing on-policy
     plain = dict(num_generations=G, loss_type=loss_type, use_bias_correction_kl=False)
@@ -241,7 +241,7 @@ def test_tree_update_plain_k3_against_mpmath(loss_type):
         scale_rewards="group",
         use_bias_correction_kl=False,
     )
-    want = _mp_update(TH2, REF2, F2, 0.7, 3, loss_type, True, False, 2)
+    want = _mp_tree_group_update(TH2, REF2, F2, 0.7, 3, loss_type, True, False, 2)
     _compare(got, want)
 
 
@@ -256,7 +256,7 @@ def test_tree_update_depth_three_against_mpmath():
         got = expected_tree_update(
             "grpo", th, ref, rw, 0.2, eos_token=EOS, num_generations=2, loss_type=lt
         )
-        _compare(got, _mp_update(th, ref, f, 0.2, 2, lt, True, True, 512))
+        _compare(got, _mp_tree_group_update(th, ref, f, 0.2, 2, lt, True, True, 512))
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])

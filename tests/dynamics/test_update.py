@@ -1,14 +1,8 @@
 """klpolicy.dynamics.expected_update against an independent mpmath enumeration of every group,
 and against TRL 1.16.0's own advantage code differentiated by torch.
 
-mpmath recipe (50 digits, the conftest's fixture): pi = softmax(theta) with theta converted
-exactly; every ordered group (y_1..y_G) in {0..n-1}^G has probability prod pi(y_i); its
-rewards give the advantages A_i = (v_i - b_i) / s as the rule defines them (b the group mean,
-or the mean of the others; s = 1 or the unbiased std + 1e-4); the loss is
-L = (1/G) sum_i [-A_i log pi(y_i) + beta kl_i] with kl_i = k3 of y_i (times the ratio pi/sg(pi)
-when corrected); its gradient in theta is written out by hand:
-d log pi(y)/d theta = e_y - pi, d k3(y)/d theta = (1 - ref(y)/pi(y)) (e_y - pi), and the
-ratio adds k3(y) (e_y - pi). The update is minus the probability-weighted sum.
+mpmath recipe: tests/_mpref/dynamics.py's enumeration of every group at 50 digits (the
+conftest's fixture), the loss's gradient in theta written out by hand.
 """
 
 import itertools
@@ -20,61 +14,6 @@ import pytest
 from klpolicy.dynamics import expected_update
 
 from .. import _mpref as R
-
-
-def _mp_softmax(th):
-    e = [mp.exp(mp.mpf(float(t))) for t in th]
-    z = mp.fsum(e)
-    return [x / z for x in e]
-
-
-def _mp_advantages(v, baseline, scale, eps):
-    G = len(v)
-    m = mp.fsum(v) / G
-    out = []
-    for i in range(G):
-        if baseline == "mean":
-            b = m
-        elif baseline == "loo":
-            b = (mp.fsum(v) - v[i]) / (G - 1)
-        else:
-            b = 0
-        a = v[i] - b
-        if scale == "std":
-            s = mp.sqrt(mp.fsum((x - m) ** 2 for x in v) / (G - 1)) + eps
-            a = a / s
-        out.append(a)
-    return out
-
-
-def _mp_update(th, ref, r, beta, G, baseline, scale, kl, eps="1e-4", shaped=False):
-    """kl in {"none", "k3", "k3_corrected"}; shaped: beta k1 folded into the reward instead."""
-    eps = mp.mpf(eps)
-    pi = _mp_softmax(th)
-    q = R.normalise(ref)
-    rr = [mp.mpf(float(x)) for x in r]
-    n = len(pi)
-    total = [mp.mpf(0)] * n
-    for group in itertools.product(range(n), repeat=G):
-        w = mp.fprod(pi[y] for y in group)
-        if shaped:
-            v = [rr[y] - beta * (mp.log(pi[y]) - mp.log(q[y])) for y in group]
-        else:
-            v = [rr[y] for y in group]
-        adv = _mp_advantages(v, baseline, scale, eps)
-        grad = [mp.mpf(0)] * n
-        for y, a in zip(group, adv):
-            score = [(1 if j == y else 0) - pi[j] for j in range(n)]
-            coef = -a
-            if kl != "none" and not shaped:
-                k3 = q[y] / pi[y] - 1 - mp.log(q[y] / pi[y])
-                coef += beta * (1 - q[y] / pi[y])
-                if kl == "k3_corrected":
-                    coef += beta * k3
-            grad = [g + coef * s / G for g, s in zip(grad, score)]
-        total = [t - w * g for t, g in zip(total, grad)]
-    return total
-
 
 CASES = [
     ([0.4, 0.35, 0.25], [1.0, 0.0, 0.5], [0.3, -0.2, 0.1]),
@@ -101,7 +40,9 @@ def test_grpo_update_against_mpmath_enumeration(case, G, scale_rewards, correcte
         use_bias_correction_kl=corrected,
     )
     scale = "none" if scale_rewards == "none" else "std"
-    want = _mp_update(th, ref, r, beta, G, "mean", scale, "k3_corrected" if corrected else "k3")
+    want = R.expected_group_update(
+        th, ref, r, beta, G, "mean", scale, "k3_corrected" if corrected else "k3"
+    )
     R.assert_mp_close(got, want, rtol=1e-12, atol=1e-15)
     assert abs(got.sum()) < 1e-15
 
@@ -117,20 +58,20 @@ def test_rloo_update_against_mpmath_enumeration(case, G, normalize):
     )
     if normalize:
         # TRL standardises the leave-one-out advantages: (A - mean A)/(std A + 1e-4)
-        pi = _mp_softmax(th)
+        pi = R.softmax(th)
         q = R.normalise(ref)
         n = len(pi)
         want = [mp.mpf(0)] * n
         for group in itertools.product(range(n), repeat=G):
             w = mp.fprod(pi[y] for y in group)
             v = [mp.mpf(float(r[y])) - beta * (mp.log(pi[y]) - mp.log(q[y])) for y in group]
-            loo = _mp_advantages(v, "loo", "none", 0)
-            adv = _mp_advantages(loo, "mean", "std", mp.mpf("1e-4"))
+            loo = R.group_advantages(v, "loo", "none", 0)
+            adv = R.group_advantages(loo, "mean", "std", mp.mpf("1e-4"))
             for y, a in zip(group, adv):
                 for j in range(n):
                     want[j] += w * a * ((1 if j == y else 0) - pi[j]) / G
     else:
-        want = _mp_update(th, ref, r, beta, G, "loo", "none", "none", shaped=True)
+        want = R.expected_group_update(th, ref, r, beta, G, "loo", "none", "none", shaped=True)
     R.assert_mp_close(got, want, rtol=1e-12, atol=1e-15)
 
 
@@ -138,7 +79,7 @@ def test_rloo_update_against_mpmath_enumeration(case, G, normalize):
 def test_reinforce_update_against_mpmath_enumeration(baseline):
     ref, r, th = CASES[0]
     got = expected_update("reinforce", th, ref, r, 0.3, baseline=baseline, num_generations=3)
-    want = _mp_update(th, ref, r, 0.3, 3, baseline, "none", "none", shaped=True)
+    want = R.expected_group_update(th, ref, r, 0.3, 3, baseline, "none", "none", shaped=True)
     R.assert_mp_close(got, want, rtol=1e-12, atol=1e-15)
 
 
@@ -230,7 +171,7 @@ def _mp_reinforce_update(th, ref, r, beta, G, baseline, estimator, placement):
     -A log pi + beta k(l), with d k / d theta = k'(l) (e_y - pi): k1' = 1, k2' = l,
     k3' = 1 - ref/pi (k3 = ref/pi - 1 + l).
     """
-    pi = _mp_softmax(th)
+    pi = R.softmax(th)
     q = R.normalise(ref)
     rr = [mp.mpf(float(x)) for x in r]
     n = len(pi)
@@ -245,7 +186,7 @@ def _mp_reinforce_update(th, ref, r, beta, G, baseline, estimator, placement):
             v = [rr[y] - beta * value[estimator](y) for y in group]
         else:
             v = [rr[y] for y in group]
-        adv = _mp_advantages(v, baseline, "none", 0)
+        adv = R.group_advantages(v, baseline, "none", 0)
         for y, a in zip(group, adv):
             coef = -a + (beta * slope[estimator](y) if placement == "loss" else 0)
             for j in range(n):

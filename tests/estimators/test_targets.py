@@ -72,7 +72,7 @@ def test_huge_and_tiny_rewards_together():
 # (mp.findroot), started at klpolicy's answer; then every entry compared relatively.
 
 
-def _mp_update(p, q, r, beta, group_size, eps):
+def _mp_grpo_field(p, q, r, beta, group_size, eps):
     import itertools
 
     import mpmath as mp
@@ -115,7 +115,7 @@ def _mp_fixed_point(ref, reward, beta, p0, group_size=8, eps=1e-6):
 
         def field(*z):
             p = probs(z)
-            f = _mp_update(p, q, r, b, group_size, e)
+            f = _mp_grpo_field(p, q, r, b, group_size, e)
             # each component in units of its terms (entries near 0 as finely as the others)
             return [f[j] / (p[j] + b * (p[j] + q[j])) for j in range(len(z))]
 

@@ -95,7 +95,7 @@ def derivatives(name, o):
 
 
 def loss_function(name, o):
-    """phi itself (exo_pair, discopop), written from the papers' definitions."""
+    """phi itself (exo_pair, discopop, robust, sigmoid), written from the definitions."""
     if name == "exo_pair":
         e = mp.mpf(float(o.get("epsilon", 1e-3)))
         return lambda x: (
@@ -104,6 +104,11 @@ def loss_function(name, o):
     if name == "discopop":
         tau = mp.mpf(float(o.get("tau", 0.05)))
         return lambda x: (1 - _sig(x / tau)) * mp.log1p(mp.exp(-x)) + _sig(x / tau) * mp.exp(-x)
+    if name == "robust":
+        e = mp.mpf(float(o["label_smoothing"]))
+        return lambda x: ((1 - e) * mp.log1p(mp.exp(-x)) - e * mp.log1p(mp.exp(x))) / (1 - 2 * e)
+    if name == "sigmoid":
+        return lambda x: mp.log1p(mp.exp(-x))
     raise AssertionError(name)
 
 

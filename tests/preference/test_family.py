@@ -20,6 +20,8 @@ from klpolicy.preference import (
     population_optimum,
 )
 
+from . import _mp_optima as mpo
+
 PER_PAIR = [n for n, r in LOSSES.items() if not r.batch_dependent]
 
 
@@ -167,43 +169,14 @@ def test_sigmoid_optimum_is_dpo_optimum_and_ipo_is_ipo_optimum(rng, mu_kind):
 # ---------------------------------------------------------------------------
 
 
-def _mp_sig(x):
-    return 1 / (1 + mp.exp(-x))
-
-
-def _mp_phi(name, o):
-    """The margin losses' phi(x) written from their definitions, in mpmath."""
-    if name == "robust":
-        e = mp.mpf(o["label_smoothing"])
-        return lambda x: ((1 - e) * mp.log1p(mp.exp(-x)) - e * mp.log1p(mp.exp(x))) / (1 - 2 * e)
-    if name == "exo_pair":
-        e = mp.mpf(o["epsilon"])
-
-        def exo(x):
-            s, t = _mp_sig(x), _mp_sig(-x)
-            return s * (mp.log(s) - mp.log(1 - e)) + t * (mp.log(t) - mp.log(e))
-
-        return exo
-    if name == "discopop":
-        tau = mp.mpf(o["tau"])
-
-        def disco(x):
-            m = _mp_sig(x / tau)
-            return (1 - m) * mp.log1p(mp.exp(-x)) + m * mp.exp(-x)
-
-        return disco
-    if name == "sigmoid":
-        return lambda x: mp.log1p(mp.exp(-x))
-    raise AssertionError(name)
-
-
 def _mp_margin_optimum(name, o, ref, p, beta, x_start, joint=None):
     """High-precision reference for a margin loss.
 
     Recipe: the weights W_ij = (mu_ij + mu_ji) P_ij (mu = ref x ref unless `joint`) in
     50-digit arithmetic;
     the stationarity conditions sum_j W_ij phi'(x_i - x_j) - W_ji phi'(x_j - x_i) = 0 for
-    i < n-1 with x_{n-1} = 0, phi' = mp.diff of phi written from the loss's definition;
+    i < n-1 with x_{n-1} = 0, phi' = mp.diff of phi written from the loss's definition
+    (tests/preference/_mp_optima.py's ``loss_function``);
     solved by mp.findroot (multidimensional Newton) from the float answer; then
     pi = ref exp(x / beta) / Z.
     """
@@ -214,7 +187,7 @@ def _mp_margin_optimum(name, o, ref, p, beta, x_start, joint=None):
     else:
         jm = [[mp.mpf(float(v)) for v in row] for row in joint]
         w = [[(jm[i][j] + jm[j][i]) * mp.mpf(float(p[i, j])) for j in range(n)] for i in range(n)]
-    phi = _mp_phi(name, o)
+    phi = mpo.loss_function(name, o)
 
     def dphi(x):
         return mp.diff(phi, x)
@@ -547,8 +520,6 @@ def test_robust_at_the_edge_of_the_noise_band_is_solved():
     # sp(-x), bounded below, and where the other pairs hold the ratio (a cycle) the loss
     # has a finite minimiser. Dyadic eps and P, so that P = 1 - eps also in exact arithmetic.
     from scipy.optimize import minimize, root
-
-    from . import _mp_optima as mpo
 
     e, beta = 0.25, 0.5
     p = np.array([[0.5, 0.75, 0.625], [0.25, 0.5, 0.6875], [0.375, 0.3125, 0.5]])

@@ -158,7 +158,7 @@ def _mp_score(l, divergence, alpha, version):
     raise AssertionError(divergence)
 
 
-def _mp_optimum(ref, p, lengths, beta, divergence, alpha, version, start):
+def _mp_length_normalised_optimum(ref, p, lengths, beta, divergence, alpha, version, start):
     """Minimise sum W_ij sp(-beta (S(g_i)/L_i - S(g_j)/L_j)) over the logits z (last 0),
     g = log(softmax(z) / ref), by findroot on its gradient (mp.diff) at 40 digits, from
     a scipy start; the recipe uses nothing of klpolicy."""
@@ -223,7 +223,7 @@ def test_sigmoid_norm_optimum_with_unequal_lengths(divergence, alpha, version):
     start = minimize(
         loss, np.zeros(2), method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-14}
     ).x
-    want = _mp_optimum(ref, p, lengths, beta, divergence, alpha, version, start)
+    want = _mp_length_normalised_optimum(ref, p, lengths, beta, divergence, alpha, version, start)
     np.testing.assert_allclose(pi, want, rtol=1e-10)
     # the constants matter: the other version's optimum is elsewhere (TRL's rows only)
     other = "1.9.2" if version == "1.16.0" else "1.16.0"

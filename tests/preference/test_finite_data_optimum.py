@@ -8,14 +8,13 @@ at log-odds 700 and stalled on the loss's flat tails (a loss of 15.8 for a minim
 
 from __future__ import annotations
 
-import mpmath as mp
 import numpy as np
 import pytest
 
 from klpolicy.preference import dpo_optimum, empirical_dpo_loss, population_optimum
 
 from .._mpref import assert_mp_close
-from ._mp_optima import derivatives, minimise
+from .._mpref.preference import finite_data_dpo_optimum
 
 # 256 pairs drawn from the reference below, labelled by Bradley-Terry on r = (0, 0, 0, 1,
 # 0.5, 0.25, 0) (sample_preference_counts(bradley_terry(r), ref, 256, rng=0)); outcome 3
@@ -44,26 +43,15 @@ def _as_population(c):
     return p, seen / (2.0 * c.sum())
 
 
-def _mp_optimum(ref, c, beta):
-    # recipe: damped Newton in mpmath on sum_ij C_ij softplus(-(x_i - x_j)) from x = 0
-    # (tests/preference/_mp_optima.minimise), then pi = ref e^{x / beta} / Z
-    n = len(ref)
-    w = [[mp.mpf(int(c[i, j])) if i != j else mp.mpf(0) for j in range(n)] for i in range(n)]
-    d1, d2 = derivatives("sigmoid", {})
-    x = minimise(d1, d2, w)
-    logits = [mp.log(mp.mpf(float(ref[i]))) + x[i] / mp.mpf(beta) for i in range(n)]
-    top = max(logits)
-    z = mp.fsum(mp.exp(v - top) for v in logits)
-    return [mp.exp(v - top) / z for v in logits]
-
-
 @pytest.mark.mp_dps(40)
 @pytest.mark.parametrize("beta", [0.1, 0.5, 2.0])
 def test_one_way_pairs_in_a_connected_dataset(beta):
     p, mu = _as_population(COUNTS)
     assert ((COUNTS > 0) & (COUNTS.T == 0)).any()  # pairs seen one way only
     got = dpo_optimum(REF, p, beta, mu=mu)
-    assert_mp_close(got, _mp_optimum(REF, COUNTS, beta), rtol=1e-10, what="finite-data DPO")
+    assert_mp_close(
+        got, finite_data_dpo_optimum(REF, COUNTS, beta), rtol=1e-10, what="finite-data DPO"
+    )
     np.testing.assert_array_equal(
         population_optimum(REF, p, beta, loss="sigmoid", mu=mu), got
     )  # the family's sigmoid row is the same code path

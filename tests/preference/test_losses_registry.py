@@ -8,6 +8,8 @@ import pytest
 
 from klpolicy.preference import LOSSES, dpo_loss, dpo_loss_grad, ipo_loss, ipo_loss_grad
 
+from ._mp_optima import loss_function
+
 torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
@@ -163,28 +165,20 @@ def _bump(x, k, i, s):
     return y
 
 
-def _mp_discopop(x, tau):
-    # mpmath recipe: evaluate the definition directly at 60 digits
-    x = mp.mpf(x)
-    m = 1 / (1 + mp.exp(-x / tau))
-    return (1 - m) * mp.log1p(mp.exp(-x)) + m * mp.exp(-x)
-
-
-def _mp_exo(x, eps):
-    x = mp.mpf(x)
-    s, t = 1 / (1 + mp.exp(-x)), 1 / (1 + mp.exp(x))  # sigma(x), sigma(-x) without cancelling
-    eps = mp.mpf(eps)
-    return s * (mp.log(s) - mp.log(1 - eps)) + t * (mp.log(t) - mp.log(eps))
-
-
 @pytest.mark.parametrize("x", [-40.0, -3.0, -0.01, 0.0, 0.3, 5.0, 30.0, 700.0])
 def test_discopop_and_exo_against_mpmath(x):
+    # mpmath recipe: phi from its definition (tests/preference/_mp_optima.py's
+    # loss_function), evaluated directly at 60 digits
     with mp.workdps(60):
         for tau in (0.05, 0.5, 2.0):
             got = float(LOSSES["discopop"].value(x, 0.0, 0.0, 0.0, 1.0, tau=tau))
-            assert got == pytest.approx(float(_mp_discopop(x, tau)), rel=1e-13, abs=1e-300)
+            assert got == pytest.approx(
+                float(loss_function("discopop", {"tau": tau})(mp.mpf(x))), rel=1e-13, abs=1e-300
+            )
         got = float(LOSSES["exo_pair"].value(x, 0.0, 0.0, 0.0, 1.0, epsilon=0.01))
-        assert got == pytest.approx(float(_mp_exo(x, 0.01)), rel=1e-12)
+        assert got == pytest.approx(
+            float(loss_function("exo_pair", {"epsilon": 0.01})(mp.mpf(x))), rel=1e-12
+        )
 
 
 def test_discopop_and_exo_second_derivatives_are_exact():

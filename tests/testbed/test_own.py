@@ -1,13 +1,12 @@
 """klpolicy's own trainers on the testbed's transformers model (klpolicy.testbed.own).
 
 mpmath recipes: pi* = ref e^{r/beta}/Z from tests/_mpref (400 digits); the forward-KL
-optimum pi_j = beta ref_j / (lam - r_j), lam > max r the root of sum_j pi_j = 1, by
-mp.findroot at 40 digits from the float answer's lam.
+optimum pi_j = beta ref_j / (lam - r_j), lam > max r the root of sum_j pi_j = 1, from
+tests/_mpref (400-digit bisection, independent of the float answer).
 """
 
 import json
 
-import mpmath as mp
 import numpy as np
 import pytest
 
@@ -21,25 +20,10 @@ from klpolicy.estimators import fixed_point
 from klpolicy.testbed import ADAPTERS, bandit_task, prompts_task, run, sequence_law, tree_task
 from klpolicy.testbed.own import completion_policy
 
-from .._mpref import assert_mp_close
+from .._mpref import assert_mp_close, forward_kl_optimum
 from .._mpref import optimal_policy as mp_optimal_policy
 
 OWN = ("klpolicy-exact", "klpolicy-reinforce", "klpolicy-ppo", "klpolicy-grpo")
-
-
-def _mp_forward_kl_optimum(ref, reward, beta, start):
-    """pi_j = beta ref_j / (lam - r_j) with sum pi = 1, lam found from ``start``'s."""
-    with mp.workdps(40):
-        q = [mp.mpf(float(x)) for x in ref]
-        r = [mp.mpf(float(x)) for x in reward]
-        b = mp.mpf(beta)
-        lam0 = b * q[0] / mp.mpf(float(start[0])) + r[0]
-
-        def total(lam):
-            return mp.fsum(b * qj / (lam - rj) for qj, rj in zip(q, r, strict=True)) - 1
-
-        lam = mp.findroot(total, lam0)
-        return [b * qj / (lam - rj) for qj, rj in zip(q, r, strict=True)]
 
 
 def test_completion_policy_is_the_enumerated_law_and_differentiable():
@@ -132,7 +116,7 @@ def test_the_landing_of_each_kl_estimator_and_placement():
     np.testing.assert_array_equal(pi, fixed_point(ref, r, beta, estimator="k1", placement="loss"))
     rule, _, (pi, b, why) = land("k3", "loss")
     assert b is None and "forward KL" in why
-    assert_mp_close(pi, _mp_forward_kl_optimum(ref, r, beta, pi), rtol=1e-12)
+    assert_mp_close(pi, forward_kl_optimum(ref, r, beta), rtol=1e-12)
     for est in ("k2", "k3"):  # no interior fixed point in the reward
         rule, _, (pi, b, why) = land(est, "reward")
         assert pi is None and b is None and "runs off" in why

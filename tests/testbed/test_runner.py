@@ -1,7 +1,6 @@
 import json
 import re
 
-import mpmath as mp
 import numpy as np
 import pytest
 
@@ -15,7 +14,7 @@ from klpolicy.testbed import ADAPTERS, bandit_task, prompts_task, run, sequence_
 
 from .._mpref import assert_mp_close
 from .._mpref import optimal_policy as mp_optimal_policy
-from ..preference._mp_optima import derivatives, minimise
+from .._mpref.preference import finite_data_dpo_optimum
 
 
 def test_bandit_reference_is_the_initial_models_law():
@@ -56,20 +55,6 @@ def test_short_run_reports_consistent_numbers(trainer):
     assert d["versions"]["trl"].startswith("1.16")
 
 
-def _mp_finite_data_optimum(ref, counts, beta):
-    # recipe: the dataset's mean DPO loss sum_ij C_ij softplus(-(x_i - x_j)), x = beta g,
-    # minimised by damped Newton in mpmath from x = 0 (tests/preference/_mp_optima.py),
-    # then pi = ref e^{x / beta} / Z
-    n = len(ref)
-    with mp.workdps(40):
-        w = [[mp.mpf(int(counts[i, j])) * (i != j) for j in range(n)] for i in range(n)]
-        x = minimise(*derivatives("sigmoid", {}), w)
-        logits = [mp.log(mp.mpf(float(ref[i]))) + x[i] / mp.mpf(beta) for i in range(n)]
-        top = max(logits)
-        z = mp.fsum(mp.exp(v - top) for v in logits)
-        return [mp.exp(v - top) / z for v in logits]
-
-
 def test_dpo_short_run_on_a_drawn_dataset():
     t = bandit_task()
     r = run("trl-dpo", steps=2, seed=3, pairs=128, bt_temperature=2.0)
@@ -91,7 +76,7 @@ def test_dpo_short_run_on_a_drawn_dataset():
     assert r.preference_counts.shape == (1, 7, 7)
     assert r.preference_counts.sum() == 128 and r.config["pairs"] == 128
     counts = r.preference_counts[0]
-    assert_mp_close(r.predicted[0], _mp_finite_data_optimum(r.ref_law[0], counts, 0.5), rtol=1e-9)
+    assert_mp_close(r.predicted[0], finite_data_dpo_optimum(r.ref_law[0], counts, 0.5), rtol=1e-9)
     assert_mp_close(r.pistar[0], mp_optimal_policy(r.ref_law[0], r.reward[0], 1.0), rtol=1e-12)
     assert r.predicted_beta_eff is None and "128 pairs" in r.landing
     kl = kl_divergence(r.final_law[0], r.predicted[0])
@@ -392,7 +377,7 @@ def test_dpo_on_several_prompts_draws_each_prompts_pairs_and_its_optimum():
     assert r.config["per_device_train_batch_size"] == 768  # the whole dataset a step
     assert "each prompt's 256 pairs' mean DPO loss" in r.landing
     for x in range(3):
-        want = _mp_finite_data_optimum(r.ref_law[x], r.preference_counts[x], 0.5)
+        want = finite_data_dpo_optimum(r.ref_law[x], r.preference_counts[x], 0.5)
         assert_mp_close(r.predicted[x], want, rtol=1e-9)
         assert_mp_close(r.pistar[x], mp_optimal_policy(r.ref_law[x], r.reward[x], 0.5), rtol=1e-12)
     # the prompts' datasets differ (each drawn from its own reference law and labels)
