@@ -164,6 +164,11 @@ class OwnMethod:
         ``batch_size`` in ``[2, 4096]``, ``n_groups`` and ``epochs`` in ``[1, 4096]``,
         ``clip`` positive, ``estimator`` one of k1, k2, k3 and ``placement`` ``"reward"``
         or ``"loss"``.
+
+        Returns
+        -------
+        dict
+            Every option of the method, the caller's values over ``defaults``, checked.
         """
         unknown = sorted(set(options) - set(defaults))
         if unknown:
@@ -192,7 +197,13 @@ class OwnMethod:
         return o
 
     def fit_options(self, o: dict) -> dict:
-        """The :func:`klpolicy.torch.fit_policy` options of checked testbed options ``o``."""
+        """The :func:`klpolicy.torch.fit_policy` options of checked testbed options ``o``.
+
+        Returns
+        -------
+        dict
+            The keyword options of :func:`klpolicy.torch.fit_policy` for this method.
+        """
         if self.method == "reinforce":
             return {k: o[k] for k in ("batch_size", "estimator", "placement")}
         if self.method == "ppo":
@@ -215,6 +226,11 @@ class OwnMethod:
         descriptions)``: the landing policy in ``ref``'s shape (None where any context has
         none), the ``beta_eff`` shared by every context (else None) and one description
         per context.
+
+        Returns
+        -------
+        tuple
+            ``(rule, rule_options, landing)`` as above.
         """
         rule, ro = _rule_of(self.method, o)
         q, r = np.asarray(ref, dtype=np.float64), np.asarray(reward, dtype=np.float64)

@@ -269,11 +269,11 @@ def prompts_task(*, model_seed: int = 0) -> Task:
     one-token completions. The answers' rewards form a Latin square:
 
     ======  ====  ====  ====
-    prompt   a     b     c
+    prompt  a     b     c
     ======  ====  ====  ====
-    x        1     0.5   0.25
-    y        0.25  1     0.5
-    z        0.5   0.25  1
+    x       1     0.5   0.25
+    y       0.25  1     0.5
+    z       0.5   0.25  1
     ======  ====  ====  ====
 
     and every other token scores 0. One policy answers all three (a 2-layer Llama of hidden
