@@ -234,13 +234,6 @@ class PairLoss:
         """Whether a pair's loss depends on the other pairs of the batch (sorting)."""
         return self.kind == "sorting"
 
-    @property
-    def _kernel(self) -> tuple:
-        """``(ell, grad, margin)``: the pair and margin kernels as one tuple (read ``pair``
-        and ``margin`` instead; kept for the registry's own tests)."""
-        ell, grad = (None, None) if self.pair is None else (self.pair.ell, self.pair.grad)
-        return ell, grad, self.margin
-
     def resolve_options(self, options: Mapping[str, Any]) -> dict[str, float]:
         """Validate ``options`` by name; return every option with defaults filled in.
 

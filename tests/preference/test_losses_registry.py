@@ -184,7 +184,7 @@ def test_discopop_and_exo_against_mpmath(x):
 def test_discopop_and_exo_second_derivatives_are_exact():
     # the population solver's Hessians come from d2; check against differences of d1
     for name, opts in (("discopop", {"tau": 0.05}), ("discopop", {"tau": 1.5}), ("exo_pair", {})):
-        kern = LOSSES[name]._kernel[2]
+        kern = LOSSES[name].margin
         o = LOSSES[name].resolve_options(opts)
         x = np.linspace(-6, 6, 61)
         s = 1e-6
